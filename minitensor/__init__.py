@@ -1,0 +1,21 @@
+"""minitensor: a small reverse-mode autograd engine over NumPy (CPU) and CuPy (CUDA) arrays.
+
+    import minitensor as mt
+    import minitensor.functional as F
+    from minitensor import nn, optim
+"""
+from . import cuda, functional, nn, optim
+from .autograd import Function, GraphError, ShapeError, enable_grad, is_grad_enabled, no_grad
+from .backend import DeviceError
+from .gradcheck import GradcheckError, gradcheck
+from .random import get_rng_state, manual_seed, set_rng_state
+from .tensor import Tensor, arange, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Tensor", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
+    "no_grad", "enable_grad", "is_grad_enabled", "manual_seed", "get_rng_state", "set_rng_state",
+    "gradcheck", "GradcheckError", "Function", "ShapeError", "GraphError", "DeviceError",
+    "functional", "nn", "optim", "cuda",
+]

@@ -1,0 +1,235 @@
+"""Reverse-mode automatic differentiation.
+
+The graph is made of :class:`Context` nodes. Every op call (``Function.apply``) that
+involves a tensor requiring grad creates one node, which remembers
+
+* which function made it (``fn``) and its output's shape,
+* one *edge* per input: ``None`` (no gradient wanted), the input's own node (an
+  intermediate result), or the input tensor itself (a leaf that requires grad),
+* whatever the forward chose to save for the backward.
+
+Nodes do not hold the input tensors, only what was saved, so an intermediate result
+whose array the backward does not need is freed as soon as Python drops it.
+
+``backward`` walks the nodes in reverse topological order (an iterative sort: no
+recursion limit), hands each node the sum of the gradients reaching its output, and
+reduces every input gradient to its input's shape in one place (:func:`sum_to`).
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import ContextDecorator
+
+from .backend import DeviceError, array_module
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+class no_grad(ContextDecorator):
+    """Context manager / decorator: nothing is recorded for backward inside it."""
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.enabled = False
+        return self
+
+    def __exit__(self, *exc):
+        _state.enabled = self._prev
+        return False
+
+
+class enable_grad(no_grad):
+    """The opposite of :class:`no_grad` (re-enables recording inside a no_grad block)."""
+
+    def __enter__(self):
+        self._prev = is_grad_enabled()
+        _state.enabled = True
+        return self
+
+
+class ShapeError(ValueError):
+    """An op got inputs whose shapes, dtypes or values it cannot take."""
+
+
+class GraphError(RuntimeError):
+    """The graph cannot be differentiated (freed, or nothing requires grad)."""
+
+
+def sum_to(grad, shape: tuple):
+    """Undo broadcasting: sum ``grad`` over the axes that were broadcast to reach it.
+
+    This is the only place in the engine that knows about broadcasting: ops compute
+    gradients in the broadcast shape, and the engine reduces them to each input's shape.
+    """
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        i + lead for i, n in enumerate(shape) if n == 1 and grad.shape[i + lead] != 1
+    )
+    out = grad.sum(axis=axes, keepdims=True) if axes else grad
+    if lead:
+        out = out.reshape(out.shape[lead:])
+    return out.reshape(shape)
+
+
+class Context:
+    """One node of the graph: what a Function call saved, and where its inputs came from."""
+
+    __slots__ = ("fn", "xp", "needs_input_grad", "edges", "shape", "saved", "freed", "__dict__")
+
+    def __init__(self, fn, xp, needs_input_grad):
+        self.fn = fn
+        self.xp = xp
+        self.needs_input_grad = needs_input_grad
+        self.edges = ()
+        self.saved = ()
+        self.freed = False
+
+    def save_for_backward(self, *arrays) -> None:
+        self.saved = arrays
+
+
+class Function:
+    """An op: ``forward(ctx, *arrays, **params)`` and ``backward(ctx, grad)`` side by side.
+
+    Both work on raw ``xp`` arrays (numpy or cupy, from ``ctx.xp``). Positional
+    arguments of ``apply`` are tensors (or ``None`` for an absent optional input);
+    keyword arguments are plain parameters. ``backward`` returns one gradient per
+    positional input (``None`` where there is none), in the *broadcast* shape or the
+    input's shape: the engine reduces it with :func:`sum_to`.
+    """
+
+    @staticmethod
+    def forward(ctx, *arrays, **params):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @staticmethod
+    def backward(ctx, grad):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        """Run the op on tensors; record a graph node when an input requires grad."""
+        return cls.apply_with_context(*inputs, **params)[0]
+
+    @classmethod
+    def apply_with_context(cls, *inputs, **params):
+        """Like :meth:`apply`, and also return the Context (e.g. to read what forward kept on it)."""
+        from .tensor import Tensor  # noqa: PLC0415 (cycle: tensor imports this module)
+
+        arrays, needs = [], []
+        any_needs = False
+        first = None
+        for t in inputs:
+            if t is None:
+                arrays.append(None)
+                needs.append(False)
+                continue
+            data = t.data
+            if first is None:
+                first = data
+            elif type(data) is not type(first):
+                devices = ", ".join(x.device for x in inputs if x is not None)
+                raise DeviceError(f"{cls.__name__}: inputs are on different devices ({devices}); move them with .to(device)")
+            arrays.append(data)
+            r = t._requires_grad
+            needs.append(r)
+            any_needs = any_needs or r
+        record = any_needs and is_grad_enabled()
+        ctx = Context(cls, array_module(first), tuple(needs) if record else None)
+        try:
+            out = cls.forward(ctx, *arrays, **params)
+        except ShapeError:
+            raise
+        except ValueError as e:  # numpy's own shape complaints, made to name the op
+            shapes = ", ".join(str(tuple(a.shape)) if a is not None else "None" for a in arrays)
+            raise ShapeError(f"{cls.__name__}: cannot apply to inputs of shapes {shapes}: {e}") from e
+        if not record:
+            return Tensor._wrap(out), ctx
+        result = Tensor._wrap(out, ctx)
+        ctx.shape = result.data.shape
+        ctx.edges = tuple(
+            None if not n else (t._ctx if t._ctx is not None else t) for t, n in zip(inputs, needs)
+        )
+        return result, ctx
+
+
+def _topological_order(root: Context) -> list:
+    """Nodes reachable from ``root``, every node after all nodes it feeds into (reverse postorder)."""
+    order, visited = [], {id(root)}
+    stack = [(root, iter(root.edges))]
+    while stack:
+        node, edges = stack[-1]
+        for e in edges:
+            if isinstance(e, Context) and id(e) not in visited:
+                visited.add(id(e))
+                stack.append((e, iter(e.edges)))
+                break
+        else:
+            stack.pop()
+            order.append(node)
+    order.reverse()
+    return order
+
+
+def _freed_error() -> GraphError:
+    return GraphError(
+        "trying to backward through a part of the graph a second time, but its saved arrays "
+        "were already freed by the first backward; pass retain_graph=True to the first backward "
+        "if you need to run backward twice"
+    )
+
+
+def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
+    """Accumulate d(root)/d(leaf) · grad into ``leaf.grad`` for every leaf requiring grad."""
+    from .tensor import Tensor  # noqa: PLC0415
+
+    root = root_tensor._ctx
+    if root is None:
+        if root_tensor.requires_grad:  # a leaf: its gradient is the seed itself
+            _accumulate_leaf(root_tensor, grad)
+            return
+        raise GraphError("backward() on a tensor that does not require grad and has no graph")
+    if root.freed:
+        raise _freed_error()
+    order = _topological_order(root)
+    grads = {id(root): grad}
+    for node in order:
+        g = grads.pop(id(node), None)
+        if g is None:
+            continue
+        if node.freed:
+            raise _freed_error()
+        input_grads = node.fn.backward(node, g)
+        if not isinstance(input_grads, tuple):
+            input_grads = (input_grads,)
+        for edge, gi in zip(node.edges, input_grads):
+            if edge is None or gi is None:
+                continue
+            if isinstance(edge, Tensor):
+                _accumulate_leaf(edge, sum_to(gi, edge.data.shape))
+            else:
+                gi = sum_to(gi, edge.shape)
+                prev = grads.get(id(edge))
+                grads[id(edge)] = gi if prev is None else prev + gi
+        if not retain_graph:
+            node.saved = None
+            node.freed = True
+            node.__dict__.clear()
+
+
+def _accumulate_leaf(leaf, g) -> None:
+    from .tensor import Tensor  # noqa: PLC0415
+
+    if g.dtype != leaf.data.dtype:
+        g = g.astype(leaf.data.dtype)
+    if leaf.grad is None:
+        # copy: the array may be shared with other gradients or be a read-only broadcast view
+        leaf.grad = Tensor._wrap(g.copy())
+    else:
+        leaf.grad.data = leaf.grad.data + g

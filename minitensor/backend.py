@@ -1,0 +1,113 @@
+"""Devices and array modules.
+
+A tensor lives on a device: ``"cpu"`` keeps a ``numpy.ndarray``, ``"cuda"`` keeps a
+``cupy.ndarray``. Ops never pick an array module from a global: they ask
+:func:`array_module` about their inputs. CuPy is imported lazily, on the first
+request for ``"cuda"``, so that the NumPy path has no GPU dependency at all.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_cupy = None          # the cupy module once imported
+_cupy_error = None    # why importing it failed, if it did
+
+CUDA_HELP = (
+    "install the GPU extra that matches your CUDA toolkit, e.g. "
+    "pip install -e '.[cuda12]' or pip install -e '.[cuda13]'"
+)
+
+
+class DeviceError(RuntimeError):
+    """A device is unavailable, unknown, or two devices were mixed in one op."""
+
+
+def _import_cupy():
+    global _cupy, _cupy_error
+    if _cupy is None and _cupy_error is None:
+        try:
+            import cupy  # noqa: PLC0415 (lazy on purpose)
+
+            _cupy = cupy
+        except Exception as e:  # ImportError, or a CUDA library that fails to load
+            _cupy_error = e
+    return _cupy
+
+
+def cuda_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA GPU."""
+    cp = _import_cupy()
+    if cp is None:
+        return False
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def cupy():
+    """The cupy module, or a :class:`DeviceError` saying how to get a working one."""
+    cp = _import_cupy()
+    if cp is None:
+        raise DeviceError(f"device 'cuda' needs CuPy, which failed to import ({_cupy_error!r}); {CUDA_HELP}")
+    if not cuda_available():
+        raise DeviceError("device 'cuda' requested but CuPy finds no CUDA GPU on this machine")
+    return cp
+
+
+def normalize_device(device) -> str:
+    """Map ``None``/``"cpu"``/``"cuda"``/``"cuda:0"`` to ``"cpu"`` or ``"cuda"``."""
+    if device is None:
+        return "cpu"
+    name = str(device)
+    if name == "cpu":
+        return "cpu"
+    if name == "cuda" or name.startswith("cuda:"):
+        return "cuda"
+    raise DeviceError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
+
+
+def array_module(array):
+    """numpy for a numpy array, cupy for a cupy array."""
+    if isinstance(array, np.ndarray):
+        return np
+    if _cupy is not None and isinstance(array, _cupy.ndarray):
+        return _cupy
+    raise TypeError(f"expected a numpy or cupy array, got {type(array).__name__}")
+
+
+def is_array(obj) -> bool:
+    """True for a numpy or cupy ndarray."""
+    return isinstance(obj, np.ndarray) or (_cupy is not None and isinstance(obj, _cupy.ndarray))
+
+
+def device_of(array) -> str:
+    return "cpu" if isinstance(array, np.ndarray) else "cuda"
+
+
+def xp_for(device: str):
+    """The array module that holds arrays on ``device``."""
+    return np if normalize_device(device) == "cpu" else cupy()
+
+
+def to_device(array, device: str):
+    """Copy ``array`` to ``device`` (no copy when it is already there)."""
+    device = normalize_device(device)
+    if device == "cpu":
+        return array if isinstance(array, np.ndarray) else array.get()
+    cp = cupy()
+    return array if isinstance(array, cp.ndarray) else cp.asarray(array)
+
+
+def to_numpy(array) -> np.ndarray:
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
+def scatter_add(xp, target, index, values) -> None:
+    """``target[index] += values`` where repeated indices add up (unbuffered)."""
+    if xp is np:
+        np.add.at(target, index, values)
+    else:
+        import cupyx  # noqa: PLC0415
+
+        cupyx.scatter_add(target, index, values)

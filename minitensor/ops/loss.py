@@ -1,0 +1,69 @@
+"""Cross entropy with label smoothing and ignored targets, fused with log_softmax."""
+from __future__ import annotations
+
+from ..autograd import Function, ShapeError
+
+
+class CrossEntropy(Function):
+    """Loss of logits (..., V) against integer targets (...), classes on the LAST axis.
+
+    With p = softmax(logits) and label smoothing ε, the target distribution is
+    q = (1-ε)·onehot(t) + ε/V (PyTorch's definition: the true class gets 1-ε+ε/V), and
+        loss_i = -Σ_c q_c log p_c = (1-ε)·(-log p_t) + ε·mean_c(-log p_c).
+    Targets equal to ``ignore_index`` contribute nothing; "mean" divides by the number of
+    targets that are not ignored. The gradient wrt the logits is w_i · (p - q).
+    """
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index=None, label_smoothing=0.0, reduction="mean"):
+        xp = ctx.xp
+        if target.dtype.kind not in "iu":
+            raise ShapeError(f"cross_entropy: target must hold integer class ids, got dtype {target.dtype}")
+        if logits.shape[:-1] != target.shape:
+            raise ShapeError(
+                f"cross_entropy: logits of shape {tuple(logits.shape)} need a target of shape "
+                f"{tuple(logits.shape[:-1])} (classes on the last axis), got {tuple(target.shape)}"
+            )
+        V = logits.shape[-1]
+        valid = target != ignore_index if ignore_index is not None else xp.ones(target.shape, dtype=bool)
+        safe_t = xp.where(valid, target, 0)
+        if target.size and valid.any():
+            lo, hi = int(safe_t[valid].min()), int(safe_t[valid].max())
+            if lo < 0 or hi >= V:
+                raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
+        m = logits.max(axis=-1, keepdims=True)
+        shifted = logits - m
+        lse = xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
+        logp = shifted - lse
+        nll = -xp.take_along_axis(logp, safe_t[..., None], axis=-1)[..., 0]
+        eps = label_smoothing
+        loss = (1 - eps) * nll - eps * logp.mean(axis=-1) if eps else nll
+        loss = xp.where(valid, loss, 0).astype(logits.dtype, copy=False)
+        ctx.count = int(valid.sum())
+        ctx.reduction, ctx.eps = reduction, eps
+        ctx.save_for_backward(logp, safe_t, valid)
+        if reduction == "none":
+            return loss
+        if reduction == "sum":
+            return loss.sum()
+        return loss.sum() / logits.dtype.type(ctx.count) if ctx.count else xp.asarray(xp.nan, dtype=logits.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        logp, t, valid = ctx.saved
+        xp = ctx.xp
+        g = xp.exp(logp)  # p
+        V = g.shape[-1]
+        if ctx.eps:
+            g -= ctx.eps / V
+        onehot_scale = 1 - ctx.eps
+        flat = g.reshape(-1, V)
+        flat[xp.arange(flat.shape[0]), t.reshape(-1)] -= onehot_scale
+        if ctx.reduction == "none":
+            w = grad
+        elif ctx.reduction == "sum":
+            w = xp.broadcast_to(grad, t.shape)
+        else:
+            w = xp.broadcast_to(grad / max(ctx.count, 1), t.shape)
+        g *= (w * valid)[..., None]
+        return g, None

@@ -1,0 +1,49 @@
+"""Layer normalisation (Ba et al., 2016) over the last axis."""
+from __future__ import annotations
+
+from ..autograd import Function, ShapeError
+
+
+class LayerNorm(Function):
+    """y = γ ⊙ x̂ + β with x̂ = (x - μ) · r, r = 1/√(σ² + eps), μ and σ² over the last axis.
+
+    With ĝ = g ⊙ γ and means over the last axis (D entries):
+        dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂))
+        dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g
+    The forward saves x̂ and r (the mean and reciprocal std of every row).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight=None, bias=None, eps=1e-5):
+        d = x.shape[-1]
+        for name, p in (("weight", weight), ("bias", bias)):
+            if p is not None and p.shape != (d,):
+                raise ShapeError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected ({d},) for input {tuple(x.shape)}")
+        xp = ctx.xp
+        mu = x.mean(axis=-1, keepdims=True)
+        xc = x - mu
+        var = (xc * xc).mean(axis=-1, keepdims=True)
+        r = 1 / xp.sqrt(var + eps)
+        xhat = xc * r
+        ctx.save_for_backward(xhat, r, weight)
+        y = xhat
+        if weight is not None:
+            y = y * weight
+        if bias is not None:
+            y = y + bias
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        xhat, r, weight = ctx.saved
+        nx, nw, nb = ctx.needs_input_grad
+        gx = gw = gb = None
+        if nx:
+            gh = grad * weight if weight is not None else grad
+            gx = r * (gh - gh.mean(axis=-1, keepdims=True) - xhat * (gh * xhat).mean(axis=-1, keepdims=True))
+        lead = tuple(range(grad.ndim - 1))
+        if nw:
+            gw = (grad * xhat).sum(axis=lead)
+        if nb:
+            gb = grad.sum(axis=lead)
+        return gx, gw, gb

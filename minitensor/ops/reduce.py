@@ -1,0 +1,104 @@
+"""Reductions over axes: sum, mean, max, logsumexp.
+
+Their backwards first put the reduced axes back (``keepdims``) so the gradient
+broadcasts against the input.
+"""
+from __future__ import annotations
+
+from ..autograd import Function
+
+
+def normalize_axes(axis, ndim: int) -> tuple:
+    """``axis`` (None, int or tuple, negatives allowed) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = []
+    for a in axes:
+        if not -ndim <= a < max(ndim, 1):
+            raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
+        out.append(a % max(ndim, 1))
+    return tuple(sorted(set(out)))
+
+
+def _keep(grad, axes: tuple, keepdims: bool, xp):
+    """Re-insert the reduced axes of ``grad`` (as size 1) unless they were kept."""
+    return grad if keepdims or not axes else xp.expand_dims(grad, axes)
+
+
+class Sum(Function):
+    """y = Σ_axes x.  dy/dx = 1 on every summed element."""
+
+    @staticmethod
+    def forward(ctx, x, axis=None, keepdims=False):
+        ctx.axes = normalize_axes(axis, x.ndim)
+        ctx.keepdims = keepdims
+        ctx.in_shape = x.shape
+        return x.sum(axis=ctx.axes, keepdims=keepdims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        return xp.broadcast_to(_keep(grad, ctx.axes, ctx.keepdims, xp), ctx.in_shape)
+
+
+class Mean(Function):
+    """y = (1/n) Σ_axes x.  dy/dx = 1/n."""
+
+    @staticmethod
+    def forward(ctx, x, axis=None, keepdims=False):
+        ctx.axes = normalize_axes(axis, x.ndim)
+        ctx.keepdims = keepdims
+        ctx.in_shape = x.shape
+        n = 1
+        for a in ctx.axes:
+            n *= x.shape[a]
+        ctx.n = n
+        return x.mean(axis=ctx.axes, keepdims=keepdims)
+
+    @staticmethod
+    def backward(ctx, grad):
+        xp = ctx.xp
+        return xp.broadcast_to(_keep(grad, ctx.axes, ctx.keepdims, xp) / ctx.n, ctx.in_shape)
+
+
+class Max(Function):
+    """y = max_axes x.  The gradient is shared equally by the entries equal to the max."""
+
+    @staticmethod
+    def forward(ctx, x, axis=None, keepdims=False):
+        if x.size == 0:
+            raise ValueError("max of an empty tensor")
+        ctx.axes = normalize_axes(axis, x.ndim)
+        ctx.keepdims = keepdims
+        y = x.max(axis=ctx.axes, keepdims=True)
+        ctx.save_for_backward(x, y)
+        return y if keepdims else y.reshape([n for i, n in enumerate(x.shape) if i not in ctx.axes])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved
+        xp = ctx.xp
+        hit = (x == y).astype(grad.dtype)
+        hit /= hit.sum(axis=ctx.axes, keepdims=True)
+        return _keep(grad, ctx.axes, ctx.keepdims, xp) * hit
+
+
+class LogSumExp(Function):
+    """y = log Σ exp(x), computed as m + log Σ exp(x - m).  dy/dx = softmax(x)."""
+
+    @staticmethod
+    def forward(ctx, x, axis=None, keepdims=False):
+        xp = ctx.xp
+        ctx.axes = normalize_axes(axis, x.ndim)
+        ctx.keepdims = keepdims
+        m = x.max(axis=ctx.axes, keepdims=True)
+        m = xp.where(xp.isfinite(m), m, 0)
+        y = xp.log(xp.exp(x - m).sum(axis=ctx.axes, keepdims=True)) + m
+        ctx.save_for_backward(x, y)
+        return y if keepdims else y.reshape([n for i, n in enumerate(x.shape) if i not in ctx.axes])
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved
+        return _keep(grad, ctx.axes, ctx.keepdims, ctx.xp) * ctx.xp.exp(x - y)

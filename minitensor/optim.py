@@ -1,0 +1,161 @@
+"""Optimizers (SGD, Adam) and gradient clipping. Updates run on raw arrays, in place,
+outside the graph."""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from . import backend
+from .tensor import Tensor
+
+
+class Optimizer:
+    """Holds the parameters, the learning rate ``lr`` (set it freely, e.g. from a schedule)
+    and per-parameter state; ``step()`` applies one update from the current ``.grad``s."""
+
+    def __init__(self, params: Iterable[Tensor], lr: float):
+        self.params = list(params)
+        if not self.params:
+            raise ValueError(f"{type(self).__name__}: got an empty parameter list")
+        for i, p in enumerate(self.params):
+            if not isinstance(p, Tensor) or not p.requires_grad:
+                raise TypeError(f"{type(self).__name__}: parameter {i} is not a tensor that requires grad")
+        if lr < 0:
+            raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {lr}")
+        self.lr = lr
+        self.steps = 0
+        self.state: list[dict] = [{} for _ in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        self.steps += 1
+        self._begin_step()
+        for p, state in zip(self.params, self.state):
+            if p.grad is not None:
+                self._update(p.data, p.grad.data, state)
+
+    def _begin_step(self) -> None:
+        """Per-step quantities shared by all parameters (none by default)."""
+
+    def _update(self, w, g, state: dict) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- state
+    def _hyper(self) -> dict:
+        return {"lr": self.lr}
+
+    def state_dict(self) -> dict:
+        """{"steps", "hyper": {...}, "state": [{name: numpy array}, ...]}: plain data, CPU arrays."""
+        return {
+            "steps": self.steps,
+            "hyper": self._hyper(),
+            "state": [{k: backend.to_numpy(v) for k, v in s.items()} for s in self.state],
+        }
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restore from :meth:`state_dict`; per-parameter arrays must match the parameters' shapes."""
+        if len(sd["state"]) != len(self.params):
+            raise ValueError(f"optimizer state has {len(sd['state'])} entries for {len(self.params)} parameters")
+        for i, (p, s) in enumerate(zip(self.params, sd["state"])):
+            for k, v in s.items():
+                if tuple(v.shape) != p.shape:
+                    raise ValueError(f"optimizer state {k!r} of parameter {i} has shape {tuple(v.shape)}, parameter is {p.shape}")
+        self.steps = int(sd["steps"])
+        for k, v in sd["hyper"].items():
+            setattr(self, k, v)
+        self.state = [{k: backend.to_device(v, p.device).astype(p.dtype, copy=True) for k, v in s.items()}
+                      for p, s in zip(self.params, sd["state"])]
+
+
+class SGD(Optimizer):
+    """w ← w - lr·b with b ← momentum·b + (g + weight_decay·w) (b = g on the first step), as PyTorch."""
+
+    def __init__(self, params, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        self.momentum, self.weight_decay = momentum, weight_decay
+
+    def _hyper(self) -> dict:
+        return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
+
+    def _update(self, w, g, state):
+        if self.weight_decay:
+            g = g + self.weight_decay * w
+        if self.momentum:
+            buf = state.get("momentum")
+            if buf is None:
+                buf = state["momentum"] = g.copy()
+            else:
+                buf *= self.momentum
+                buf += g
+            g = buf
+        w -= self.lr * g
+
+
+class Adam(Optimizer):
+    """Adam (Kingma & Ba, 2015), as PyTorch implements it:
+
+        m ← β₁m + (1-β₁)g,   v ← β₂v + (1-β₂)g²,
+        w ← w - lr · (m / (1-β₁ᵗ)) / (√(v / (1-β₂ᵗ)) + eps)
+
+    ``weight_decay`` adds weight_decay·w to g (L2, not AdamW). The paper uses
+    betas (0.9, 0.98) and eps 1e-9 (Section 5.3).
+    """
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0):
+        super().__init__(params, lr)
+        if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
+            raise ValueError(f"Adam: betas must be in [0, 1), got {betas}")
+        self.betas, self.eps, self.weight_decay = tuple(betas), eps, weight_decay
+
+    def _hyper(self) -> dict:
+        return {"lr": self.lr, "betas": list(self.betas), "eps": self.eps, "weight_decay": self.weight_decay}
+
+    def load_state_dict(self, sd: dict) -> None:
+        super().load_state_dict(sd)
+        self.betas = tuple(self.betas)
+
+    def _begin_step(self) -> None:
+        b1, b2 = self.betas
+        self._c1 = 1 - b1**self.steps  # bias corrections
+        self._c2 = 1 - b2**self.steps
+
+    def _update(self, w, g, state):
+        b1, b2 = self.betas
+        if self.weight_decay:
+            g = g + self.weight_decay * w
+        m = state.get("m")
+        if m is None:
+            m = state["m"] = w * 0
+            state["v"] = w * 0
+        v = state["v"]
+        m *= b1
+        m += (1 - b1) * g
+        v *= b2
+        v += (1 - b2) * (g * g)
+        step_size = self.lr / self._c1
+        denom = v / self._c2
+        xp = backend.array_module(w)
+        xp.sqrt(denom, out=denom)
+        denom += self.eps
+        w -= step_size * (m / denom)
+
+
+def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:
+    """Scale all gradients together so their global L2 norm is at most ``max_norm``.
+
+    Returns the norm before clipping (inf or nan if a gradient is not finite; then nothing
+    is scaled).
+    """
+    grads = [p.grad.data for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    total = math.sqrt(float(sum((g * g).sum(dtype="float64") for g in grads)))  # one device sync
+    if math.isfinite(total) and total > max_norm:
+        scale = max_norm / (total + 1e-6)
+        for g in grads:
+            g *= scale
+    return total

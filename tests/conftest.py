@@ -1,0 +1,38 @@
+"""Shared test set-up: hypothesis profiles and the device fixture."""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import minitensor as mt
+
+# CI: derandomized (the same examples every run), no deadline (2 slow cores).
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=25,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("dev", deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def pytest_collection_modifyitems(config, items):
+    if mt.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA GPU / CuPy on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=DEVICES, scope="session")
+def device(request):
+    """Run a test once per device: "cpu" always, "cuda" when a GPU is present."""
+    return request.param
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    mt.manual_seed(0)
+    np.random.seed(0)
+    yield

@@ -1,0 +1,217 @@
+"""The autograd engine: graph shapes, accumulation, freeing, no_grad, detach, devices."""
+import sys
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+import minitensor.functional as F
+
+from .helpers import close, leaf
+
+
+def test_diamond_graph_sums_both_paths():
+    # y = a*b + a*c uses `a` twice: dy/da = b + c
+    a, b, c = leaf([2.0]), leaf([3.0]), leaf([5.0])
+    (a * b + a * c).backward(mt.tensor(np.ones(1)))
+    close(a.grad, [8.0])
+    close(b.grad, [2.0])
+    close(c.grad, [2.0])
+
+
+def test_value_reused_in_one_op_gets_double_gradient():
+    x = leaf([3.0])
+    (x * x).sum().backward()
+    close(x.grad, [6.0])
+
+
+def test_intermediate_used_by_two_branches_accumulates_before_propagating():
+    x = leaf([1.5])
+    h = x.exp()                 # h feeds two consumers
+    y = h * 2 + h.log()         # dy/dx = 2e^x + 1
+    y.sum().backward()
+    close(x.grad, [2 * np.exp(1.5) + 1])
+
+
+def test_ten_thousand_deep_chain_has_no_recursion_error():
+    limit = sys.getrecursionlimit()
+    x = leaf([1.0])
+    y = x
+    for _ in range(10_000):
+        y = y * 1.0001
+    assert 10_000 > limit  # deeper than Python's recursion limit
+    y.sum().backward()
+    close(x.grad, [1.0001**10_000], rtol=1e-9)
+
+
+def test_second_backward_through_freed_graph_raises_clear_error():
+    x = leaf([2.0])
+    y = (x * x).sum()
+    y.backward()
+    with pytest.raises(mt.GraphError, match="retain_graph=True"):
+        y.backward()
+
+
+def test_retain_graph_allows_repeated_backward_and_gradients_add():
+    x = leaf([2.0])
+    y = (x * x * x).sum()
+    y.backward(retain_graph=True)
+    close(x.grad, [12.0])
+    y.backward()
+    close(x.grad, [24.0])
+
+
+def test_reusing_part_of_a_freed_graph_raises():
+    x = leaf([2.0])
+    h = x.exp()
+    (h * 3).sum().backward()
+    with pytest.raises(mt.GraphError):
+        (h * 4).sum().backward()
+
+
+def test_grads_accumulate_across_backward_calls_until_zero_grad():
+    lin = mt.nn.Linear(3, 2)
+    x = mt.tensor(np.ones((4, 3), np.float32))
+    lin(x).sum().backward()
+    g1 = lin.weight.grad.numpy().copy()
+    lin(x).sum().backward()
+    close(lin.weight.grad, 2 * g1, atol=1e-6)
+    lin.zero_grad()
+    assert lin.weight.grad is None
+    lin(x).sum().backward()
+    close(lin.weight.grad, g1, atol=1e-6)
+
+
+def test_no_grad_records_nothing():
+    x = leaf([1.0, 2.0])
+    with mt.no_grad():
+        y = (x * 2).exp().sum()
+    assert y.requires_grad is False and y._ctx is None
+    with pytest.raises(mt.GraphError):
+        y.backward()
+
+    @mt.no_grad()
+    def f(t):
+        return t * 3
+
+    assert f(x)._ctx is None
+    assert (x * 3)._ctx is not None  # recording is back on afterwards
+
+
+def test_no_grad_is_thread_local():
+    import threading
+
+    seen = []
+    with mt.no_grad():
+        th = threading.Thread(target=lambda: seen.append(mt.is_grad_enabled()))
+        th.start()
+        th.join()
+    assert seen == [True]
+
+
+def test_detach_shares_data_and_stops_gradient():
+    x = leaf([1.0, 2.0])
+    d = (x * 2).detach()
+    assert d.requires_grad is False and d._ctx is None
+    y = (x * d).sum()
+    y.backward()
+    close(x.grad, [2.0, 4.0])  # d is a constant: no second term
+
+
+def test_leaf_grad_is_a_private_copy_not_an_alias():
+    # y = a + b hands the same gradient array to both; scaling one must not touch the other
+    a, b = leaf([1.0]), leaf([2.0])
+    (a + b).backward(mt.tensor(np.ones(1)))
+    a.grad.data *= 10
+    close(b.grad, [1.0])
+
+
+def test_only_inputs_that_require_grad_get_gradients():
+    a, b = leaf([1.0]), leaf([2.0], grad=False)
+    (a * b).sum().backward()
+    close(a.grad, [2.0])
+    assert b.grad is None
+
+
+def test_backward_of_non_scalar_needs_explicit_grad():
+    x = leaf([1.0, 2.0])
+    with pytest.raises(mt.GraphError, match="single-element"):
+        (x * 2).backward()
+    with pytest.raises(mt.GraphError, match="shape"):
+        (x * 2).backward(mt.tensor(np.ones(3)))
+
+
+def test_backward_on_tensor_without_grad_raises():
+    with pytest.raises(mt.GraphError, match="does not require grad"):
+        mt.tensor([1.0]).backward()
+
+
+def test_integer_tensor_cannot_require_grad():
+    with pytest.raises(TypeError, match="floating-point"):
+        mt.tensor([1, 2, 3], requires_grad=True)
+    t = mt.tensor([1, 2])
+    with pytest.raises(TypeError, match="floating-point"):
+        t.requires_grad = True
+
+
+def test_dtype_policy():
+    assert mt.tensor(1.5).dtype == np.float32
+    assert mt.tensor([1.0, 2.0]).dtype == np.float32
+    assert mt.tensor([1, 2]).dtype == np.int64
+    assert mt.tensor([True, False]).dtype == np.bool_
+    assert mt.tensor(np.zeros(2, np.float64)).dtype == np.float64  # arrays keep their dtype
+    assert mt.tensor([1, 2], dtype=np.float32).dtype == np.float32
+    assert mt.zeros(2, 3).shape == (2, 3) and mt.ones((2,)).dtype == np.float32
+    assert mt.arange(4).dtype == np.int64 and mt.arange(0.0, 1.0, 0.25).shape == (4,)
+
+
+def test_manual_seed_makes_randn_reproducible():
+    mt.manual_seed(7)
+    a = mt.randn(3, 4).numpy()
+    mt.manual_seed(7)
+    close(mt.randn(3, 4), a)
+    state = mt.get_rng_state()
+    b = mt.rand(5).numpy()
+    mt.set_rng_state(state)
+    close(mt.rand(5), b)
+
+
+def test_tensor_basics():
+    t = mt.tensor(np.arange(6.0).reshape(2, 3))
+    assert t.shape == (2, 3) and t.ndim == 2 and t.device == "cpu" and len(t) == 2
+    assert mt.tensor([[4.0]]).item() == 4.0
+    assert "tensor(" in repr(t)
+    assert (t > 2).dtype == np.bool_
+    with pytest.raises(ValueError, match="one element"):
+        t.item()
+
+
+def test_unknown_device_is_rejected():
+    with pytest.raises(mt.DeviceError, match="unknown device"):
+        mt.tensor([1.0], device="tpu")
+
+
+@pytest.mark.skipif(mt.cuda.is_available(), reason="a GPU is present")
+def test_cuda_without_gpu_or_cupy_says_how_to_get_it():
+    with pytest.raises(mt.DeviceError, match="cuda"):
+        mt.tensor([1.0], device="cuda")
+    with pytest.raises(mt.DeviceError):
+        mt.tensor([1.0]).to("cuda")
+    assert mt.cuda.is_available() is False
+
+
+@pytest.mark.gpu
+def test_mixing_devices_in_one_op_raises():
+    a = mt.tensor([1.0])
+    b = mt.tensor([1.0], device="cuda")
+    with pytest.raises(mt.DeviceError, match="different devices"):
+        F.add(a, b)
+
+
+@pytest.mark.gpu
+def test_to_device_is_differentiable():
+    x = leaf([1.0, 2.0])
+    y = (x.to("cuda") * 3).sum()
+    y.backward()
+    assert x.grad.device == "cpu"
+    close(x.grad, [3.0, 3.0])

@@ -1,0 +1,224 @@
+"""Neural-network ops: matmul, linear, softmax family, layer_norm, dropout, embedding,
+cross_entropy and scaled dot-product attention — forward against NumPy, gradcheck on
+hypothesis-drawn shapes."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import minitensor as mt
+import minitensor.functional as F
+from minitensor.testing import arrays, matmul_pairs, shapes
+
+from .helpers import close, leaf
+
+
+def np_softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+@given(pair=matmul_pairs())
+def test_matmul_broadcasts_batches_like_numpy_and_gradcheck(pair, device):
+    a, b = pair
+    ta, tb = leaf(a, device), leaf(b, device)
+    close(ta @ tb, a @ b)
+    assert mt.gradcheck(F.matmul, [ta, tb])
+
+
+@pytest.mark.parametrize("sa,sb", [((3,), (3,)), ((3,), (3, 2)), ((2, 4, 3), (3,)), ((3,), (5, 3, 2))])
+def test_matmul_with_vectors_drops_the_vector_axis(sa, sb, device):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+    ta, tb = leaf(a, device), leaf(b, device)
+    close(F.matmul(ta, tb), np.matmul(a, b))
+    assert mt.gradcheck(F.matmul, [ta, tb])
+
+
+@given(data=st.data())
+def test_linear_is_x_w_plus_b_and_gradcheck(data, device):
+    lead = data.draw(shapes(min_dims=0, max_dims=2, max_side=3))
+    n_in, n_out = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5))
+    x, w, b = (data.draw(arrays(s)) for s in (lead + (n_in,), (n_in, n_out), (n_out,)))
+    tx, tw, tb = leaf(x, device), leaf(w, device), leaf(b, device)
+    close(F.linear(tx, tw, tb), x @ w + b)
+    assert mt.gradcheck(F.linear, [tx, tw, tb])
+    assert mt.gradcheck(lambda u, v: F.linear(u, v), [tx, tw])
+
+
+@pytest.mark.parametrize("fn,ref", [
+    (F.softmax, np_softmax),
+    (F.log_softmax, lambda x, axis: np.log(np_softmax(x, axis))),
+], ids=["softmax", "log_softmax"])
+@given(data=st.data())
+def test_softmax_family_matches_numpy_and_gradcheck(fn, ref, data, device):
+    x = data.draw(arrays(shapes(min_dims=1, max_dims=3), -3, 3))
+    axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
+    t = leaf(x, device)
+    close(fn(t, axis=axis), ref(x, axis))
+    assert mt.gradcheck(lambda u: fn(u, axis=axis), [t])
+
+
+def test_softmax_is_stable_for_huge_logits_and_rows_sum_to_one():
+    y = F.softmax(mt.tensor([[1000.0, 1000.0], [-1000.0, 0.0]]))
+    close(y, [[0.5, 0.5], [0.0, 1.0]], atol=1e-7)
+    close(y.sum(axis=-1), [1.0, 1.0], atol=1e-6)
+
+
+def np_layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = x.var(-1, keepdims=True)
+    y = (x - mu) / np.sqrt(var + eps)
+    return y * (1 if w is None else w) + (0 if b is None else b)
+
+
+@given(data=st.data(), affine=st.booleans())
+def test_layer_norm_matches_numpy_and_gradcheck(data, affine, device):
+    x = data.draw(arrays(shapes(min_dims=1, max_dims=3, min_side=2)))
+    d = x.shape[-1]
+    w = data.draw(arrays((d,), 0.5, 1.5)) if affine else None
+    b = data.draw(arrays((d,))) if affine else None
+    tx = leaf(x, device)
+    tw, tb = (leaf(w, device), leaf(b, device)) if affine else (None, None)
+    close(F.layer_norm(tx, tw, tb, eps=1e-5), np_layer_norm(x, w, b, 1e-5), atol=1e-9)
+    inputs = [tx, tw, tb] if affine else [tx]
+    assert mt.gradcheck(lambda *u: F.layer_norm(*u, eps=1e-5), inputs, atol=1e-5)
+
+
+def test_dropout_zeroes_or_scales_and_backward_uses_the_same_mask(device):
+    mt.manual_seed(3)
+    x = leaf(np.ones((200, 50)), device)
+    y = F.dropout(x, 0.3, training=True)
+    vals = np.unique(np.round(y.numpy(), 6))
+    assert set(vals) <= {0.0, round(1 / 0.7, 6)}
+    assert abs((y.numpy() == 0).mean() - 0.3) < 0.02          # about p of the entries dropped
+    assert abs(y.numpy().mean() - 1.0) < 0.03                 # expectation preserved
+    y.sum().backward()
+    close(x.grad, y.numpy())                                  # dy/dx is the mask itself
+    assert F.dropout(x, 0.3, training=False) is x             # identity in eval mode
+
+
+def test_dropout_gradcheck_with_a_fixed_seed(device):
+    x = leaf(np.random.default_rng(0).standard_normal((4, 5)), device)
+
+    def f(u):
+        mt.manual_seed(11)  # the same mask on every call
+        return F.dropout(u, 0.4, training=True)
+
+    assert mt.gradcheck(f, [x])
+
+
+@given(data=st.data())
+def test_embedding_picks_rows_and_gradcheck_with_repeated_ids(data, device):
+    V, D = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 4))
+    ids_shape = data.draw(shapes(min_dims=1, max_dims=2, max_side=4))
+    ids = np.random.default_rng(data.draw(st.integers(0, 99))).integers(0, V, ids_shape)
+    w = data.draw(arrays((V, D)))
+    tw = leaf(w, device)
+    tid = mt.tensor(ids, device=device)
+    close(F.embedding(tid, tw), w[ids])
+    assert mt.gradcheck(lambda u: F.embedding(tid, u), [tw])
+
+
+def np_cross_entropy(logits, target, ignore_index, eps, reduction):
+    V = logits.shape[-1]
+    logp = np.log(np_softmax(logits))
+    valid = target != ignore_index if ignore_index is not None else np.ones(target.shape, bool)
+    t = np.where(valid, target, 0)
+    q = (1 - eps) * np.eye(V)[t] + eps / V     # PyTorch's smoothed target
+    loss = -(q * logp).sum(-1) * valid
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    return loss.sum() / valid.sum()
+
+
+@given(data=st.data(), eps=st.sampled_from([0.0, 0.1, 0.3]), reduction=st.sampled_from(["mean", "sum", "none"]),
+       ignore=st.booleans())
+def test_cross_entropy_matches_smoothed_formula_and_gradcheck(data, eps, reduction, ignore, device):
+    lead = data.draw(shapes(min_dims=1, max_dims=2, max_side=4))
+    V = data.draw(st.integers(2, 6))
+    logits = data.draw(arrays(lead + (V,), -3, 3))
+    target = np.random.default_rng(data.draw(st.integers(0, 99))).integers(0, V, lead)
+    ignore_index = 0 if ignore else None
+    if ignore:
+        target.flat[0] = 1 % V if V > 1 else 0  # keep at least one target counted
+    tl = leaf(logits, device)
+    tt = mt.tensor(target, device=device)
+    kw = dict(ignore_index=ignore_index, label_smoothing=eps, reduction=reduction)
+    close(F.cross_entropy(tl, tt, **kw), np_cross_entropy(logits, target, ignore_index, eps, reduction))
+    assert mt.gradcheck(lambda u: F.cross_entropy(u, tt, **kw), [tl])
+
+
+def test_cross_entropy_mean_counts_only_non_ignored_targets():
+    logits = leaf(np.zeros((1, 4, 5)))
+    target = mt.tensor(np.array([[2, 0, 0, 3]]))
+    loss = F.cross_entropy(logits, target, ignore_index=0)
+    close(loss, np.log(5.0))  # two counted targets, each log 5; the mean is over 2, not 4
+    loss.backward()
+    close(logits.grad[0, 1], np.zeros(5))
+
+
+def mask_for(kind, B, H, Tq, Tk, rng):
+    if kind == "none":
+        return None
+    if kind == "causal":
+        return np.tril(np.ones((Tq, Tk), bool), k=Tk - Tq)
+    if kind == "padding":  # (B, 1, 1, Tk): every batch item has its own length >= 1
+        lengths = rng.integers(1, Tk + 1, size=B)
+        return (np.arange(Tk)[None, :] < lengths[:, None])[:, None, None, :]
+    return rng.random((B, H, Tq, Tk)) < 0.7  # "full": any pattern, rows may be fully masked
+
+
+def np_attention(q, k, v, mask):
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    e = np.exp(s - m)
+    den = e.sum(-1, keepdims=True)
+    p = e / np.where(den == 0, 1, den)
+    return p @ v, p
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "padding", "full"])
+@given(data=st.data())
+def test_attention_matches_numpy_and_gradcheck_for_each_mask(kind, data, device):
+    B, H = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    Tq, Tk, d, dv = (data.draw(st.integers(1, 4)) for _ in range(4))
+    if kind == "causal":
+        Tq = Tk
+    rng = np.random.default_rng(data.draw(st.integers(0, 99)))
+    q, k, v = rng.standard_normal((B, H, Tq, d)), rng.standard_normal((B, H, Tk, d)), rng.standard_normal((B, H, Tk, dv))
+    mask = mask_for(kind, B, H, Tq, Tk, rng)
+    tq, tk, tv = leaf(q, device), leaf(k, device), leaf(v, device)
+    tm = None if mask is None else mt.tensor(mask, device=device)
+    out, w = F.scaled_dot_product_attention(tq, tk, tv, mask=tm, return_weights=True)
+    ref_out, ref_w = np_attention(q, k, v, mask)
+    close(out, ref_out)
+    close(w, ref_w)
+    assert mt.gradcheck(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, mask=tm), [tq, tk, tv])
+
+
+def test_attention_fully_masked_row_gives_zeros_not_nan():
+    q = leaf(np.ones((2, 3)))
+    mask = mt.tensor(np.array([[True, False], [False, False]]))  # query 1 may attend to nothing
+    out, w = F.scaled_dot_product_attention(q, q, q, mask=mask, return_weights=True)
+    assert np.all(np.isfinite(out.numpy()))
+    close(w[1], np.zeros(2))
+    close(out[1], np.zeros(3))
+    out.sum().backward()
+    assert np.all(np.isfinite(q.grad.numpy()))
+
+
+def test_attention_dropout_gradcheck_with_fixed_seed(device):
+    rng = np.random.default_rng(0)
+    q, k, v = (leaf(rng.standard_normal((2, 3, 4)), device) for _ in range(3))
+
+    def f(a, b, c):
+        mt.manual_seed(5)
+        return F.scaled_dot_product_attention(a, b, c, dropout_p=0.3, training=True)
+
+    assert mt.gradcheck(f, [q, k, v])
