@@ -192,13 +192,14 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
     root = root_tensor._ctx
     if root is None:
         if root_tensor.requires_grad:  # a leaf: its gradient is the seed itself
-            _accumulate_leaf(root_tensor, grad)
+            _accumulate_leaf(root_tensor, grad, {id(grad)})
             return
         raise GraphError("backward() on a tensor that does not require grad and has no graph")
     if root.freed:
         raise _freed_error()
     order = _topological_order(root)
     grads = {id(root): grad}
+    handed = {id(grad)}  # arrays already stored somewhere: a leaf must not share them
     for node in order:
         g = grads.pop(id(node), None)
         if g is None:
@@ -212,7 +213,7 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             if edge is None or gi is None:
                 continue
             if isinstance(edge, Tensor):
-                _accumulate_leaf(edge, sum_to(gi, edge.data.shape))
+                _accumulate_leaf(edge, sum_to(gi, edge.data.shape), handed)
             else:
                 gi = sum_to(gi, edge.shape)
                 prev = grads.get(id(edge))
@@ -223,13 +224,19 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             node.__dict__.clear()
 
 
-def _accumulate_leaf(leaf, g) -> None:
+def _accumulate_leaf(leaf, g, handed: set) -> None:
     from .tensor import Tensor  # noqa: PLC0415
 
     if g.dtype != leaf.data.dtype:
         g = g.astype(leaf.data.dtype)
     if leaf.grad is None:
-        # copy: the array may be shared with other gradients or be a read-only broadcast view
-        leaf.grad = Tensor._wrap(g.copy())
+        # Keep the array itself only when nothing else can see it: it owns its memory, is
+        # writable, and was not handed to another leaf (Add, e.g., returns one array twice).
+        # Otherwise store a copy, so in-place changes (clipping) touch this gradient alone.
+        private = g.base is None and getattr(g.flags, "writeable", True) and id(g) not in handed
+        if not private:
+            g = g.copy()
+        handed.add(id(g))
+        leaf.grad = Tensor._wrap(g)
     else:
         leaf.grad.data = leaf.grad.data + g

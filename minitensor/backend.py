@@ -103,6 +103,23 @@ def to_numpy(array) -> np.ndarray:
     return array if isinstance(array, np.ndarray) else array.get()
 
 
+def index_add_rows(xp, target, ids, rows) -> None:
+    """``target[ids[i]] += rows[i]`` for a 1-D integer ``ids`` and ``rows`` (N, D), repeats adding up.
+
+    On NumPy: sort the ids, sum each run of equal ids with one ``add.reduceat``, and add
+    each sum once (much faster than ``np.add.at`` on rows).
+    """
+    if xp is not np:
+        scatter_add(xp, target, ids, rows)
+        return
+    if ids.size == 0:
+        return
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    target[sorted_ids[starts]] += np.add.reduceat(rows[order], starts, axis=0)
+
+
 def scatter_add(xp, target, index, values) -> None:
     """``target[index] += values`` where repeated indices add up (unbuffered)."""
     if xp is np:

@@ -124,24 +124,29 @@ class Adam(Optimizer):
         self._c2 = 1 - b2**self.steps
 
     def _update(self, w, g, state):
+        # in place, with one scratch buffer, so each step streams over memory as few times as possible
         b1, b2 = self.betas
+        xp = backend.array_module(w)
         if self.weight_decay:
             g = g + self.weight_decay * w
         m = state.get("m")
         if m is None:
-            m = state["m"] = w * 0
-            state["v"] = w * 0
+            m = state["m"] = xp.zeros_like(w)
+            state["v"] = xp.zeros_like(w)
         v = state["v"]
+        tmp = xp.multiply(g, 1 - b1, dtype=w.dtype)
         m *= b1
-        m += (1 - b1) * g
+        m += tmp                                   # m = b1 m + (1-b1) g
+        xp.multiply(g, g, out=tmp)
+        tmp *= 1 - b2
         v *= b2
-        v += (1 - b2) * (g * g)
-        step_size = self.lr / self._c1
-        denom = v / self._c2
-        xp = backend.array_module(w)
-        xp.sqrt(denom, out=denom)
-        denom += self.eps
-        w -= step_size * (m / denom)
+        v += tmp                                   # v = b2 v + (1-b2) g²
+        xp.sqrt(v, out=tmp)
+        tmp *= 1 / math.sqrt(self._c2)
+        tmp += self.eps                            # √(v / (1-b2^t)) + eps
+        xp.divide(m, tmp, out=tmp)
+        tmp *= self.lr / self._c1
+        w -= tmp                                   # w -= lr · m̂ / (√v̂ + eps)
 
 
 def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:

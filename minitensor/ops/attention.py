@@ -5,6 +5,7 @@ import numpy as np
 
 from ..autograd import Function, ShapeError
 from .dropout import dropout_mask
+from .reduce import sum_last
 from .softmax import softmax_array
 
 
@@ -30,7 +31,7 @@ class ScaledDotProductAttention(Function):
                 "(need q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv))"
             )
         scale = q.dtype.type(1.0 / (q.shape[-1] ** 0.5))
-        s = (q @ k.swapaxes(-1, -2)) * scale
+        s = (q * scale) @ k.swapaxes(-1, -2)  # scaling q (Tq x d) is cheaper than the scores (Tq x Tk)
         if mask is not None:
             if mask.dtype != bool:
                 raise ShapeError(f"scaled_dot_product_attention: mask must be bool (True = may attend), got dtype {mask.dtype}")
@@ -43,7 +44,10 @@ class ScaledDotProductAttention(Function):
                     f"scaled_dot_product_attention: mask of shape {tuple(mask.shape)} does not broadcast to the "
                     f"scores' shape {tuple(s.shape)} (..., Tq, Tk)"
                 )
-            s = xp.where(mask, s, q.dtype.type(-xp.inf))
+            # an additive bias built on the mask's own (small, broadcast) shape: 0 or -inf
+            bias = xp.zeros(mask.shape, dtype=s.dtype)
+            bias[~mask] = -xp.inf
+            s += bias
         p = softmax_array(xp, s, -1)
         dm = dropout_mask(xp, p.shape, dropout_p, p.dtype) if (training and dropout_p > 0) else None
         a = p * dm if dm is not None else p
@@ -61,7 +65,8 @@ class ScaledDotProductAttention(Function):
         gp = grad @ v.swapaxes(-1, -2)
         if dm is not None:
             gp *= dm
-        gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True))
+        gs = gp * p
+        gs -= p * sum_last(ctx.xp, gs)  # P ⊙ (dP - Σ_k dP ⊙ P)
         gs *= ctx.scale
         gq = gs @ k if nq else None
         gk = gs.swapaxes(-1, -2) @ q if nk else None

@@ -31,5 +31,5 @@ class Embedding(Function):
         (ids,) = ctx.saved
         xp = ctx.xp
         gw = xp.zeros(ctx.weight_shape, dtype=grad.dtype)
-        backend.scatter_add(xp, gw, ids.reshape(-1), grad.reshape(-1, ctx.weight_shape[1]))
+        backend.index_add_rows(xp, gw, ids.reshape(-1), grad.reshape(-1, ctx.weight_shape[1]))
         return None, gw

@@ -62,5 +62,5 @@ class Linear(Function):
         g2 = grad.reshape(-1, grad.shape[-1])
         gx = (g2 @ w.T).reshape(x.shape) if nx else None
         gw = x.reshape(-1, x.shape[-1]).T @ g2 if nw else None
-        gb = g2.sum(axis=0) if nb else None
+        gb = ctx.xp.ones(g2.shape[0], dtype=g2.dtype) @ g2 if nb else None  # column sums as one GEMV
         return gx, gw, gb

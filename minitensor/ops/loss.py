@@ -31,17 +31,23 @@ class CrossEntropy(Function):
             lo, hi = int(safe_t[valid].min()), int(safe_t[valid].max())
             if lo < 0 or hi >= V:
                 raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
-        m = logits.max(axis=-1, keepdims=True)
-        shifted = logits - m
-        lse = xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
-        logp = shifted - lse
-        nll = -xp.take_along_axis(logp, safe_t[..., None], axis=-1)[..., 0]
+        # log p = (x - m) - log Σ exp(x - m). The picked and mean shifted logits are read
+        # first, then exp overwrites the shifted logits (one big temporary, not two) and is
+        # kept for the backward.
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        picked = xp.take_along_axis(shifted, safe_t[..., None], axis=-1)[..., 0]
         eps = label_smoothing
-        loss = (1 - eps) * nll - eps * logp.mean(axis=-1) if eps else nll
+        mean_shifted = shifted.mean(axis=-1) if eps else None
+        e = xp.exp(shifted, out=shifted)
+        sum_e = e.sum(axis=-1, keepdims=True)
+        lse = xp.log(sum_e)[..., 0]
+        nll = lse - picked
+        # with smoothing, mean_c(-log p_c) = lse - mean_c(x_c - m)
+        loss = (1 - eps) * nll + eps * (lse - mean_shifted) if eps else nll
         loss = xp.where(valid, loss, 0).astype(logits.dtype, copy=False)
         ctx.count = int(valid.sum())
         ctx.reduction, ctx.eps = reduction, eps
-        ctx.save_for_backward(logp, safe_t, valid)
+        ctx.save_for_backward(e, sum_e, safe_t, valid)
         if reduction == "none":
             return loss
         if reduction == "sum":
@@ -50,9 +56,9 @@ class CrossEntropy(Function):
 
     @staticmethod
     def backward(ctx, grad):
-        logp, t, valid = ctx.saved
+        e, sum_e, t, valid = ctx.saved
         xp = ctx.xp
-        g = xp.exp(logp)  # p
+        g = e * (1 / sum_e)  # p = softmax(logits)
         V = g.shape[-1]
         if ctx.eps:
             g -= ctx.eps / V

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..autograd import Function, ShapeError
+from .reduce import sum_last
 
 
 class LayerNorm(Function):
@@ -20,17 +21,16 @@ class LayerNorm(Function):
             if p is not None and p.shape != (d,):
                 raise ShapeError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected ({d},) for input {tuple(x.shape)}")
         xp = ctx.xp
-        mu = x.mean(axis=-1, keepdims=True)
-        xc = x - mu
-        var = (xc * xc).mean(axis=-1, keepdims=True)
-        r = 1 / xp.sqrt(var + eps)
-        xhat = xc * r
+        inv_d = x.dtype.type(1.0 / d)
+        xhat = x - sum_last(xp, x) * inv_d                     # x - μ
+        r = 1 / xp.sqrt(sum_last(xp, xhat * xhat) * inv_d + x.dtype.type(eps))
+        xhat *= r                                              # (x - μ) / σ
         ctx.save_for_backward(xhat, r, weight)
-        y = xhat
-        if weight is not None:
-            y = y * weight
+        if weight is None:
+            return xhat + bias if bias is not None else xhat.copy()
+        y = xhat * weight
         if bias is not None:
-            y = y + bias
+            y += bias
         return y
 
     @staticmethod
@@ -39,8 +39,14 @@ class LayerNorm(Function):
         nx, nw, nb = ctx.needs_input_grad
         gx = gw = gb = None
         if nx:
-            gh = grad * weight if weight is not None else grad
-            gx = r * (gh - gh.mean(axis=-1, keepdims=True) - xhat * (gh * xhat).mean(axis=-1, keepdims=True))
+            xp = ctx.xp
+            gh = grad * weight if weight is not None else grad.copy()
+            inv_d = gh.dtype.type(1.0 / gh.shape[-1])
+            proj = sum_last(xp, gh * xhat) * inv_d                 # mean(ĝ ⊙ x̂)
+            gh -= sum_last(xp, gh) * inv_d                         # ĝ - mean(ĝ)
+            gh -= xhat * proj
+            gh *= r
+            gx = gh
         lead = tuple(range(grad.ndim - 1))
         if nw:
             gw = (grad * xhat).sum(axis=lead)

@@ -21,6 +21,17 @@ def normalize_axes(axis, ndim: int) -> tuple:
     return tuple(sorted(set(out)))
 
 
+def sum_last(xp, a):
+    """Σ over the last axis, keeping it (size 1): (..., n) -> (..., 1).
+
+    On NumPy a matrix-vector product with a vector of ones is ~3x faster than ``sum`` for
+    the short rows of attention and layer norm (BLAS instead of a strided reduction).
+    """
+    if xp.__name__ == "numpy" and a.dtype.kind == "f" and a.ndim >= 1:
+        return (a @ xp.ones(a.shape[-1], dtype=a.dtype))[..., None]
+    return a.sum(axis=-1, keepdims=True)
+
+
 def _keep(grad, axes: tuple, keepdims: bool, xp):
     """Re-insert the reduced axes of ``grad`` (as size 1) unless they were kept."""
     return grad if keepdims or not axes else xp.expand_dims(grad, axes)

@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 from ..autograd import Function
+from .reduce import sum_last
 
 
 def softmax_array(xp, x, axis: int):
     """Plain-array softmax; a row that is all -inf gives zeros, not NaN."""
-    m = x.max(axis=axis, keepdims=True)
-    m = xp.where(xp.isfinite(m), m, 0)
+    # an all -inf row has max -inf; clamping it to the lowest finite value keeps x - m = -inf
+    m = xp.maximum(x.max(axis=axis, keepdims=True), xp.finfo(x.dtype).min)
     e = xp.exp(x - m)
-    s = e.sum(axis=axis, keepdims=True)
-    e /= xp.where(s == 0, 1, s)
+    s = sum_last(xp, e) if axis in (-1, x.ndim - 1) else e.sum(axis=axis, keepdims=True)
+    # every other row has s >= 1 (its max contributes exp(0)); an empty row has s = 0 and e = 0
+    e *= 1 / xp.maximum(s, xp.finfo(x.dtype).tiny)
     return e
 
 
@@ -31,7 +33,8 @@ class Softmax(Function):
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved
-        return y * (grad - (grad * y).sum(axis=ctx.axis, keepdims=True))
+        gy = grad * y
+        return gy - y * gy.sum(axis=ctx.axis, keepdims=True)
 
 
 class LogSoftmax(Function):

@@ -1,0 +1,123 @@
+"""Time to 99% exact match on the copy task: minitensor vs PyTorch (CPU), same configuration.
+
+Both train the same architecture on the same batches (same numpy generator), with Adam
+(0.9, 0.98, 1e-9) and the Noam schedule, validate by greedy decoding every --eval-every
+steps and stop at the first validation exact match >= --target. PyTorch is optional: install
+it in a separate environment (pip install torch==2.13.0) and run this script from there.
+
+    python benchmarks/copy_task_vs_torch.py                      # d_model 128, 2+2 layers
+    python benchmarks/copy_task_vs_torch.py --d-model 64 --d-ff 128
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+import minitensor as mt
+from transformer.copytask import CopyTaskSettings, build_model, evaluate, make_batch
+from transformer.loss import label_smoothed_loss
+from transformer.schedule import NoamSchedule, noam_lr, paper_adam
+
+
+def settings_from(a) -> CopyTaskSettings:
+    return CopyTaskSettings(d_model=a.d_model, n_heads=a.heads, d_ff=a.d_ff, layers=a.layers, batch=a.batch,
+                            warmup=a.warmup, lr_factor=a.lr_factor, steps=a.max_steps, seed=a.seed,
+                            show_progress=False)
+
+
+def run_minitensor(s: CopyTaskSettings, target: float, eval_every: int) -> dict:
+    mt.manual_seed(s.seed)
+    rng = np.random.default_rng(s.seed)
+    val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
+    model = build_model(s)
+    opt = paper_adam(model.parameters())
+    sched = NoamSchedule(opt, s.d_model, s.warmup, s.lr_factor)
+    t0 = time.perf_counter()
+    for step in range(1, s.steps + 1):
+        src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
+        loss = label_smoothed_loss(model(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0, s.smoothing)
+        opt.zero_grad()
+        loss.backward()
+        sched.step()
+        opt.step()
+        if step % eval_every == 0:
+            exact, _ = evaluate(model, val, s)
+            if exact >= target:
+                return {"seconds": time.perf_counter() - t0, "steps": step, "val_exact_match": exact}
+    return {"seconds": float("nan"), "steps": s.steps, "val_exact_match": exact}
+
+
+def run_torch(s: CopyTaskSettings, target: float, eval_every: int) -> dict:
+    import torch
+
+    from torch_reference import TorchTransformer, torch_greedy
+    from transformer.copytask import score
+
+    torch.manual_seed(s.seed)
+    rng = np.random.default_rng(s.seed)
+    val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
+    model = TorchTransformer(s.vocab, s.d_model, s.n_heads, s.d_ff, s.layers, s.dropout, s.max_length + 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    t0 = time.perf_counter()
+    for step in range(1, s.steps + 1):
+        src, tgt_in, tgt_out = (torch.from_numpy(a) for a in make_batch(rng, s.batch, s))
+        logits = model(src, tgt_in)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, s.vocab), tgt_out.reshape(-1), ignore_index=0,
+                                                 label_smoothing=s.smoothing)
+        opt.zero_grad()
+        loss.backward()
+        for g in opt.param_groups:
+            g["lr"] = noam_lr(step, s.d_model, s.warmup, s.lr_factor)
+        opt.step()
+        if step % eval_every == 0:
+            pred = torch_greedy(model, torch.from_numpy(val[0]), val[2].shape[1])
+            exact, _ = score(pred, val[2])
+            if exact >= target:
+                return {"seconds": time.perf_counter() - t0, "steps": step, "val_exact_match": exact}
+    return {"seconds": float("nan"), "steps": s.steps, "val_exact_match": exact}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--lr-factor", type=float, default=1.0)
+    p.add_argument("--max-steps", type=int, default=3000)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--target", type=float, default=0.99)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's own)")
+    a = p.parse_args()
+    rows = []
+    for seed in a.seeds:
+        a.seed = seed
+        s = settings_from(a)
+        row = {"seed": seed, "minitensor": run_minitensor(s, a.target, a.eval_every)}
+        try:
+            import torch
+
+            if a.threads:
+                torch.set_num_threads(a.threads)
+            row["torch"] = run_torch(s, a.target, a.eval_every)
+            row["ratio_minitensor_over_torch"] = row["minitensor"]["seconds"] / row["torch"]["seconds"]
+        except ImportError:
+            row["torch"] = "not installed"
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    mt_s = [r["minitensor"]["seconds"] for r in rows]
+    print(f"minitensor: median {np.median(mt_s):.1f} s to {a.target:.0%} exact match over seeds {a.seeds}")
+    if all(isinstance(r["torch"], dict) for r in rows):
+        th_s = [r["torch"]["seconds"] for r in rows]
+        print(f"pytorch   : median {np.median(th_s):.1f} s")
+        print(f"ratio minitensor/pytorch (median of times): {np.median(mt_s) / np.median(th_s):.2f}")
+
+
+if __name__ == "__main__":
+    main()

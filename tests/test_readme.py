@@ -1,0 +1,25 @@
+"""The README's code blocks run as written, and its quick start names the real commands."""
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def python_blocks():
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_every_python_block_in_the_readme_runs():
+    blocks = python_blocks()
+    assert len(blocks) >= 2
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})
+
+
+def test_quick_start_is_two_commands_install_and_run_then_install_and_test():
+    text = README.read_text()
+    quick = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert quick == ['pip install -e . && python examples/copy_task.py', 'pip install -e ".[test]" && pytest']
+    assert (README.parent / "examples" / "copy_task.py").exists()
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert quick[1] in ci

@@ -1,0 +1,94 @@
+"""Configuration presets, parameter counts, weight sharing, the schedule and the loss."""
+import numpy as np
+import pytest
+
+import minitensor as mt
+from transformer import NoamSchedule, Transformer, TransformerConfig, label_smoothed_loss, noam_lr, paper_adam
+
+from ..helpers import close
+
+
+def test_base_preset_parameter_count_matches_the_built_model():
+    cfg = TransformerConfig.base(37000)
+    assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_encoder_layers, cfg.dropout) == (512, 8, 2048, 6, 0.1)
+    assert cfg.num_parameters() == 63_082_496
+    assert Transformer(cfg).num_parameters() == cfg.num_parameters()
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(norm_first=True), dict(positional="learned"),
+                                dict(share_embeddings=False, tgt_vocab_size=11)])
+def test_formula_counts_every_variant(kw):
+    cfg = TransformerConfig.tiny(13, **kw)
+    assert Transformer(cfg).num_parameters() == cfg.num_parameters()
+
+
+def test_big_preset_follows_table_3():
+    cfg = TransformerConfig.big(37000)
+    assert (cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout) == (1024, 16, 4096, 0.3)
+    assert 210e6 < cfg.num_parameters() < 215e6  # Table 3 lists 213M
+
+
+def test_shared_embeddings_are_one_matrix_and_the_projection_uses_it():
+    model = Transformer(TransformerConfig.tiny(11))
+    assert model.src_embed.weight is model.tgt_embed.weight
+    h = mt.tensor(np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32))
+    close(model.generator(h), h.numpy() @ model.tgt_embed.weight.numpy().T, atol=1e-5)
+    separate = Transformer(TransformerConfig.tiny(11, share_embeddings=False, tgt_vocab_size=9))
+    assert separate.src_embed.weight.shape == (11, 64) and separate.tgt_embed.weight.shape == (9, 64)
+    assert separate(np.array([[3, 10]]), np.array([[1, 8]])).shape == (1, 2, 9)
+
+
+def test_invalid_configs_are_rejected_with_reasons():
+    with pytest.raises(ValueError, match="divisible"):
+        TransformerConfig(10, d_model=10, n_heads=3)
+    with pytest.raises(ValueError, match="positional"):
+        TransformerConfig(10, positional="rotary")
+    with pytest.raises(ValueError, match="share_embeddings"):
+        TransformerConfig(10, tgt_vocab_size=12)
+    with pytest.raises(ValueError, match="eos_id"):
+        TransformerConfig(2, pad_id=0, bos_id=1, eos_id=2)
+
+
+def test_config_round_trips_through_json():
+    cfg = TransformerConfig.tiny(20, norm_first=True)
+    import json
+
+    assert TransformerConfig.from_dict(json.loads(cfg.to_json())) == cfg
+    with pytest.raises(ValueError, match="unknown"):
+        TransformerConfig.from_dict({"vocab_size": 5, "colour": "red"})
+
+
+def test_model_rejects_float_ids_with_a_clear_message():
+    model = Transformer(TransformerConfig.tiny(11))
+    with pytest.raises(ValueError, match="integer array of shape"):
+        model(np.zeros((1, 3)), np.zeros((1, 2), np.int64))
+
+
+def test_noam_schedule_warms_up_linearly_peaks_and_decays_as_inverse_sqrt():
+    d, w = 512, 4000
+    assert noam_lr(1, d, w) == pytest.approx(d**-0.5 * w**-1.5)
+    assert noam_lr(2000, d, w) == pytest.approx(noam_lr(1000, d, w) * 2)      # linear warm-up
+    peak = noam_lr(w, d, w)
+    assert peak == pytest.approx(d**-0.5 * w**-0.5)                            # ≈ 7e-4 for the base model
+    assert all(noam_lr(s, d, w) < peak for s in (w - 1, w + 1, 2 * w))
+    assert noam_lr(4 * w, d, w) == pytest.approx(peak / 2)                     # 1/sqrt(step) decay
+    with pytest.raises(ValueError):
+        noam_lr(0, d, w)
+
+
+def test_noam_schedule_sets_the_optimizer_lr_each_update():
+    p = mt.tensor(np.zeros(2), requires_grad=True)
+    opt = paper_adam([p])
+    assert opt.betas == (0.9, 0.98) and opt.eps == 1e-9
+    sched = NoamSchedule(opt, d_model=64, warmup=10, factor=2.0)
+    for _ in range(3):
+        sched.step()
+    assert opt.lr == pytest.approx(2.0 * noam_lr(3, 64, 10))
+
+
+def test_loss_is_normalised_by_non_pad_target_tokens():
+    logits = mt.tensor(np.zeros((2, 3, 4)))
+    target = mt.tensor(np.array([[1, 2, 0], [3, 0, 0]]))
+    # uniform logits: every counted token costs log 4 whatever the smoothing
+    close(label_smoothed_loss(logits, target, pad_id=0, smoothing=0.1), np.log(4))
+    close(label_smoothed_loss(logits, target, pad_id=0, smoothing=0.1, reduction="sum"), 3 * np.log(4))

@@ -1,0 +1,58 @@
+"""Multi-head attention (Section 3.2.2).
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i)
+
+The h projections W^Q_i (d_model x d_k) are stored side by side as one d_model x d_model
+matrix ``w_q`` (likewise ``w_k``, ``w_v``); splitting its output into h slices of width d_k
+gives the h heads at once.
+"""
+from __future__ import annotations
+
+import minitensor as mt
+import minitensor.functional as F
+from minitensor import nn
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention with projections ``w_q w_k w_v w_o`` (nn.Linear).
+
+    forward(query (B, Tq, d_model), key (B, Tk, d_model), value (B, Tk, d_model), mask) -> (B, Tq, d_model)
+    mask: bool, broadcastable to (B, h, Tq, Tk), True = may attend.
+    Set ``store_attention = True`` to keep the last weights (B, h, Tq, Tk) in ``.attention``.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.store_attention = False
+        self.attention = None
+
+    def split_heads(self, x: mt.Tensor) -> mt.Tensor:
+        """(B, T, d_model) -> (B, h, T, d_k)."""
+        B, T, _ = x.shape
+        return x.reshape(B, T, self.n_heads, self.d_k).transpose(1, 2)
+
+    def merge_heads(self, x: mt.Tensor) -> mt.Tensor:
+        """(B, h, T, d_k) -> (B, T, d_model): the Concat of the heads."""
+        B, _, T, _ = x.shape
+        return x.transpose(1, 2).reshape(B, T, self.d_model)
+
+    def forward(self, query: mt.Tensor, key: mt.Tensor, value: mt.Tensor, mask: mt.Tensor | None = None) -> mt.Tensor:
+        q = self.split_heads(self.w_q(query))
+        k = self.split_heads(self.w_k(key))
+        v = self.split_heads(self.w_v(value))
+        out = F.scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=self.dropout, training=self.training,
+                                             return_weights=self.store_attention)
+        if self.store_attention:
+            out, self.attention = out
+        return self.w_o(self.merge_heads(out))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, dropout={self.dropout}"

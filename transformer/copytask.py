@@ -1,0 +1,184 @@
+"""The copy task: the target is the source. A model that learns it must use encoder-decoder
+attention to look up the right source position at every step, which makes it the smallest
+convincing end-to-end check of the whole architecture."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+import minitensor as mt
+
+from .config import TransformerConfig
+from .decoding import greedy_decode
+from .loss import label_smoothed_loss
+from .model import Transformer
+from .plots import plot_attention, plot_curves
+from .schedule import NoamSchedule, paper_adam
+
+PAD, BOS, EOS = 0, 1, 2
+FIRST_SYMBOL = 3
+
+
+@dataclass
+class CopyTaskSettings:
+    """Everything a copy-task run depends on (saved in summary.json)."""
+
+    vocab: int = 13              # 3 specials + 10 symbols
+    min_length: int = 10
+    max_length: int = 10
+    d_model: int = 64
+    n_heads: int = 4
+    d_ff: int = 128
+    layers: int = 2
+    dropout: float = 0.0
+    smoothing: float = 0.0
+    batch: int = 128
+    steps: int = 1500
+    warmup: int = 100
+    lr_factor: float = 0.5
+    eval_every: int = 50
+    eval_size: int = 200
+    stop_at: float | None = 1.0  # stop once validation exact match reaches this (None: run all steps)
+    test_size: int = 100
+    seed: int = 0
+    device: str = "cpu"
+    run_dir: str = "runs/copy"
+    show_progress: bool = True
+
+
+def make_batch(rng: np.random.Generator, n: int, s: CopyTaskSettings):
+    """n random sequences -> (src, tgt_in, tgt_out) int64 arrays, padded with PAD.
+
+    src = x, tgt_in = [BOS] + x, tgt_out = x + [EOS].
+    """
+    lengths = rng.integers(s.min_length, s.max_length + 1, size=n)
+    T = int(lengths.max())
+    src = np.full((n, T), PAD, dtype=np.int64)
+    tgt_in = np.full((n, T + 1), PAD, dtype=np.int64)
+    tgt_out = np.full((n, T + 1), PAD, dtype=np.int64)
+    for i, L in enumerate(lengths):
+        x = rng.integers(FIRST_SYMBOL, s.vocab, size=L)
+        src[i, :L] = x
+        tgt_in[i, 0], tgt_in[i, 1:L + 1] = BOS, x
+        tgt_out[i, :L], tgt_out[i, L] = x, EOS
+    return src, tgt_in, tgt_out
+
+
+def score(pred: np.ndarray, tgt_out: np.ndarray) -> tuple[float, float]:
+    """(exact match, token accuracy) of greedy outputs against x + [EOS], over non-pad target positions."""
+    T = tgt_out.shape[1]
+    p = np.full_like(tgt_out, PAD)
+    w = min(T, pred.shape[1])
+    p[:, :w] = pred[:, :w]
+    real = tgt_out != PAD
+    # a prediction longer than the target (no EOS in time) is wrong as a whole
+    too_long = (pred.shape[1] > T) & (pred[:, T:] != PAD).any(axis=1) if pred.shape[1] > T else np.zeros(len(p), bool)
+    token_ok = (p == tgt_out) & real
+    exact = (token_ok.sum(1) == real.sum(1)) & ~too_long
+    return float(exact.mean()), float(token_ok.sum() / real.sum())
+
+
+def build_model(s: CopyTaskSettings) -> Transformer:
+    cfg = TransformerConfig(vocab_size=s.vocab, d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff,
+                            n_encoder_layers=s.layers, n_decoder_layers=s.layers, dropout=s.dropout,
+                            max_len=s.max_length + 2, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    return Transformer(cfg).to(s.device)
+
+
+def evaluate(model: Transformer, data, s: CopyTaskSettings) -> tuple[float, float]:
+    src, _, tgt_out = data
+    pred = greedy_decode(model, mt.tensor(src, device=s.device), max_len=tgt_out.shape[1])
+    model.train()
+    return score(pred, tgt_out)
+
+
+def train_copy_task(s: CopyTaskSettings) -> dict:
+    """Train, evaluate on fresh sequences, save plots and ``summary.json``; return the summary."""
+    run = Path(s.run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    mt.manual_seed(s.seed)
+    rng = np.random.default_rng(s.seed)
+    val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
+    model = build_model(s)
+    opt = paper_adam(model.parameters())
+    sched = NoamSchedule(opt, s.d_model, s.warmup, s.lr_factor)
+    log = {"step": [], "loss": [], "lr": [], "eval": []}
+    metrics = (run / "metrics.jsonl").open("w")
+    t0 = time.perf_counter()
+    bar = tqdm(range(1, s.steps + 1), desc="copy task", disable=not s.show_progress, dynamic_ncols=True)
+    exact = tok = 0.0
+    step = 0
+    for step in bar:
+        src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
+        logits = model(mt.tensor(src, device=s.device), mt.tensor(tgt_in, device=s.device))
+        loss = label_smoothed_loss(logits, mt.tensor(tgt_out, device=s.device), PAD, s.smoothing)
+        opt.zero_grad()
+        loss.backward()
+        lr = sched.step()
+        opt.step()
+        loss_value = loss.item()
+        if not np.isfinite(loss_value):
+            raise FloatingPointError(f"loss became {loss_value} at step {step}; lower --lr-factor")
+        log["step"].append(step)
+        log["loss"].append(loss_value)
+        log["lr"].append(lr)
+        record = {"step": step, "loss": loss_value, "lr": lr}
+        if step % s.eval_every == 0 or step == s.steps:
+            exact, tok = evaluate(model, val, s)
+            log["eval"].append((step, exact, tok))
+            record.update(val_exact_match=exact, val_token_accuracy=tok)
+            bar.set_postfix(loss=f"{loss_value:.3f}", exact=f"{exact:.1%}", tokens=f"{tok:.1%}")
+            if not s.show_progress:
+                print(f"step {step:5d}  loss {loss_value:.4f}  val exact match {exact:.1%}  token accuracy {tok:.1%}",
+                      flush=True)
+        metrics.write(json.dumps(record) + "\n")
+        if s.stop_at is not None and log["eval"] and log["eval"][-1][0] == step and exact >= s.stop_at:
+            break
+    bar.close()
+    metrics.close()
+    train_seconds = time.perf_counter() - t0
+
+    # fresh sequences, never seen in training or validation
+    test = make_batch(np.random.default_rng(s.seed + 12345), s.test_size, s)
+    exact, tok = evaluate(model, test, s)
+    summary = {"exact_match": exact, "token_accuracy": tok, "train_seconds": round(train_seconds, 2),
+               "steps": step, "final_loss": log["loss"][-1], "parameters": model.num_parameters(),
+               "settings": asdict(s)}
+    (run / "summary.json").write_text(json.dumps(summary, indent=2))
+
+    plot_curves(run / "loss.png", log["step"], {"training loss": log["loss"]},
+                title="copy task: training loss", ylabel="loss per target token", logy=True)
+    _save_examples_and_attention(model, test, s, run)
+    return summary
+
+
+def _save_examples_and_attention(model: Transformer, test, s: CopyTaskSettings, run: Path) -> None:
+    src, tgt_in, _ = test
+    pred = greedy_decode(model, mt.tensor(src[:5], device=s.device), max_len=src.shape[1] + 1)
+    lines = []
+    for i in range(min(5, len(src))):
+        real = src[i][src[i] != PAD].tolist()
+        out = pred[i].tolist()
+        out = out[: out.index(EOS)] if EOS in out else out
+        lines.append(f"source {real}\noutput {out}  {'ok' if out == real else 'WRONG'}")
+    text = "\n".join(lines)
+    (run / "examples.txt").write_text(text + "\n")
+    if s.show_progress:
+        print(text)
+    # encoder-decoder attention of the last decoder layer on the first test sequence
+    model.eval()
+    model.store_attention(True)
+    with mt.no_grad():
+        model(mt.tensor(src[:1], device=s.device), mt.tensor(tgt_in[:1], device=s.device))
+    weights = model.decoder.layers[-1].cross_attn.attention.numpy()[0]
+    model.store_attention(False)
+    names = {PAD: "<pad>", BOS: "<s>", EOS: "</s>"}
+    src_tok = [names.get(int(t), str(int(t))) for t in src[0]]
+    tgt_tok = [names.get(int(t), str(int(t))) for t in tgt_in[0]]
+    plot_attention(run / "attention.png", weights, src_tok, tgt_tok,
+                   title="last decoder layer: encoder-decoder attention (rows: target so far)")

@@ -1,0 +1,22 @@
+"""Attention masks (bool, True = may attend), shaped to broadcast against scores (B, h, Tq, Tk)."""
+from __future__ import annotations
+
+import minitensor as mt
+from minitensor.backend import xp_for
+
+
+def padding_mask(ids: mt.Tensor, pad_id: int) -> mt.Tensor:
+    """(B, T) token ids -> (B, 1, 1, T): every query may attend to the keys that are not padding."""
+    return mt.Tensor._wrap((ids.data != pad_id)[:, None, None, :])
+
+
+def causal_mask(size: int, device: str = "cpu") -> mt.Tensor:
+    """(T, T) lower-triangular: position i may attend to positions j <= i (Section 3.2.3)."""
+    xp = xp_for(device)
+    return mt.Tensor._wrap(xp.tril(xp.ones((size, size), dtype=bool)))
+
+
+def target_mask(ids: mt.Tensor, pad_id: int) -> mt.Tensor:
+    """(B, T) target ids -> (B, 1, T, T): causal and not padding."""
+    causal = causal_mask(ids.shape[1], ids.device).data
+    return mt.Tensor._wrap((ids.data != pad_id)[:, None, None, :] & causal)

@@ -1,0 +1,116 @@
+"""The encoder-decoder Transformer (Section 3, Figure 1)."""
+from __future__ import annotations
+
+import minitensor as mt
+import minitensor.functional as F
+from minitensor import nn
+
+from .config import TransformerConfig
+from .embedding import PositionalEncoding, ScaledEmbedding
+from .layers import DecoderLayer, EncoderLayer
+from .masks import padding_mask, target_mask
+
+
+class Encoder(nn.Module):
+    """N encoder layers (plus a final LayerNorm when pre-norm). (B, Ts, d) -> (B, Ts, d)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList([
+            EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout, cfg.norm_first,
+                         cfg.layer_norm_eps)
+            for _ in range(cfg.n_encoder_layers)
+        ])
+        self.norm = nn.LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(self, x: mt.Tensor, src_mask: mt.Tensor | None) -> mt.Tensor:
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x) if self.norm is not None else x
+
+
+class Decoder(nn.Module):
+    """N decoder layers (plus a final LayerNorm when pre-norm). (B, Tt, d) -> (B, Tt, d)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.layers = nn.ModuleList([
+            DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout, cfg.norm_first,
+                         cfg.layer_norm_eps)
+            for _ in range(cfg.n_decoder_layers)
+        ])
+        self.norm = nn.LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(self, y: mt.Tensor, memory: mt.Tensor, tgt_mask: mt.Tensor | None,
+                src_mask: mt.Tensor | None) -> mt.Tensor:
+        for layer in self.layers:
+            y = layer(y, memory, tgt_mask, src_mask)
+        return self.norm(y) if self.norm is not None else y
+
+
+class Transformer(nn.Module):
+    """The full model: embed + position -> encoder; embed + position -> decoder -> logits.
+
+    ``model(src_ids (B, Ts), tgt_in_ids (B, Tt)) -> logits (B, Tt, V_tgt)``, where tgt_in is
+    the target shifted right (starting with bos). Padding (``cfg.pad_id``) is masked out of
+    every attention; the decoder's self-attention is also causal.
+
+    With ``share_embeddings`` one (V, d_model) matrix E serves as source embedding, target
+    embedding and pre-softmax projection (logits = h Eᵀ), Section 3.4. Otherwise the source
+    has its own embedding and the target embedding is tied to the projection.
+    """
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tgt_embed = ScaledEmbedding(cfg.target_vocab_size, cfg.d_model)
+        self.src_embed = self.tgt_embed if cfg.share_embeddings else ScaledEmbedding(cfg.vocab_size, cfg.d_model)
+        self.src_pos = PositionalEncoding(cfg.d_model, cfg.max_len, cfg.dropout, cfg.positional)
+        self.tgt_pos = (PositionalEncoding(cfg.d_model, cfg.max_len, cfg.dropout, cfg.positional)
+                        if cfg.positional == "learned" else self.src_pos)
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+
+    # ------------------------------------------------------------------ the three stages
+    def encode(self, src: mt.Tensor, src_mask: mt.Tensor | None = None) -> mt.Tensor:
+        """src ids (B, Ts) -> memory (B, Ts, d_model)."""
+        src = self._ids(src)
+        if src_mask is None:
+            src_mask = padding_mask(src, self.cfg.pad_id)
+        return self.encoder(self.src_pos(self.src_embed(src)), src_mask)
+
+    def decode(self, tgt_in: mt.Tensor, memory: mt.Tensor, src_mask: mt.Tensor | None,
+               tgt_mask: mt.Tensor | None = None) -> mt.Tensor:
+        """target-so-far ids (B, Tt) and memory -> decoder states (B, Tt, d_model)."""
+        tgt_in = self._ids(tgt_in)
+        if tgt_mask is None:
+            tgt_mask = target_mask(tgt_in, self.cfg.pad_id)
+        return self.decoder(self.tgt_pos(self.tgt_embed(tgt_in)), memory, tgt_mask, src_mask)
+
+    def generator(self, h: mt.Tensor) -> mt.Tensor:
+        """Decoder states (..., d_model) -> logits (..., V): the tied pre-softmax projection h Eᵀ."""
+        return F.linear(h, self.tgt_embed.weight.T)
+
+    def forward(self, src: mt.Tensor, tgt_in: mt.Tensor) -> mt.Tensor:
+        src, tgt_in = self._ids(src), self._ids(tgt_in)
+        src_mask = padding_mask(src, self.cfg.pad_id)
+        memory = self.encode(src, src_mask)
+        return self.generator(self.decode(tgt_in, memory, src_mask))
+
+    # ------------------------------------------------------------------ helpers
+    def _ids(self, ids) -> mt.Tensor:
+        ids = ids if isinstance(ids, mt.Tensor) else mt.tensor(ids)
+        if ids.ndim != 2 or ids.dtype.kind not in "iu":
+            raise ValueError(f"token ids must be an integer array of shape (batch, length), got {ids.dtype} {ids.shape}")
+        device = self.tgt_embed.weight.device
+        return ids if ids.device == device else ids.to(device)
+
+    def store_attention(self, on: bool = True) -> None:
+        """Keep the last attention weights of every MultiHeadAttention (for plots)."""
+        from .attention import MultiHeadAttention  # noqa: PLC0415
+
+        for m in self.modules():
+            if isinstance(m, MultiHeadAttention):
+                m.store_attention = on
+                if not on:
+                    m.attention = None

@@ -1,0 +1,58 @@
+"""Figures (matplotlib, Agg backend: files, never windows)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str = "", ylabel: str = "",
+                logy: bool = False) -> Path:
+    """One line per entry of ``series`` (name -> values, one per step) against ``steps``."""
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    for name, values in series.items():
+        xs = steps if len(values) == len(steps) else [s for s, _ in values]
+        ys = values if len(values) == len(steps) else [v for _, v in values]
+        ax.plot(xs, ys, label=name)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(series) > 1:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_attention(path: str | Path, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                   title: str = "encoder-decoder attention") -> Path:
+    """Heatmaps of attention weights (heads, Tq, Tk): one panel per head, queries down, keys across."""
+    weights = np.asarray(weights)
+    if weights.ndim == 2:
+        weights = weights[None]
+    h = weights.shape[0]
+    cols = min(h, 4)
+    rows = (h + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows + 0.4), dpi=120, squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= h:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[i], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(src_tokens)), src_tokens, fontsize=6, rotation=90)
+        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=6)
+        ax.set_title(f"head {i}", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
