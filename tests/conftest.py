@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, settings
 import minitensor as mt
 
 # CI: derandomized (the same examples every run), no deadline (2 slow cores).
-settings.register_profile("ci", derandomize=True, deadline=None, max_examples=25,
+settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("dev", deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))

@@ -215,3 +215,12 @@ def test_to_device_is_differentiable():
     y.backward()
     assert x.grad.device == "cpu"
     close(x.grad, [3.0, 3.0])
+
+
+def test_to_device_on_the_same_device_keeps_values_and_gradients():
+    x = leaf([1.0, 2.0])
+    y = F.to_device(x, "cpu")
+    close(y, [1.0, 2.0])
+    (y * 2).sum().backward()
+    close(x.grad, [2.0, 2.0])
+    assert x.to("cpu") is x  # Tensor.to is a no-op when already there

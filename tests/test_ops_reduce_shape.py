@@ -101,6 +101,7 @@ def test_getitem_matches_numpy_and_gradcheck(index, device):
     t = leaf(x, device)
     np_index = tuple(np.asarray(i) if isinstance(i, list) else i for i in index) if isinstance(index, tuple) else index
     close(t[index], x[np_index])
+    close(F.getitem(t, index), x[np_index])
     assert mt.gradcheck(lambda u: u[index], [t])
 
 

@@ -21,7 +21,7 @@ def greedy_decode(model, src, max_len: int | None = None, bos_id: int | None = N
     bos = cfg.bos_id if bos_id is None else bos_id
     eos = cfg.eos_id if eos_id is None else eos_id
     model.eval()
-    src = model._ids(src)
+    src = model.as_ids(src)
     B, Ts = src.shape
     max_len = Ts + 50 if max_len is None else max_len
     src_mask = padding_mask(src, cfg.pad_id)

@@ -11,41 +11,37 @@ from .layers import DecoderLayer, EncoderLayer
 from .masks import padding_mask, target_mask
 
 
-class Encoder(nn.Module):
-    """N encoder layers (plus a final LayerNorm when pre-norm). (B, Ts, d) -> (B, Ts, d)."""
+class LayerStack(nn.Module):
+    """N identical layers applied in turn, plus a final LayerNorm when pre-norm (with
+    post-norm every layer already ends in one)."""
 
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, layer_cls, n_layers: int, cfg: TransformerConfig):
         super().__init__()
         self.layers = nn.ModuleList([
-            EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout, cfg.norm_first,
-                         cfg.layer_norm_eps)
-            for _ in range(cfg.n_encoder_layers)
+            layer_cls(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout, cfg.norm_first,
+                      cfg.layer_norm_eps)
+            for _ in range(n_layers)
         ])
         self.norm = nn.LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm_first else None
 
-    def forward(self, x: mt.Tensor, src_mask: mt.Tensor | None) -> mt.Tensor:
+    def forward(self, x: mt.Tensor, *context) -> mt.Tensor:
         for layer in self.layers:
-            x = layer(x, src_mask)
+            x = layer(x, *context)
         return self.norm(x) if self.norm is not None else x
 
 
-class Decoder(nn.Module):
-    """N decoder layers (plus a final LayerNorm when pre-norm). (B, Tt, d) -> (B, Tt, d)."""
+class Encoder(LayerStack):
+    """N encoder layers: forward(x (B, Ts, d), src_mask) -> (B, Ts, d)."""
 
     def __init__(self, cfg: TransformerConfig):
-        super().__init__()
-        self.layers = nn.ModuleList([
-            DecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.dropout, cfg.attention_dropout, cfg.norm_first,
-                         cfg.layer_norm_eps)
-            for _ in range(cfg.n_decoder_layers)
-        ])
-        self.norm = nn.LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm_first else None
+        super().__init__(EncoderLayer, cfg.n_encoder_layers, cfg)
 
-    def forward(self, y: mt.Tensor, memory: mt.Tensor, tgt_mask: mt.Tensor | None,
-                src_mask: mt.Tensor | None) -> mt.Tensor:
-        for layer in self.layers:
-            y = layer(y, memory, tgt_mask, src_mask)
-        return self.norm(y) if self.norm is not None else y
+
+class Decoder(LayerStack):
+    """N decoder layers: forward(y (B, Tt, d), memory, tgt_mask, src_mask) -> (B, Tt, d)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__(DecoderLayer, cfg.n_decoder_layers, cfg)
 
 
 class Transformer(nn.Module):
@@ -74,7 +70,7 @@ class Transformer(nn.Module):
     # ------------------------------------------------------------------ the three stages
     def encode(self, src: mt.Tensor, src_mask: mt.Tensor | None = None) -> mt.Tensor:
         """src ids (B, Ts) -> memory (B, Ts, d_model)."""
-        src = self._ids(src)
+        src = self.as_ids(src)
         if src_mask is None:
             src_mask = padding_mask(src, self.cfg.pad_id)
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask)
@@ -82,7 +78,7 @@ class Transformer(nn.Module):
     def decode(self, tgt_in: mt.Tensor, memory: mt.Tensor, src_mask: mt.Tensor | None,
                tgt_mask: mt.Tensor | None = None) -> mt.Tensor:
         """target-so-far ids (B, Tt) and memory -> decoder states (B, Tt, d_model)."""
-        tgt_in = self._ids(tgt_in)
+        tgt_in = self.as_ids(tgt_in)
         if tgt_mask is None:
             tgt_mask = target_mask(tgt_in, self.cfg.pad_id)
         return self.decoder(self.tgt_pos(self.tgt_embed(tgt_in)), memory, tgt_mask, src_mask)
@@ -92,13 +88,13 @@ class Transformer(nn.Module):
         return F.linear(h, self.tgt_embed.weight.T)
 
     def forward(self, src: mt.Tensor, tgt_in: mt.Tensor) -> mt.Tensor:
-        src, tgt_in = self._ids(src), self._ids(tgt_in)
+        src, tgt_in = self.as_ids(src), self.as_ids(tgt_in)
         src_mask = padding_mask(src, self.cfg.pad_id)
         memory = self.encode(src, src_mask)
         return self.generator(self.decode(tgt_in, memory, src_mask))
 
     # ------------------------------------------------------------------ helpers
-    def _ids(self, ids) -> mt.Tensor:
+    def as_ids(self, ids) -> mt.Tensor:
         ids = ids if isinstance(ids, mt.Tensor) else mt.tensor(ids)
         if ids.ndim != 2 or ids.dtype.kind not in "iu":
             raise ValueError(f"token ids must be an integer array of shape (batch, length), got {ids.dtype} {ids.shape}")

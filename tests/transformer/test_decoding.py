@@ -17,7 +17,7 @@ class ScriptedModel:
     def eval(self):
         return self
 
-    def _ids(self, ids):
+    def as_ids(self, ids):
         return ids if isinstance(ids, mt.Tensor) else mt.tensor(ids)
 
     def encode(self, src, src_mask=None):
