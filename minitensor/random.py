@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
-
 _seed = 0
 _generators: dict = {}
 
