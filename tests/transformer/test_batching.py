@@ -1,0 +1,52 @@
+"""Token-bucketed batching: the token budget holds, every example appears once, seeds reproduce."""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transformer.batching import collate, token_batches
+
+
+@given(lengths=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), min_size=1, max_size=200),
+       max_tokens=st.integers(31, 300), pool=st.integers(1, 64), seed=st.integers(0, 5))
+def test_every_example_once_and_padded_size_within_budget(lengths, max_tokens, pool, seed):
+    src = [a for a, _ in lengths]
+    tgt = [b for _, b in lengths]
+    batches = token_batches(src, tgt, max_tokens, pool_size=pool, seed=seed)
+    seen = np.sort(np.concatenate(batches))
+    np.testing.assert_array_equal(seen, np.arange(len(lengths)))
+    for b in batches:
+        width = max(max(src[i], tgt[i]) + 1 for i in b)
+        assert width * len(b) <= max_tokens
+
+
+def test_same_seed_same_batches_and_sorting_reduces_padding():
+    rng = np.random.default_rng(0)
+    src = rng.integers(1, 50, 2000)
+    tgt = src + rng.integers(-3, 4, 2000).clip(-src + 1)
+    a = token_batches(src, tgt, 800, seed=3)
+    b = token_batches(src, tgt, 800, seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    c = token_batches(src, tgt, 800, seed=4)
+    assert not all(len(x) == len(y) and np.array_equal(x, y) for x, y in zip(a, c))
+
+    def padding(batches):
+        return sum(len(bt) * max(src[i] + 1 for i in bt) - sum(src[i] + 1 for i in bt) for bt in batches)
+
+    unsorted = [np.arange(i, min(i + 16, 2000)) for i in range(0, 2000, 16)]
+    assert padding(a) < padding(unsorted) / 5
+
+
+def test_an_example_longer_than_the_budget_is_a_clear_error():
+    with pytest.raises(ValueError, match="example 1 needs 41 tokens"):
+        token_batches([3, 40], [3, 5], max_tokens=30)
+
+
+def test_collate_adds_eos_bos_and_pads():
+    src = [[5, 6, 7], [8]]
+    tgt = [[9], [10, 11]]
+    b = collate(src, tgt, np.array([0, 1]))
+    np.testing.assert_array_equal(b.src, [[5, 6, 7, 2], [8, 2, 0, 0]])
+    np.testing.assert_array_equal(b.tgt_in, [[1, 9, 0], [1, 10, 11]])
+    np.testing.assert_array_equal(b.tgt_out, [[9, 2, 0], [10, 11, 2]])
+    assert b.target_tokens == 5 and len(b) == 2

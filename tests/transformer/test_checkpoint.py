@@ -1,0 +1,91 @@
+"""Checkpoints: exact round trips without pickle, atomic writes, averaging, pruning."""
+import numpy as np
+import pytest
+
+import minitensor as mt
+from transformer import Transformer, TransformerConfig, paper_adam
+from transformer.checkpoint import (
+    average_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint, step_checkpoints,
+)
+
+
+def trained_model(seed=0):
+    mt.manual_seed(seed)
+    model = Transformer(TransformerConfig.tiny(11, d_model=16, d_ff=32, n_heads=2, n_encoder_layers=1,
+                                               n_decoder_layers=1))
+    opt = paper_adam(model.parameters(), lr=1e-3)
+    loss = model(np.array([[3, 4, 5]]), np.array([[1, 3, 4]])).sum()
+    loss.backward()
+    opt.step()
+    return model, opt
+
+
+def test_round_trip_restores_weights_optimizer_and_meta(tmp_path):
+    model, opt = trained_model()
+    path = save_checkpoint(tmp_path / "c.npz", model, opt, {"step": 7, "config": model.cfg.to_dict()})
+    with np.load(path, allow_pickle=False) as z:  # loads without pickle
+        assert "meta" in z.files
+    ck = load_checkpoint(path)
+    assert ck["meta"]["step"] == 7 and ck["meta"]["config"]["d_model"] == 16
+    other, opt2 = trained_model(seed=1)
+    other.load_state_dict(ck["model"])
+    for (n, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=n)
+    assert other.src_embed.weight is other.tgt_embed.weight  # sharing survives loading
+    opt2.load_state_dict(ck["optimizer"])
+    for s1, s2 in zip(opt.state, opt2.state):
+        for k in s1:
+            np.testing.assert_array_equal(s1[k], s2[k])
+    assert opt2.steps == opt.steps
+
+
+def test_shared_weights_are_stored_once(tmp_path):
+    model, _ = trained_model()
+    path = save_checkpoint(tmp_path / "c.npz", model)
+    with np.load(path, allow_pickle=False) as z:
+        stored = [k for k in z.files if k.endswith("embed.weight")]
+    assert len(stored) == 1
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    model, opt = trained_model()
+    path = save_checkpoint(tmp_path / "c.npz", model, opt, {"step": 1})
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(np, "savez", boom)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, model, opt, {"step": 2})
+    assert load_checkpoint(path)["meta"]["step"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]  # no temporary file left
+
+
+def test_average_is_the_elementwise_mean(tmp_path):
+    paths = []
+    for seed in range(3):
+        model, _ = trained_model(seed)
+        paths.append(save_checkpoint(tmp_path / f"checkpoint_{seed}.npz", model, meta={"step": seed}))
+    avg = average_checkpoints(paths)
+    loaded = [load_checkpoint(p)["model"] for p in paths]
+    for k, v in avg["model"].items():
+        np.testing.assert_allclose(v, np.mean([m[k] for m in loaded], axis=0), rtol=1e-6, atol=1e-7)
+    assert avg["meta"]["step"] == 2
+    with pytest.raises(ValueError, match="no checkpoints"):
+        average_checkpoints([])
+
+
+def test_prune_keeps_the_newest_steps(tmp_path):
+    model, _ = trained_model()
+    for step in (100, 20, 300, 4000):
+        save_checkpoint(tmp_path / f"checkpoint_{step}.npz", model)
+    assert [p.name for p in step_checkpoints(tmp_path)] == [
+        "checkpoint_20.npz", "checkpoint_100.npz", "checkpoint_300.npz", "checkpoint_4000.npz"]
+    removed = prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in removed) == ["checkpoint_100.npz", "checkpoint_20.npz"]
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["checkpoint_300.npz", "checkpoint_4000.npz"]
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "nope.npz")

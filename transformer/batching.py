@@ -1,0 +1,88 @@
+"""Batches by tokens (Section 5.1: "sentence pairs were batched together by approximate
+sequence length"): sort by length inside large random pools, cut batches whose *padded*
+size stays under ``max_tokens``, then shuffle the batches."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    """Padded arrays for one update: src (B, Ts) ends with eos; tgt_in (B, Tt) starts with bos;
+    tgt_out (B, Tt) = tgt_in shifted left, ending with eos. ``index``: the examples' positions."""
+
+    src: np.ndarray
+    tgt_in: np.ndarray
+    tgt_out: np.ndarray
+    index: np.ndarray
+
+    @property
+    def target_tokens(self) -> int:
+        """Non-pad target tokens: the loss is normalised by this."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int,
+                  pool_size: int = 100_000, shuffle: bool = True, seed: int = 0) -> list[np.ndarray]:
+    """Index arrays, one per batch, such that batch_size x (longest side + 1) <= max_tokens.
+
+    Examples are shuffled (when ``shuffle``), cut into pools of ``pool_size``, sorted by
+    length inside each pool so batches hold similar lengths (little padding), and the
+    resulting batches are shuffled. The same ``seed`` gives the same batches.
+    """
+    src_lengths = np.asarray(src_lengths)
+    tgt_lengths = np.asarray(tgt_lengths)
+    n = len(src_lengths)
+    if len(tgt_lengths) != n:
+        raise ValueError(f"token_batches: {n} source lengths but {len(tgt_lengths)} target lengths")
+    longest = np.maximum(src_lengths, tgt_lengths) + 1  # + eos (or bos)
+    if n and longest.max() > max_tokens:
+        i = int(longest.argmax())
+        raise ValueError(f"token_batches: example {i} needs {int(longest[i])} tokens, more than max_tokens={max_tokens}; "
+                         "filter long pairs or raise max_tokens")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(n) if shuffle else np.arange(n)
+    batches = []
+    for start in range(0, n, pool_size):
+        pool = order[start:start + pool_size]
+        pool = pool[np.argsort(longest[pool], kind="stable")]
+        current, width = [], 0
+        for i in pool:
+            w = max(width, int(longest[i]))
+            if current and w * (len(current) + 1) > max_tokens:
+                batches.append(np.array(current))
+                current, w = [], int(longest[i])
+            current.append(i)
+            width = w
+        if current:
+            batches.append(np.array(current))
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], index: np.ndarray) -> Batch:
+    """Pad the examples at ``index`` into a :class:`Batch` (adding eos to the source, bos/eos to the target)."""
+    B = len(index)
+    Ts = max(len(src[i]) for i in index) + 1
+    Tt = max(len(tgt[i]) for i in index) + 1
+    s = np.full((B, Ts), PAD_ID, dtype=np.int64)
+    ti = np.full((B, Tt), PAD_ID, dtype=np.int64)
+    to = np.full((B, Tt), PAD_ID, dtype=np.int64)
+    for row, i in enumerate(index):
+        x, y = src[i], tgt[i]
+        s[row, :len(x)] = x
+        s[row, len(x)] = EOS_ID
+        ti[row, 0] = BOS_ID
+        ti[row, 1:len(y) + 1] = y
+        to[row, :len(y)] = y
+        to[row, len(y)] = EOS_ID
+    return Batch(s, ti, to, np.asarray(index))

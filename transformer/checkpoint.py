@@ -1,0 +1,120 @@
+"""Checkpoints: one ``.npz`` per save, loadable with ``allow_pickle=False``.
+
+Contents: ``model/<name>`` arrays (a weight shared under several names is stored once, the
+other names recorded as aliases), ``optim/<i>/<key>`` arrays (Adam moments), and ``meta``:
+a JSON string with the step, optimizer scalars, RNG state, model config, vocabulary hash and
+anything the caller adds. Writes go to a temporary file in the same directory that is then
+renamed over the target, so a crash never leaves a half-written checkpoint behind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from minitensor import backend
+
+
+def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None = None) -> Path:
+    """Write model (and optimizer) state plus ``meta`` to ``path`` atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays, aliases, seen = {}, {}, {}
+    for name, t in model.state_dict().items():
+        key = id(t.data)
+        if key in seen:
+            aliases[name] = seen[key]
+            continue
+        seen[key] = name
+        arrays["model/" + name] = backend.to_numpy(t.data)
+    info = dict(meta or {})
+    info["aliases"] = aliases
+    if optimizer is not None:
+        sd = optimizer.state_dict()
+        info["optimizer"] = {"steps": sd["steps"], "hyper": sd["hyper"], "n_params": len(sd["state"])}
+        for i, state in enumerate(sd["state"]):
+            for k, v in state.items():
+                arrays[f"optim/{i}/{k}"] = v
+    arrays["meta"] = np.array(json.dumps(info))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """{"model": {name: array} (aliases expanded), "optimizer": state_dict or None, "meta": dict}."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such checkpoint")
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(str(z["meta"]))
+        model = {k[len("model/"):]: z[k] for k in z.files if k.startswith("model/")}
+        optim_arrays = {k: z[k] for k in z.files if k.startswith("optim/")}
+    for alias, name in meta.pop("aliases", {}).items():
+        model[alias] = model[name]
+    optimizer = None
+    if "optimizer" in meta:
+        o = meta.pop("optimizer")
+        state = [{} for _ in range(o["n_params"])]
+        for k, v in optim_arrays.items():
+            _, i, name = k.split("/", 2)
+            state[int(i)][name] = v
+        optimizer = {"steps": o["steps"], "hyper": o["hyper"], "state": state}
+    return {"model": model, "optimizer": optimizer, "meta": meta}
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict:
+    """The element-wise mean of the model weights in ``paths`` (Section 6.1 averages the last 5 or 20).
+
+    Returns a checkpoint dict like :func:`load_checkpoint` (meta from the last path, no
+    optimizer). All checkpoints must hold the same names and shapes.
+    """
+    if not paths:
+        raise ValueError("average_checkpoints: no checkpoints given")
+    total, first_names, last = None, None, None
+    for p in paths:
+        ck = load_checkpoint(p)
+        names = sorted(ck["model"])
+        if total is None:
+            total = {k: v.astype(np.float64) for k, v in ck["model"].items()}
+            first_names = names
+        else:
+            if names != first_names:
+                raise ValueError(f"average_checkpoints: {p} holds different weights from {paths[0]}")
+            for k, v in ck["model"].items():
+                if v.shape != total[k].shape:
+                    raise ValueError(f"average_checkpoints: {k} has shape {v.shape} in {p}, {total[k].shape} before")
+                total[k] += v
+        last = ck
+    dtypes = {k: v.dtype for k, v in last["model"].items()}
+    model = {k: (v / len(paths)).astype(dtypes[k]) for k, v in total.items()}
+    return {"model": model, "optimizer": None, "meta": last["meta"]}
+
+
+_STEP = re.compile(r"checkpoint_(\d+)\.npz$")
+
+
+def step_checkpoints(folder: str | Path) -> list[Path]:
+    """``checkpoint_<step>.npz`` files in ``folder``, oldest step first."""
+    found = [(int(m.group(1)), p) for p in Path(folder).glob("checkpoint_*.npz") if (m := _STEP.search(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def prune_checkpoints(folder: str | Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` step checkpoints; returns the deleted paths."""
+    old = step_checkpoints(folder)[:-keep] if keep > 0 else step_checkpoints(folder)
+    for p in old:
+        p.unlink()
+    return old

@@ -1,0 +1,206 @@
+"""Parallel text: reading, checking, filtering, and the Multi30k and WMT14 sources.
+
+Everything here works on plain text, one sentence per line (optionally gzip-compressed).
+Problems with the input are reported with the file (and line) they come from.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import html
+import os
+import re
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tqdm.auto import tqdm
+
+
+class DataError(ValueError):
+    """The data on disk is not what a parallel corpus must be."""
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Lines of a UTF-8 text file (``.gz`` is decompressed), without their line endings.
+
+    Raises :class:`DataError` naming the file and the (1-based) line with invalid UTF-8.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    lines = []
+    with _open_binary(path) as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+    return lines
+
+
+def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
+    """Both sides of a parallel corpus; their line counts must agree."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(f"parallel files differ in length: {src_path} has {len(src)} lines, "
+                        f"{tgt_path} has {len(tgt)} lines")
+    return src, tgt
+
+
+@dataclass
+class FilterReport:
+    """How many pairs each rule removed, and how many were kept."""
+
+    total: int = 0
+    empty: int = 0
+    too_long: int = 0
+    bad_ratio: int = 0
+    kept: int = 0
+    kept_index: list = field(default_factory=list, repr=False)
+
+    def __str__(self) -> str:
+        return (f"kept {self.kept} of {self.total} pairs (removed: {self.empty} empty, "
+                f"{self.too_long} longer than the limit, {self.bad_ratio} with a bad length ratio)")
+
+
+def filter_pairs(src: Sequence, tgt: Sequence, max_len: int = 250, max_ratio: float = 3.0,
+                 length=lambda s: len(s.split())) -> tuple[list, list, FilterReport]:
+    """Drop pairs with an empty side, a side longer than ``max_len``, or lengths whose ratio
+    (longer / shorter) exceeds ``max_ratio``. ``length`` measures a side (default: words;
+    pass ``len`` for token-id sequences). Returns the kept sides and a :class:`FilterReport`.
+    """
+    report = FilterReport(total=len(src))
+    out_src, out_tgt = [], []
+    for i, (s, t) in enumerate(zip(src, tgt)):
+        ls, lt = length(s), length(t)
+        if ls == 0 or lt == 0:
+            report.empty += 1
+        elif ls > max_len or lt > max_len:
+            report.too_long += 1
+        elif max(ls, lt) / min(ls, lt) > max_ratio:
+            report.bad_ratio += 1
+        else:
+            out_src.append(s)
+            out_tgt.append(t)
+            report.kept_index.append(i)
+    report.kept = len(out_src)
+    return out_src, out_tgt, report
+
+
+# ---------------------------------------------------------------------------- Multi30k
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/"
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
+MULTI30K_SHA256 = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+}
+
+
+def sha256_of(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """``$MINITENSOR_CACHE`` or ``~/.cache/minitensor``."""
+    return Path(os.environ.get("MINITENSOR_CACHE", Path.home() / ".cache" / "minitensor"))
+
+
+def download(url: str, dest: str | Path, sha256: str | None = None) -> Path:
+    """Fetch ``url`` to ``dest`` (via a temporary file, renamed when complete and verified)."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+            total = int(resp.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
+                for chunk in iter(lambda: resp.read(1 << 16), b""):
+                    out.write(chunk)
+                    bar.update(len(chunk))
+        if sha256 is not None and sha256_of(tmp) != sha256:
+            raise DataError(f"{url}: sha256 {sha256_of(tmp)} does not match the expected {sha256}")
+        os.replace(tmp, dest)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return dest
+
+
+def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> Path:
+    """A directory holding the six Multi30k task-1 raw files, each checked against its sha256.
+
+    ``root``: a local directory that already has them (tests and CI use
+    ``../shared/data/multi30k``). Without it, the files are downloaded on first use from the
+    dataset's public repository into ``default_cache_dir()/multi30k``.
+    """
+    local = root is not None
+    folder = Path(root) if local else default_cache_dir() / "multi30k"
+    for name, digest in MULTI30K_SHA256.items():
+        path = folder / name
+        if not path.exists():
+            if local:
+                raise DataError(f"{path}: missing (a Multi30k directory needs {', '.join(MULTI30K_SHA256)})")
+            download(url + name, path, digest)
+        elif sha256_of(path) != digest:
+            raise DataError(f"{path}: sha256 {sha256_of(path)} does not match the expected {digest}; "
+                            "delete it to download it again")
+    return folder
+
+
+def multi30k(split: str, src_lang: str = "en", tgt_lang: str = "de", root=None) -> tuple[list[str], list[str]]:
+    """(source lines, target lines) of a Multi30k split: "train", "val" or "test_2016_flickr"."""
+    if split not in MULTI30K_SPLITS:
+        raise DataError(f"unknown Multi30k split {split!r}; choose from {MULTI30K_SPLITS}")
+    folder = multi30k_files(root)
+    return read_parallel(folder / f"{split}.{src_lang}.gz", folder / f"{split}.{tgt_lang}.gz")
+
+
+# ---------------------------------------------------------------------------- WMT14
+_SEG = re.compile(r"<seg[^>]*>(.*?)</seg>", re.IGNORECASE | re.DOTALL)
+
+
+def read_sgm(path: str | Path) -> list[str]:
+    """The segments of a WMT ``.sgm`` file (``<seg id=...>text</seg>``), entities unescaped."""
+    text = "\n".join(read_lines(path))
+    segments = [html.unescape(s.strip()) for s in _SEG.findall(text)]
+    if not segments:
+        raise DataError(f"{path}: no <seg> elements found; is this an SGM file?")
+    return segments
+
+
+def read_text_or_sgm(path: str | Path) -> list[str]:
+    """Plain text (one sentence per line, .gz allowed) or SGM, by the file name."""
+    return read_sgm(path) if str(path).lower().endswith((".sgm", ".sgm.gz")) else read_lines(path)
+
+
+def read_wmt_pair(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
+    """A WMT parallel set (training text, newstest2013 dev, newstest2014 test), plain or SGM."""
+    src, tgt = read_text_or_sgm(src_path), read_text_or_sgm(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(f"parallel files differ in length: {src_path} has {len(src)} segments, "
+                        f"{tgt_path} has {len(tgt)} segments")
+    return src, tgt
+
+
+def concat_parallel(pairs: Iterable[tuple[Sequence[str], Sequence[str]]]) -> tuple[list[str], list[str]]:
+    """Several parallel corpora (e.g. Europarl, Common Crawl, News Commentary) as one."""
+    src, tgt = [], []
+    for s, t in pairs:
+        src.extend(s)
+        tgt.extend(t)
+    return src, tgt

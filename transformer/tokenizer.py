@@ -1,0 +1,117 @@
+"""Subwords: one joint sentencepiece BPE model for both languages of a pair (Section 5.1
+uses a shared source-target vocabulary), with the special ids the model expects.
+
+ids: 0 = <pad>, 1 = <s> (bos), 2 = </s> (eos), 3 = <unk>; the same as TransformerConfig's
+defaults, so a model built with ``vocab_size = tokenizer.vocab_size`` agrees with it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class Tokenizer:
+    """A trained sentencepiece model: text <-> lists of ids."""
+
+    def __init__(self, model_path: str | Path):
+        self.path = Path(model_path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"{self.path}: no sentencepiece model here (train one with Tokenizer.train)")
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        ids = (self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.unk_id())
+        if ids != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
+            raise ValueError(f"{self.path}: special ids (pad, bos, eos, unk) are {ids}, expected "
+                             f"{(PAD_ID, BOS_ID, EOS_ID, UNK_ID)}")
+
+    @classmethod
+    def train(cls, texts: Sequence[str], model_prefix: str | Path, vocab_size: int = 8000,
+              character_coverage: float = 1.0, max_sentences: int = 2_000_000, seed: int = 0) -> "Tokenizer":
+        """Train a BPE model on ``texts`` (both languages together) -> ``<model_prefix>.model``.
+
+        ``max_sentences`` caps how many lines sentencepiece samples (WMT is large).
+        """
+        prefix = Path(model_prefix)
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
+            for line in texts:
+                if line.strip():
+                    f.write(line.replace("\n", " ") + "\n")
+            corpus = f.name
+        if hasattr(spm, "set_random_generator_seed"):
+            spm.set_random_generator_seed(seed)  # the sentence sampling is reproducible
+        try:
+            spm.SentencePieceTrainer.train(
+                input=corpus, model_prefix=str(prefix), vocab_size=vocab_size, model_type="bpe",
+                pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+                character_coverage=character_coverage, input_sentence_size=max_sentences,
+                shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+            )
+        finally:
+            os.remove(corpus)
+        return cls(str(prefix) + ".model")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str | Sequence[str]):
+        """ids of one sentence (list) or of many (list of lists); no bos/eos added."""
+        return self.sp.encode(text)
+
+    def decode(self, ids) -> str | list[str]:
+        """Text from ids (one list or many); pad, bos and eos are dropped, and decoding stops at eos."""
+        if len(ids) and not isinstance(ids[0], (int, np.integer)):
+            return [self.decode(x) for x in ids]
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i not in (PAD_ID, BOS_ID):
+                out.append(i)
+        return self.sp.decode(out)
+
+    def pieces(self, text: str) -> list[str]:
+        return self.sp.encode(text, out_type=str)
+
+    def fingerprint(self) -> str:
+        """sha256 of the model file: checkpoints store it so a mismatched vocabulary is caught."""
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------- id caches
+def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | Path) -> list[np.ndarray]:
+    """Token ids of ``lines``, cached in an ``.npz`` keyed by the tokenizer and the text.
+
+    The cache holds one flat int32 array and the offsets of each line, so it loads with
+    ``allow_pickle=False``; a cache made by another tokenizer or other text is rebuilt.
+    """
+    cache_path = Path(cache_path)
+    h = hashlib.sha256(tokenizer.fingerprint().encode())
+    for line in lines:
+        h.update(line.encode("utf-8"))
+        h.update(b"\n")
+    key = h.hexdigest()
+    if cache_path.exists():
+        with np.load(cache_path, allow_pickle=False) as z:
+            if str(z["key"]) == key:
+                flat, offsets = z["flat"], z["offsets"]
+                return [flat[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+    encoded = tokenizer.encode(list(lines))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    flat = np.fromiter((i for e in encoded for i in e), dtype=np.int32, count=int(offsets[-1]))
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache_path.with_name(cache_path.name + ".tmp.npz")
+    np.savez(tmp, key=np.array(key), flat=flat, offsets=offsets)
+    os.replace(tmp, cache_path)
+    return [flat[offsets[i]:offsets[i + 1]] for i in range(len(encoded))]
