@@ -44,10 +44,23 @@ class MultiHeadAttention(nn.Module):
         B, _, T, _ = x.shape
         return x.transpose(1, 2).reshape(B, T, self.d_model)
 
-    def forward(self, query: mt.Tensor, key: mt.Tensor, value: mt.Tensor, mask: mt.Tensor | None = None) -> mt.Tensor:
+    def forward(self, query: mt.Tensor, key: mt.Tensor, value: mt.Tensor, mask: mt.Tensor | None = None,
+                cache: dict | None = None, static_kv: bool = False) -> mt.Tensor:
+        """``cache`` (decoding only): a dict this layer fills. With ``static_kv`` (encoder-decoder
+        attention) the projected keys and values of the memory are computed once and reused;
+        otherwise (decoder self-attention) the new positions' keys and values are appended to
+        those of the earlier positions, so each step projects only the new token."""
         q = self.split_heads(self.w_q(query))
-        k = self.split_heads(self.w_k(key))
-        v = self.split_heads(self.w_v(value))
+        if cache is not None and static_kv and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k = self.split_heads(self.w_k(key))
+            v = self.split_heads(self.w_v(value))
+            if cache is not None and not static_kv and "k" in cache:
+                k = F.concat([cache["k"], k], axis=2)
+                v = F.concat([cache["v"], v], axis=2)
+        if cache is not None:
+            cache["k"], cache["v"] = k, v
         out = F.scaled_dot_product_attention(q, k, v, mask=mask, dropout_p=self.dropout, training=self.training,
                                              return_weights=self.store_attention)
         if self.store_attention:

@@ -97,8 +97,9 @@ def evaluate(model: Transformer, data, s: CopyTaskSettings) -> tuple[float, floa
     return score(pred, tgt_out)
 
 
-def train_copy_task(s: CopyTaskSettings) -> dict:
-    """Train, evaluate on fresh sequences, save plots and ``summary.json``; return the summary."""
+def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
+    """Train, evaluate on fresh sequences, save plots and ``summary.json``; return the summary
+    (and the trained model, with ``return_model``)."""
     run = Path(s.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     mt.manual_seed(s.seed)
@@ -154,7 +155,7 @@ def train_copy_task(s: CopyTaskSettings) -> dict:
     plot_curves(run / "loss.png", log["step"], {"training loss": log["loss"]},
                 title="copy task: training loss", ylabel="loss per target token", logy=True)
     _save_examples_and_attention(model, test, s, run)
-    return summary
+    return (summary, model) if return_model else summary
 
 
 def _save_examples_and_attention(model: Transformer, test, s: CopyTaskSettings, run: Path) -> None:

@@ -82,7 +82,13 @@ class DecoderLayer(nn.Module):
         self.sub3 = Residual(d_model, dropout, norm_first, eps)
 
     def forward(self, y: mt.Tensor, memory: mt.Tensor, tgt_mask: mt.Tensor | None = None,
-                src_mask: mt.Tensor | None = None) -> mt.Tensor:
-        y = self.sub1(y, lambda h: self.self_attn(h, h, h, tgt_mask))
-        y = self.sub2(y, lambda h: self.cross_attn(h, memory, memory, src_mask))
+                src_mask: mt.Tensor | None = None, cache: dict | None = None) -> mt.Tensor:
+        """With ``cache`` (incremental decoding) ``y`` holds only the new positions; the cache
+        keeps the earlier positions' self-attention keys/values and the memory's projections."""
+        self_cache = cross_cache = None
+        if cache is not None:
+            self_cache = cache.setdefault("self", {})
+            cross_cache = cache.setdefault("cross", {})
+        y = self.sub1(y, lambda h: self.self_attn(h, h, h, tgt_mask, cache=self_cache))
+        y = self.sub2(y, lambda h: self.cross_attn(h, memory, memory, src_mask, cache=cross_cache, static_kv=True))
         return self.sub3(y, self.ffn)

@@ -24,9 +24,9 @@ class LayerStack(nn.Module):
         ])
         self.norm = nn.LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm_first else None
 
-    def forward(self, x: mt.Tensor, *context) -> mt.Tensor:
-        for layer in self.layers:
-            x = layer(x, *context)
+    def forward(self, x: mt.Tensor, *context, caches: list | None = None) -> mt.Tensor:
+        for i, layer in enumerate(self.layers):
+            x = layer(x, *context) if caches is None else layer(x, *context, cache=caches[i])
         return self.norm(x) if self.norm is not None else x
 
 
@@ -76,12 +76,42 @@ class Transformer(nn.Module):
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask)
 
     def decode(self, tgt_in: mt.Tensor, memory: mt.Tensor, src_mask: mt.Tensor | None,
-               tgt_mask: mt.Tensor | None = None) -> mt.Tensor:
-        """target-so-far ids (B, Tt) and memory -> decoder states (B, Tt, d_model)."""
+               tgt_mask: mt.Tensor | None = None, cache: list | None = None) -> mt.Tensor:
+        """target-so-far ids (B, Tt) and memory -> decoder states (B, Tt, d_model).
+
+        Incremental decoding: pass ``cache=model.new_cache()`` and, at each step, only the
+        newest tokens (B, 1); the cache remembers the earlier positions (keys and values of
+        every decoder self-attention, the projected memory of every cross-attention).
+        """
         tgt_in = self.as_ids(tgt_in)
-        if tgt_mask is None:
-            tgt_mask = target_mask(tgt_in, self.cfg.pad_id)
-        return self.decoder(self.tgt_pos(self.tgt_embed(tgt_in)), memory, tgt_mask, src_mask)
+        if cache is None:
+            if tgt_mask is None:
+                tgt_mask = target_mask(tgt_in, self.cfg.pad_id)
+            return self.decoder(self.tgt_pos(self.tgt_embed(tgt_in)), memory, tgt_mask, src_mask)
+        offset = cache[0].get("length", 0) if cache else 0
+        new = tgt_in.shape[1]
+        # the new tokens see every earlier position and, among themselves, the causal triangle
+        xp = tgt_in.xp
+        causal = mt.Tensor._wrap(xp.tril(xp.ones((new, offset + new), dtype=bool), k=offset)) if new > 1 else None
+        x = self.tgt_pos(self.tgt_embed(tgt_in), offset=offset)
+        out = self.decoder(x, memory, causal, src_mask, caches=cache)
+        for c in cache:
+            c["length"] = offset + tgt_in.shape[1]
+        return out
+
+    def new_cache(self) -> list:
+        """An empty incremental-decoding cache: one dict per decoder layer."""
+        return [{} for _ in self.decoder.layers]
+
+    @staticmethod
+    def reorder_cache(cache: list, index) -> None:
+        """Keep/reorder the cached rows (batch axis) by ``index``, e.g. after a beam step."""
+        for layer in cache:
+            for part in ("self", "cross"):
+                kv = layer.get(part)
+                if kv:
+                    for name in ("k", "v"):
+                        kv[name] = mt.Tensor._wrap(kv[name].data[index])
 
     def generator(self, h: mt.Tensor) -> mt.Tensor:
         """Decoder states (..., d_model) -> logits (..., V): the tied pre-softmax projection h Eᵀ."""

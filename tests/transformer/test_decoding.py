@@ -23,7 +23,10 @@ class ScriptedModel:
     def encode(self, src, src_mask=None):
         return src
 
-    def decode(self, tgt_in, memory, src_mask):
+    def new_cache(self):
+        return None  # no incremental state: the whole prefix is decoded every step
+
+    def decode(self, tgt_in, memory, src_mask, cache=None):
         self.decoded_lengths.append(tgt_in.shape[1])
         t = tgt_in.shape[1] - 1  # index of the token to produce
         scores = np.zeros((tgt_in.shape[0], tgt_in.shape[1], self.vocab), np.float32)

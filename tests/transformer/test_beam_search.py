@@ -1,0 +1,138 @@
+"""Decoding: cached == uncached, beam 1 == greedy, beam search finds the best-scoring hypothesis."""
+import itertools
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+from transformer import TransformerConfig
+from transformer.copytask import CopyTaskSettings, make_batch, train_copy_task
+from transformer.decoding import beam_search, greedy_decode, hypotheses_to_array, length_penalty
+
+
+@pytest.fixture(scope="module")
+def copy_model(tmp_path_factory):
+    s = CopyTaskSettings(vocab=10, min_length=3, max_length=6, d_model=32, n_heads=2, d_ff=64, layers=1, batch=64,
+                         steps=300, warmup=50, eval_every=50, stop_at=1.0, run_dir=str(tmp_path_factory.mktemp("c")),
+                         show_progress=False, test_size=20)
+    _, model = train_copy_task(s, return_model=True)
+    return model, s
+
+
+def test_cached_and_uncached_decoding_give_identical_outputs(copy_model):
+    model, s = copy_model
+    src = make_batch(np.random.default_rng(5), 16, s)[0]
+    a = greedy_decode(model, src, use_cache=True)
+    b = greedy_decode(model, src, use_cache=False)
+    np.testing.assert_array_equal(a, b)
+    ra = beam_search(model, src, beam_size=3, use_cache=True)
+    rb = beam_search(model, src, beam_size=3, use_cache=False)
+    for x, y in zip(ra, rb):
+        assert x[0].tokens == y[0].tokens
+        assert x[0].score == pytest.approx(y[0].score, abs=1e-4)
+
+
+def test_incremental_states_equal_full_recomputation():
+    mt.manual_seed(0)
+    from transformer import Transformer
+
+    model = Transformer(TransformerConfig.tiny(15, dropout=0.0)).eval()
+    src = np.array([[4, 5, 6, 0], [7, 8, 9, 10]])
+    tgt = np.array([[1, 4, 5, 6, 2], [1, 7, 8, 9, 10]])
+    memory = model.encode(src)
+    mask = (mt.tensor(src) != 0).data[:, None, None, :]
+    full = model.decode(tgt, memory, mt.Tensor._wrap(mask)).numpy()
+    cache = model.new_cache()
+    steps = [model.decode(tgt[:, t:t + 1], memory, mt.Tensor._wrap(mask), cache=cache).numpy() for t in range(5)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    cache2 = model.new_cache()  # several new tokens at once use the causal triangle among them
+    two = [model.decode(tgt[:, :3], memory, mt.Tensor._wrap(mask), cache=cache2).numpy(),
+           model.decode(tgt[:, 3:], memory, mt.Tensor._wrap(mask), cache=cache2).numpy()]
+    np.testing.assert_allclose(np.concatenate(two, axis=1), full, atol=1e-5)
+
+
+def test_beam_size_one_equals_greedy(copy_model):
+    model, s = copy_model
+    src = make_batch(np.random.default_rng(6), 16, s)[0]
+    greedy = greedy_decode(model, src)
+    beam = hypotheses_to_array(beam_search(model, src, beam_size=1))
+    for g, b in zip(greedy, beam):
+        g = g[g != 0].tolist()
+        b = b[b != 0].tolist()
+        assert g == b
+
+
+def test_trained_copy_model_beam_search_copies(copy_model):
+    model, s = copy_model
+    src = make_batch(np.random.default_rng(7), 20, s)[0]
+    results = beam_search(model, src, beam_size=4, n_best=2)
+    for row, hyps in zip(src, results):
+        assert hyps[0].tokens == row[row != 0].tolist() + [2]
+        assert len(hyps) == 2 and hyps[0].score >= hyps[1].score
+
+
+class TableModel:
+    """A hand-built 'model' whose next-token distribution depends only on the prefix.
+
+    vocab: 0 pad, 1 bos, 2 eos, 3 A, 4 B. Greedy takes A (0.6) and then wanders; the best
+    whole sequence is B eos (0.4 x 0.9)."""
+
+    def __init__(self):
+        self.cfg = TransformerConfig(vocab_size=5, d_model=4, n_heads=1)
+
+    @staticmethod
+    def probs(prefix):
+        table = {(): [0, 0, 0.0, 0.6, 0.4], (3,): [0, 0, 0.3, 0.35, 0.35], (4,): [0, 0, 0.9, 0.05, 0.05]}
+        return np.array(table.get(tuple(prefix), [0, 0, 0.98, 0.01, 0.01]))
+
+    def eval(self):
+        return self
+
+    def as_ids(self, ids):
+        return mt.tensor(np.asarray(ids))
+
+    def encode(self, src, src_mask=None):
+        return src
+
+    def new_cache(self):
+        return None
+
+    def decode(self, tgt_in, memory, src_mask, cache=None):
+        ids = tgt_in.numpy()
+        out = np.zeros(ids.shape + (5,))
+        for b in range(ids.shape[0]):
+            out[b, -1] = np.log(np.maximum(self.probs(ids[b, 1:]), 1e-12))
+        return mt.tensor(out)
+
+    def generator(self, h):
+        return h
+
+
+def exhaustive_best(model, max_len, alpha):
+    best = None
+    for n in range(1, max_len + 1):
+        for body in itertools.product([3, 4], repeat=n - 1):
+            seq = list(body) + [2]
+            lp = sum(np.log(max(model.probs(seq[:i])[seq[i]], 1e-12)) for i in range(len(seq)))
+            score = lp / length_penalty(len(seq), alpha)
+            if best is None or score > best[0]:
+                best = (score, seq)
+    return best
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_search_returns_the_best_scoring_hypothesis(alpha):
+    model = TableModel()
+    src = np.array([[3, 3]])
+    greedy = greedy_decode(model, src, max_len=4, use_cache=False)[0].tolist()
+    assert greedy[0] == 3  # greedy commits to A
+    score, seq = exhaustive_best(model, 4, alpha)
+    hyp = beam_search(model, src, beam_size=2, alpha=alpha, max_len=4, use_cache=False)[0][0]
+    assert hyp.tokens == seq == [4, 2]
+    assert hyp.score == pytest.approx(score)
+
+
+def test_length_penalty_formula():
+    assert length_penalty(1, 0.6) == pytest.approx(1.0)
+    assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
+    assert length_penalty(10, 0.0) == 1.0
