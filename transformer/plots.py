@@ -13,12 +13,14 @@ import numpy as np  # noqa: E402
 
 def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str = "", ylabel: str = "",
                 logy: bool = False) -> Path:
-    """One line per entry of ``series`` (name -> values, one per step) against ``steps``."""
+    """One line per entry of ``series``: name -> values (one per step), or name -> (step, value) pairs."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for name, values in series.items():
-        xs = steps if len(values) == len(steps) else [s for s, _ in values]
-        ys = values if len(values) == len(steps) else [v for _, v in values]
-        ax.plot(xs, ys, label=name)
+        if values and isinstance(values[0], tuple):
+            xs, ys = [s for s, _ in values], [v for _, v in values]
+        else:
+            xs, ys = steps, values
+        ax.plot(xs, ys, label=name, marker="o" if len(xs) < 30 else None, markersize=3)
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel("step")

@@ -1,0 +1,162 @@
+"""The trainer: exact resume, survival of SIGKILL, a clear stop on NaN, and the CLI end to end
+(train -> average -> translate -> evaluate) on slices of Multi30k and on a WMT-format sample."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from transformer import data
+from transformer.checkpoint import load_checkpoint, step_checkpoints
+from transformer.cli import main
+from transformer.tokenizer import Tokenizer, encode_cached
+from transformer.train import ParallelData, Trainer, TrainingDiverged, TrainSettings
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A 400-pair slice of Multi30k with a 300-piece BPE model."""
+    folder = tmp_path_factory.mktemp("small")
+    en, de = data.multi30k("val", root=SHARED)
+    tok = Tokenizer.train(en[:400] + de[:400], folder / "spm", vocab_size=300)
+    train = ParallelData(encode_cached(tok, en[:360], folder / "a.npz"), encode_cached(tok, de[:360], folder / "b.npz"))
+    valid = ParallelData(encode_cached(tok, en[360:400], folder / "c.npz"), encode_cached(tok, de[360:400], folder / "d.npz"),
+                         en[360:400], de[360:400])
+    return tok, train, valid
+
+
+def tiny_settings(run_dir, **kw):
+    base = dict(run_dir=str(run_dir), d_model=32, n_heads=2, d_ff=64, layers=1, dropout=0.1, max_tokens=600,
+                warmup=10, lr_factor=1.0, max_steps=8, eval_every=4, bleu_sentences=5, beam_size=2, save_every=4,
+                keep_last=3, progress=False)
+    base.update(kw)
+    return TrainSettings(**base)
+
+
+def losses(run_dir):
+    return [json.loads(x)["loss"] for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_reproduces_the_uninterrupted_losses_exactly(small, tmp_path):
+    tok, train, valid = small
+    full = Trainer(tiny_settings(tmp_path / "full", max_steps=12), tok, train, valid)
+    full.fit()
+    part = Trainer(tiny_settings(tmp_path / "part", max_steps=8), tok, train, valid)  # "interrupted" after 8
+    part.fit()
+    resumed = Trainer(tiny_settings(tmp_path / "part", max_steps=12), tok, train, valid, resume=True)
+    assert resumed.step == 8
+    resumed.fit()
+    assert losses(tmp_path / "part") == losses(tmp_path / "full")  # bit for bit, dropout included
+    assert len(losses(tmp_path / "full")) == 12
+    for name in ("loss.png", "lr.png", "bleu.png", "train_summary.json", "best.npz", "settings.json"):
+        assert (tmp_path / "full" / name).exists()
+
+
+def test_keeps_the_last_n_checkpoints(small, tmp_path):
+    tok, train, valid = small
+    Trainer(tiny_settings(tmp_path, max_steps=20, save_every=2, keep_last=3), tok, train, valid).fit()
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["checkpoint_16.npz", "checkpoint_18.npz", "checkpoint_20.npz"]
+
+
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(small, tmp_path):
+    tok, train, valid = small
+    tr = Trainer(tiny_settings(tmp_path, max_steps=4), tok, train, valid)
+    tr.fit()
+    good = load_checkpoint(step_checkpoints(tmp_path)[-1])
+    tr.s.max_steps = 10
+    tr.model.parameters()[3].data[...] = np.nan  # a broken weight: the next loss is NaN
+    with pytest.raises(TrainingDiverged, match="loss is nan at update 5"):
+        tr.fit()
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["checkpoint_4.npz"]
+    again = load_checkpoint(step_checkpoints(tmp_path)[-1])
+    for k, v in good["model"].items():
+        np.testing.assert_array_equal(v, again["model"][k])
+
+
+def cli_train_args(run_dir, *extra):
+    return ["train", "--run-dir", str(run_dir), "--data-dir", str(SHARED), "--limit", "300", "--vocab-size", "250",
+            "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--layers", "1", "--max-tokens", "800",
+            "--warmup", "10", "--eval-every", "5", "--bleu-sentences", "5", "--beam-size", "2", "--no-progress",
+            *extra]
+
+
+def test_sigkill_mid_training_leaves_loadable_checkpoints_and_resume_continues(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "transformer", *cli_train_args(run, "--max-steps", "100000", "--save-every", "2")]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while (len(step_checkpoints(run)) if run.exists() else 0) < 3:
+            if proc.poll() is not None:
+                pytest.fail("training exited before it was killed")
+            if time.time() > deadline:
+                pytest.fail("no third checkpoint within 120 s")
+            time.sleep(0.1)
+        time.sleep(0.3)  # let it get into the middle of a later update
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    found = step_checkpoints(run)
+    assert len(found) >= 3
+    for p in found:  # every checkpoint on disk is complete
+        load_checkpoint(p)
+    assert not list(run.glob(".*.tmp.npz"))
+    last = int(found[-1].stem.split("_")[1])
+    main(cli_train_args(run, "--resume", "--max-steps", str(last + 2), "--save-every", "2"))
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, last + 3))  # no step twice, none missing
+
+
+def test_end_to_end_train_average_translate_evaluate(tmp_path, capsys):
+    run = tmp_path / "m30k"
+    summary = main(cli_train_args(run, "--max-steps", "6", "--save-every", "2"))
+    assert summary["steps"] == 6
+    main(["average", "--run-dir", str(run), "--last", "3"])
+    assert (run / "average.npz").exists()
+    src = tmp_path / "in.txt"
+    src.write_text("A dog runs.\nTwo men.\n")
+    out = tmp_path / "out.txt"
+    main(["translate", "--run-dir", str(run), "--checkpoint", str(run / "average.npz"), "--input", str(src),
+          "--output", str(out), "--beam", "2"])
+    assert len(out.read_text().splitlines()) == 2
+    result = main(["evaluate", "--run-dir", str(run), "--data-dir", str(SHARED), "--limit", "20", "--average", "3",
+                   "--beam", "2"])
+    assert result["sentences"] == 20 and 0.0 <= result["bleu"] <= 100.0
+    assert result["signature"].startswith("nrefs:1|case:mixed") and "case:lc" in result["signature_lowercase"]
+    assert "BLEU" in capsys.readouterr().out
+
+
+def test_wmt_format_sample_runs_through_the_whole_pipeline(tmp_path):
+    """Training text from two plain corpora, newstest-style SGM dev and test sets."""
+    en, de = data.multi30k("val", root=SHARED)
+
+    def sgm(path, lines, lang):
+        segs = "\n".join(f'<seg id="{i + 1}">{s.replace("&", "&amp;")}</seg>' for i, s in enumerate(lines))
+        path.write_text(f'<srcset setid="newstest" srclang="{lang}">\n<doc docid="d">\n{segs}\n</doc>\n</srcset>\n')
+        return path
+
+    files = {}
+    for name, (lo, hi) in {"europarl": (0, 150), "commoncrawl": (150, 300)}.items():
+        files[name] = (tmp_path / f"{name}.en", tmp_path / f"{name}.de")
+        files[name][0].write_text("\n".join(en[lo:hi]) + "\n")
+        files[name][1].write_text("\n".join(de[lo:hi]) + "\n")
+    dev = sgm(tmp_path / "newstest2013.en.sgm", en[300:320], "en"), sgm(tmp_path / "newstest2013.de.sgm", de[300:320], "de")
+    test = sgm(tmp_path / "newstest2014.en.sgm", en[320:340], "en"), sgm(tmp_path / "newstest2014.de.sgm", de[320:340], "de")
+    run = tmp_path / "wmt"
+    main(["train", "--preset", "wmt14-base", "--run-dir", str(run), "--device", "cpu", "--vocab-size", "250",
+          "--train-src", f"{files['europarl'][0]},{files['commoncrawl'][0]}",
+          "--train-tgt", f"{files['europarl'][1]},{files['commoncrawl'][1]}",
+          "--valid-src", str(dev[0]), "--valid-tgt", str(dev[1]), "--d-model", "32", "--n-heads", "2", "--d-ff", "64",
+          "--layers", "1", "--max-tokens", "800", "--update-freq", "2", "--max-steps", "4", "--eval-every", "2",
+          "--save-every", "2", "--bleu-sentences", "5", "--beam-size", "2", "--no-progress"])
+    result = main(["evaluate", "--run-dir", str(run), "--src", str(test[0]), "--ref", str(test[1]), "--beam", "2"])
+    assert result["sentences"] == 20

@@ -1,0 +1,211 @@
+"""``python -m transformer``: train, translate, evaluate, average.
+
+    python -m transformer train --preset multi30k-cpu --run-dir runs/m30k
+    python -m transformer evaluate --run-dir runs/m30k --average 3
+    echo "A dog runs in the park." | python -m transformer translate --run-dir runs/m30k
+    python -m transformer average --run-dir runs/m30k --last 3 --output runs/m30k/average.npz
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from . import data as D
+from .checkpoint import average_checkpoints, load_checkpoint, save_checkpoint, step_checkpoints
+from .config import TransformerConfig
+from .evaluate import bleu, translate
+from .model import Transformer
+from .presets import PRESETS
+from .tokenizer import Tokenizer, encode_cached
+from .train import ParallelData, Trainer, TrainSettings
+
+
+# ---------------------------------------------------------------------------- data preparation
+def load_corpora(args) -> dict:
+    """{"train": (src, tgt), "valid": (src, tgt), "test": (src, tgt) or None} as text."""
+    if args.dataset == "multi30k":
+        root = args.data_dir
+        return {"train": D.multi30k("train", args.src_lang, args.tgt_lang, root),
+                "valid": D.multi30k("val", args.src_lang, args.tgt_lang, root),
+                "test": D.multi30k("test_2016_flickr", args.src_lang, args.tgt_lang, root)}
+    if not (args.train_src and args.train_tgt and args.valid_src and args.valid_tgt):
+        raise SystemExit("wmt14 needs --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
+                         "(newstest2013); --test-src/--test-tgt (newstest2014) are optional")
+    train = D.concat_parallel(D.read_wmt_pair(s, t) for s, t in zip(args.train_src.split(","), args.train_tgt.split(",")))
+    test = D.read_wmt_pair(args.test_src, args.test_tgt) if args.test_src and args.test_tgt else None
+    return {"train": train, "valid": D.read_wmt_pair(args.valid_src, args.valid_tgt), "test": test}
+
+
+def prepare(args, run: Path, vocab_size: int, limit: int | None = None):
+    """Read, filter, train/load the joint BPE model, encode (cached): -> tokenizer, train, valid, test."""
+    corpora = load_corpora(args)
+    src, tgt = corpora["train"]
+    if limit:
+        src, tgt = src[:limit], tgt[:limit]
+    src, tgt, report = D.filter_pairs(src, tgt, max_len=args.max_words, max_ratio=args.max_ratio)
+    print(f"training data: {report}", file=sys.stderr)
+    model_path = run / "spm.model"
+    tok = Tokenizer(model_path) if model_path.exists() else Tokenizer.train(src + tgt, run / "spm", vocab_size)
+    cache = run / "cache"
+    train = ParallelData(encode_cached(tok, src, cache / "train.src.npz"), encode_cached(tok, tgt, cache / "train.tgt.npz"))
+    vs, vt = corpora["valid"]
+    valid = ParallelData(encode_cached(tok, vs, cache / "valid.src.npz"), encode_cached(tok, vt, cache / "valid.tgt.npz"),
+                         vs, vt)
+    return tok, train, valid, corpora["test"]
+
+
+# ---------------------------------------------------------------------------- loading models
+def load_model(run: Path, checkpoint: str | None = None, average: int = 0, device: str = "cpu"):
+    """(model, tokenizer) from a run directory: a given checkpoint, the average of the last N, or the newest."""
+    tok = Tokenizer(run / "spm.model")
+    if checkpoint:
+        ck = load_checkpoint(checkpoint)
+    else:
+        found = step_checkpoints(run)
+        if not found:
+            raise SystemExit(f"{run}: no checkpoint_<step>.npz files; train first")
+        ck = average_checkpoints(found[-average:]) if average > 1 else load_checkpoint(found[-1])
+    if ck["meta"].get("vocab_sha256") not in (None, tok.fingerprint()):
+        raise SystemExit(f"the checkpoint was trained with another vocabulary than {run / 'spm.model'}")
+    model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
+    model.load_state_dict(ck["model"])
+    return model.to(device).eval(), tok
+
+
+# ---------------------------------------------------------------------------- commands
+def add_data_args(p):
+    p.add_argument("--dataset", choices=["multi30k", "wmt14"], help="default: the preset's")
+    p.add_argument("--data-dir", help="a local Multi30k directory (default: download into the cache)")
+    p.add_argument("--src-lang", default="en")
+    p.add_argument("--tgt-lang", default="de")
+    for side in ("train", "valid", "test"):
+        for lang in ("src", "tgt"):
+            p.add_argument(f"--{side}-{lang}", help=f"WMT14 {side} {lang} file(s), plain or .sgm")
+    p.add_argument("--max-words", type=int, default=250, help="drop training pairs with a longer side")
+    p.add_argument("--max-ratio", type=float, default=3.0, help="drop training pairs with a larger length ratio")
+
+
+def cmd_train(args) -> dict:
+    preset = PRESETS[args.preset]
+    args.dataset = args.dataset or preset["dataset"]
+    overrides = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
+    settings = TrainSettings(**{**preset["settings"], **overrides, "run_dir": args.run_dir,
+                                "progress": not args.no_progress})
+    run = Path(args.run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    tok, train, valid, _ = prepare(args, run, args.vocab_size or preset["vocab_size"], args.limit)
+    trainer = Trainer(settings, tok, train, valid, resume=args.resume)
+    print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
+          f"starting at update {trainer.step}", file=sys.stderr)
+    summary = trainer.fit()
+    print(json.dumps(summary, indent=2))
+    return summary
+
+
+def cmd_average(args) -> None:
+    run = Path(args.run_dir)
+    found = step_checkpoints(run)[-args.last:]
+    if not found:
+        raise SystemExit(f"{run}: no checkpoints to average")
+    ck = average_checkpoints(found)
+    model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
+    model.load_state_dict(ck["model"])
+    out = save_checkpoint(args.output or run / "average.npz", model, None, {**ck["meta"], "averaged": [p.name for p in found]})
+    print(f"averaged {', '.join(p.name for p in found)} -> {out}")
+
+
+def cmd_translate(args) -> None:
+    model, tok = load_model(Path(args.run_dir), args.checkpoint, args.average, args.device)
+    lines = D.read_lines(args.input) if args.input else [x.rstrip("\n") for x in sys.stdin]
+    out = translate(model, tok, lines, beam_size=args.beam, alpha=args.alpha, device=args.device,
+                    progress=args.output is not None)
+    text = "\n".join(out) + ("\n" if out else "")
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_evaluate(args) -> dict:
+    run = Path(args.run_dir)
+    model, tok = load_model(run, args.checkpoint, args.average, args.device)
+    if args.src and args.ref:
+        src, ref = D.read_wmt_pair(args.src, args.ref)
+    else:
+        split = args.split or "test_2016_flickr"
+        src, ref = D.multi30k(split, args.src_lang, args.tgt_lang, args.data_dir)
+    if args.limit:
+        src, ref = src[:args.limit], ref[:args.limit]
+    hyps = translate(model, tok, src, beam_size=args.beam, alpha=args.alpha, device=args.device)
+    cased, lower = bleu(hyps, ref), bleu(hyps, ref, lowercase=True)
+    result = {"sentences": len(src), "bleu": cased["score"], "signature": cased["signature"],
+              "bleu_lowercase": lower["score"], "signature_lowercase": lower["signature"],
+              "beam": args.beam, "alpha": args.alpha, "checkpoint": args.checkpoint or f"last {max(args.average, 1)}"}
+    (run / "hypotheses.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    (run / "evaluation.json").write_text(json.dumps(result, indent=2))
+    print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
+    print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})")
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m transformer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a translation model", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    t.add_argument("--preset", choices=sorted(PRESETS), default="multi30k-cpu")
+    t.add_argument("--run-dir", required=True, help="checkpoints, metrics, plots and the BPE model go here")
+    t.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
+    t.add_argument("--vocab-size", type=int, help="joint BPE vocabulary (default: the preset's)")
+    t.add_argument("--limit", type=int, help="use only the first N training pairs (for quick trials)")
+    t.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
+    add_data_args(t)
+    for f in fields(TrainSettings):
+        if f.name in ("run_dir", "progress"):
+            continue
+        kind = type(f.default)
+        flag = "--" + f.name.replace("_", "-")
+        if kind is bool:
+            t.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes"), default=None, help="true/false")
+        else:
+            t.add_argument(flag, type=kind, default=None, help=f"default: the preset's (else {f.default})")
+    t.set_defaults(func=cmd_train)
+
+    for name, func, helptext in (("translate", cmd_translate, "translate text (stdin -> stdout, or files)"),
+                                 ("evaluate", cmd_evaluate, "BLEU on a test set (Multi30k test2016 by default)")):
+        c = sub.add_parser(name, help=helptext)
+        c.add_argument("--run-dir", required=True)
+        c.add_argument("--checkpoint", help="a checkpoint file (default: the newest, or --average N)")
+        c.add_argument("--average", type=int, default=0, help="average the last N checkpoints")
+        c.add_argument("--beam", type=int, default=4)
+        c.add_argument("--alpha", type=float, default=0.6)
+        c.add_argument("--device", default="cpu")
+        if name == "translate":
+            c.add_argument("--input", help="a text file, one sentence per line (default: stdin)")
+            c.add_argument("--output", help="where to write (default: stdout)")
+        else:
+            c.add_argument("--split", help="Multi30k split (default test_2016_flickr)")
+            c.add_argument("--data-dir", help="a local Multi30k directory")
+            c.add_argument("--src", help="a source file (WMT: newstest2014, plain or .sgm)")
+            c.add_argument("--ref", help="its reference translations")
+            c.add_argument("--src-lang", default="en")
+            c.add_argument("--tgt-lang", default="de")
+            c.add_argument("--limit", type=int, help="only the first N sentences")
+        c.set_defaults(func=func)
+
+    a = sub.add_parser("average", help="average the last N checkpoints into one file")
+    a.add_argument("--run-dir", required=True)
+    a.add_argument("--last", type=int, default=5)
+    a.add_argument("--output")
+    a.set_defaults(func=cmd_average)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,286 @@
+"""Training a translation model: token batches, label smoothing, the Noam schedule, periodic
+validation, JSONL metrics, plots, checkpoints that survive a crash, exact resume.
+
+The loop in one sentence: for each update, sum the label-smoothed loss of ``update_freq``
+token batches, divide by their number of target tokens, backpropagate, clip (optionally),
+set the learning rate from equation (3), step Adam; every ``eval_every`` updates validate, and
+every ``save_every`` updates write ``checkpoint_<step>.npz`` (keeping the last N and the best).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+import minitensor as mt
+from minitensor import optim
+
+from .batching import collate, token_batches
+from .checkpoint import load_checkpoint, prune_checkpoints, save_checkpoint, step_checkpoints
+from .config import TransformerConfig
+from .evaluate import bleu, translate
+from .loss import label_smoothed_loss
+from .model import Transformer
+from .plots import plot_curves
+from .schedule import NoamSchedule, paper_adam
+from .tokenizer import Tokenizer
+
+
+class TrainingDiverged(FloatingPointError):
+    """The loss became NaN or infinite; the last good checkpoint is left as it was."""
+
+
+@dataclass
+class TrainSettings:
+    """Everything about a training run except the data (saved beside it as settings.json)."""
+
+    run_dir: str = "runs/translate"
+    # model
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    # optimisation
+    max_tokens: int = 4096          # padded tokens per batch (the larger of source/target side)
+    update_freq: int = 1            # batches per update (gradient accumulation)
+    smoothing: float = 0.1
+    warmup: int = 4000
+    lr_factor: float = 1.0
+    clip_norm: float = 0.0          # 0: no clipping
+    max_steps: int = 100_000
+    max_epochs: int = 1000
+    max_minutes: float = 0.0        # 0: no time limit; else stop (and save) after this much training
+    # validation and checkpoints
+    eval_every: int = 1000
+    bleu_sentences: int = 200       # validation sentences translated for BLEU (0: none)
+    beam_size: int = 4
+    alpha: float = 0.6
+    save_every: int = 1000
+    keep_last: int = 5
+    seed: int = 1
+    device: str = "cpu"
+    progress: bool = True
+
+    def model_config(self, vocab_size: int) -> TransformerConfig:
+        return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
+                                 n_encoder_layers=self.layers, n_decoder_layers=self.layers, dropout=self.dropout,
+                                 attention_dropout=self.attention_dropout, norm_first=self.norm_first,
+                                 positional=self.positional, max_len=1024)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainSettings":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown training settings: {sorted(unknown)}")
+        return cls(**d)
+
+
+@dataclass
+class ParallelData:
+    """Token ids of a parallel corpus (lists of int arrays, no bos/eos) and, for validation, its text."""
+
+    src: Sequence[np.ndarray]
+    tgt: Sequence[np.ndarray]
+    src_text: Sequence[str] = field(default_factory=list)
+    tgt_text: Sequence[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+class Trainer:
+    """Owns the model, optimizer, schedule and position in the data; ``fit()`` runs to the end."""
+
+    def __init__(self, settings: TrainSettings, tokenizer: Tokenizer, train: ParallelData,
+                 valid: ParallelData | None = None, resume: bool = False):
+        self.s = settings
+        self.tok = tokenizer
+        self.train_data, self.valid_data = train, valid
+        self.run = Path(settings.run_dir)
+        self.run.mkdir(parents=True, exist_ok=True)
+        mt.manual_seed(settings.seed)
+        self.cfg = settings.model_config(tokenizer.vocab_size)
+        self.model = Transformer(self.cfg).to(settings.device)
+        self.opt = paper_adam(self.model.parameters())
+        self.sched = NoamSchedule(self.opt, self.cfg.d_model, settings.warmup, settings.lr_factor)
+        self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.best_valid = math.inf
+        self.train_seconds = 0.0
+        self.history: list[dict] = []
+        (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+        if resume:
+            self.resume()
+
+    # ------------------------------------------------------------------ checkpoints
+    def _meta(self) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                "schedule": self.sched.state_dict(), "rng": mt.get_rng_state(), "config": self.cfg.to_dict(),
+                "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(), "best_valid": self.best_valid,
+                "train_seconds": self.train_seconds}
+
+    def save(self) -> Path:
+        path = save_checkpoint(self.run / f"checkpoint_{self.step}.npz", self.model, self.opt, self._meta())
+        prune_checkpoints(self.run, self.s.keep_last)
+        return path
+
+    def resume(self) -> bool:
+        """Continue from the newest checkpoint in the run directory (False if there is none)."""
+        found = step_checkpoints(self.run)
+        if not found:
+            return False
+        ck = load_checkpoint(found[-1])
+        meta = ck["meta"]
+        if meta["vocab_sha256"] != self.tok.fingerprint():
+            raise ValueError(f"{found[-1]} was trained with another sentencepiece model (vocabulary hash differs)")
+        if TransformerConfig.from_dict(meta["config"]) != self.cfg:
+            raise ValueError(f"{found[-1]} holds a model of another configuration than these settings")
+        self.model.load_state_dict(ck["model"])
+        self.model.to(self.s.device)
+        self.opt.load_state_dict(ck["optimizer"])
+        self.sched.load_state_dict(meta["schedule"])
+        mt.set_rng_state(meta["rng"])
+        self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
+        self.best_valid, self.train_seconds = meta["best_valid"], meta["train_seconds"]
+        metrics = self.run / "metrics.jsonl"
+        if metrics.exists():  # forget log lines written after that checkpoint
+            lines = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+            self.history = [r for r in lines if r["step"] <= self.step]
+            metrics.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+        return True
+
+    # ------------------------------------------------------------------ one update
+    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        lengths = [len(x) for x in self.train_data.src], [len(y) for y in self.train_data.tgt]
+        return token_batches(*lengths, self.s.max_tokens, seed=self.s.seed * 100_003 + epoch)
+
+    def update(self, group: list[np.ndarray]) -> float:
+        """One optimizer step over the batches in ``group``; returns the loss per target token."""
+        batches = [collate(self.train_data.src, self.train_data.tgt, idx) for idx in group]
+        tokens = sum(b.target_tokens for b in batches)
+        self.model.train()
+        self.opt.zero_grad()
+        total = 0.0
+        dev = self.s.device
+        for b in batches:
+            logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
+            loss = label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id, self.s.smoothing,
+                                       reduction="sum")
+            (loss * (1.0 / tokens)).backward()
+            total += loss.item()
+        per_token = total / tokens
+        if not math.isfinite(per_token):
+            raise TrainingDiverged(
+                f"loss is {per_token} at update {self.step + 1}; stopping. The newest checkpoint in {self.run} "
+                "is from before this update; resume from it with a lower --lr-factor or with --clip-norm")
+        if self.s.clip_norm > 0:
+            optim.clip_grad_norm(self.opt.params, self.s.clip_norm)
+        self.sched.step()
+        self.opt.step()
+        self.step += 1
+        return per_token
+
+    # ------------------------------------------------------------------ validation
+    @mt.no_grad()
+    def validate(self) -> dict:
+        """Loss and perplexity on all validation pairs; BLEU on the first ``bleu_sentences``."""
+        v = self.valid_data
+        self.model.eval()
+        total, tokens = 0.0, 0
+        lengths = [len(x) for x in v.src], [len(y) for y in v.tgt]
+        dev = self.s.device
+        for idx in token_batches(*lengths, self.s.max_tokens, shuffle=False):
+            b = collate(v.src, v.tgt, idx)
+            logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
+            total += label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id, 0.0,
+                                         reduction="sum").item()
+            tokens += b.target_tokens
+        out = {"valid_nll": total / tokens, "valid_ppl": math.exp(min(total / tokens, 50))}
+        n = min(self.s.bleu_sentences, len(v.src_text))
+        if n:
+            hyps = translate(self.model, self.tok, v.src_text[:n], beam_size=self.s.beam_size, alpha=self.s.alpha,
+                             max_tokens=self.s.max_tokens, device=dev, progress=False)
+            out["valid_bleu"] = bleu(hyps, v.tgt_text[:n])["score"]
+        self.model.train()
+        return out
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> dict:
+        s = self.s
+        metrics = open(self.run / "metrics.jsonl", "a")
+        bar = tqdm(total=s.max_steps, initial=self.step, desc="training", disable=not s.progress, dynamic_ncols=True)
+        start = time.perf_counter() - self.train_seconds
+        stop_reason = "max_steps"
+        try:
+            while self.step < s.max_steps:
+                if self.epoch >= s.max_epochs:
+                    stop_reason = "max_epochs"
+                    break
+                batches = self._epoch_batches(self.epoch)
+                groups = [batches[i:i + s.update_freq] for i in range(0, len(batches), s.update_freq)]
+                while self.batch_in_epoch < len(groups) and self.step < s.max_steps:
+                    loss = self.update(groups[self.batch_in_epoch])
+                    self.batch_in_epoch += 1
+                    self.train_seconds = time.perf_counter() - start
+                    record = {"step": self.step, "epoch": self.epoch, "loss": loss, "lr": self.opt.lr,
+                              "seconds": round(self.train_seconds, 2)}
+                    if self.valid_data is not None and self.step % s.eval_every == 0:
+                        record.update(self.validate())
+                        self.train_seconds = time.perf_counter() - start
+                        if record["valid_nll"] < self.best_valid:
+                            self.best_valid = record["valid_nll"]
+                            save_checkpoint(self.run / "best.npz", self.model, None, self._meta())
+                    metrics.write(json.dumps(record) + "\n")
+                    metrics.flush()
+                    self.history.append(record)
+                    bar.update(1)
+                    if not s.progress and ("valid_nll" in record or self.step % 50 == 0):
+                        print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
+                              flush=True)
+                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu") if k in record})
+                    out_of_time = s.max_minutes > 0 and self.train_seconds >= 60 * s.max_minutes
+                    if self.step % s.save_every == 0 or out_of_time:
+                        self.save()
+                    if out_of_time:
+                        stop_reason = "max_minutes"
+                        return self._finish(stop_reason)
+                if self.batch_in_epoch >= len(groups):
+                    self.epoch += 1
+                    self.batch_in_epoch = 0
+            return self._finish(stop_reason)
+        finally:
+            bar.close()
+            metrics.close()
+
+    def _finish(self, reason: str) -> dict:
+        if not step_checkpoints(self.run) or step_checkpoints(self.run)[-1].name != f"checkpoint_{self.step}.npz":
+            self.save()
+        self.plot()
+        summary = {"steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds, 1),
+                   "stopped_by": reason, "best_valid_nll": self.best_valid}
+        (self.run / "train_summary.json").write_text(json.dumps(summary, indent=2))
+        return summary
+
+    def plot(self) -> None:
+        h = self.history
+        if not h:
+            return
+        steps = [r["step"] for r in h]
+        plot_curves(self.run / "loss.png", steps, {"train (label-smoothed)": [r["loss"] for r in h],
+                                                   "valid NLL": [(r["step"], r["valid_nll"]) for r in h if "valid_nll" in r]},
+                    title="learning curves", ylabel="loss per target token")
+        plot_curves(self.run / "lr.png", steps, {"learning rate": [r["lr"] for r in h]}, title="Noam schedule",
+                    ylabel="learning rate")
+        bleus = [(r["step"], r["valid_bleu"]) for r in h if "valid_bleu" in r]
+        if bleus:
+            plot_curves(self.run / "bleu.png", steps, {"valid BLEU": bleus}, title="validation BLEU", ylabel="BLEU")
