@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, fields
+from dataclasses import fields
 from pathlib import Path
 
 from . import data as D
@@ -34,9 +34,9 @@ def load_corpora(args) -> dict:
     if not (args.train_src and args.train_tgt and args.valid_src and args.valid_tgt):
         raise SystemExit("wmt14 needs --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
                          "(newstest2013); --test-src/--test-tgt (newstest2014) are optional")
-    train = D.concat_parallel(D.read_wmt_pair(s, t) for s, t in zip(args.train_src.split(","), args.train_tgt.split(",")))
-    test = D.read_wmt_pair(args.test_src, args.test_tgt) if args.test_src and args.test_tgt else None
-    return {"train": train, "valid": D.read_wmt_pair(args.valid_src, args.valid_tgt), "test": test}
+    train = D.concat_parallel(D.read_parallel(s, t) for s, t in zip(args.train_src.split(","), args.train_tgt.split(",")))
+    test = D.read_parallel(args.test_src, args.test_tgt) if args.test_src and args.test_tgt else None
+    return {"train": train, "valid": D.read_parallel(args.valid_src, args.valid_tgt), "test": test}
 
 
 def prepare(args, run: Path, vocab_size: int, limit: int | None = None):
@@ -133,7 +133,7 @@ def cmd_evaluate(args) -> dict:
     run = Path(args.run_dir)
     model, tok = load_model(run, args.checkpoint, args.average, args.device)
     if args.src and args.ref:
-        src, ref = D.read_wmt_pair(args.src, args.ref)
+        src, ref = D.read_parallel(args.src, args.ref)
     else:
         split = args.split or "test_2016_flickr"
         src, ref = D.multi30k(split, args.src_lang, args.tgt_lang, args.data_dir)

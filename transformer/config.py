@@ -117,8 +117,12 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TransformerConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown TransformerConfig fields: {sorted(unknown)}")
-        return cls(**d)
+        return from_dict(cls, d)
+
+
+def from_dict(cls, d: dict):
+    """Build the dataclass ``cls`` from a dict (e.g. read from JSON), naming any unknown keys."""
+    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields: {sorted(unknown)}")
+    return cls(**d)

@@ -46,8 +46,9 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
-    """Both sides of a parallel corpus; their line counts must agree."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    """Both sides of a parallel corpus, plain text or WMT SGM (by the file name); their
+    sentence counts must agree. WMT14: training text pairs, newstest2013 (dev), newstest2014 (test)."""
+    src, tgt = read_text_or_sgm(src_path), read_text_or_sgm(tgt_path)
     if len(src) != len(tgt):
         raise DataError(f"parallel files differ in length: {src_path} has {len(src)} lines, "
                         f"{tgt_path} has {len(tgt)} lines")
@@ -186,15 +187,6 @@ def read_sgm(path: str | Path) -> list[str]:
 def read_text_or_sgm(path: str | Path) -> list[str]:
     """Plain text (one sentence per line, .gz allowed) or SGM, by the file name."""
     return read_sgm(path) if str(path).lower().endswith((".sgm", ".sgm.gz")) else read_lines(path)
-
-
-def read_wmt_pair(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
-    """A WMT parallel set (training text, newstest2013 dev, newstest2014 test), plain or SGM."""
-    src, tgt = read_text_or_sgm(src_path), read_text_or_sgm(tgt_path)
-    if len(src) != len(tgt):
-        raise DataError(f"parallel files differ in length: {src_path} has {len(src)} segments, "
-                        f"{tgt_path} has {len(tgt)} segments")
-    return src, tgt
 
 
 def concat_parallel(pairs: Iterable[tuple[Sequence[str], Sequence[str]]]) -> tuple[list[str], list[str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -76,14 +76,6 @@ class TrainSettings:
                                  n_encoder_layers=self.layers, n_decoder_layers=self.layers, dropout=self.dropout,
                                  attention_dropout=self.attention_dropout, norm_first=self.norm_first,
                                  positional=self.positional, max_len=1024)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainSettings":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown training settings: {sorted(unknown)}")
-        return cls(**d)
 
 
 @dataclass

@@ -4,7 +4,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Iterator
 
-import numpy as np
 
 from .. import backend
 from ..tensor import Tensor

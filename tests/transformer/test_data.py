@@ -62,7 +62,7 @@ def test_sgm_segments_are_extracted_and_unescaped(tmp_path):
     p = write(tmp_path / "newstest2014.de.sgm", sgm)
     assert data.read_sgm(p) == ["Gutach: Mehr Sicherheit & Fußgänger", "Zweiter Satz."]
     plain = write(tmp_path / "newstest2014.en", "Gutach: more safety\nSecond sentence.\n")
-    src, tgt = data.read_wmt_pair(plain, p)
+    src, tgt = data.read_parallel(plain, p)
     assert len(src) == len(tgt) == 2
     with pytest.raises(DataError, match="no <seg>"):
         data.read_sgm(plain)
