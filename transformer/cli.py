@@ -4,6 +4,7 @@
     python -m transformer evaluate --run-dir runs/m30k --average 3
     echo "A dog runs in the park." | python -m transformer translate --run-dir runs/m30k
     python -m transformer average --run-dir runs/m30k --last 3 --output runs/m30k/average.npz
+    mpiexec -n 2 python -m transformer train --preset multi30k-cpu --run-dir runs/m30k-dp --distributed
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import json
 import sys
 from dataclasses import fields
 from pathlib import Path
+
+from minitensor import distributed
 
 from . import data as D
 from .checkpoint import average_checkpoints, load_checkpoint, save_checkpoint, step_checkpoints
@@ -39,14 +42,15 @@ def load_corpora(args) -> dict:
     return {"train": train, "valid": D.read_parallel(args.valid_src, args.valid_tgt), "test": test}
 
 
-def prepare(args, run: Path, vocab_size: int, limit: int | None = None):
+def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: bool = False):
     """Read, filter, train/load the joint BPE model, encode (cached): -> tokenizer, train, valid, test."""
     corpora = load_corpora(args)
     src, tgt = corpora["train"]
     if limit:
         src, tgt = src[:limit], tgt[:limit]
     src, tgt, report = D.filter_pairs(src, tgt, max_len=args.max_words, max_ratio=args.max_ratio)
-    print(f"training data: {report}", file=sys.stderr)
+    if not quiet:
+        print(f"training data: {report}", file=sys.stderr)
     model_path = run / "spm.model"
     tok = Tokenizer(model_path) if model_path.exists() else Tokenizer.train(src + tgt, run / "spm", vocab_size)
     cache = run / "cache"
@@ -95,13 +99,21 @@ def cmd_train(args) -> dict:
     settings = TrainSettings(**{**preset["settings"], **overrides, "run_dir": args.run_dir,
                                 "progress": not args.no_progress})
     run = Path(args.run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    tok, train, valid, _ = prepare(args, run, args.vocab_size or preset["vocab_size"], args.limit)
-    trainer = Trainer(settings, tok, train, valid, resume=args.resume)
-    print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
-          f"starting at update {trainer.step}", file=sys.stderr)
+    comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
+    if comm.rank == 0:
+        run.mkdir(parents=True, exist_ok=True)
+    else:  # rank 0 trains the BPE model and writes the id caches first; the others then load them
+        comm.barrier(timeout=24 * 3600)
+    tok, train, valid, _ = prepare(args, run, args.vocab_size or preset["vocab_size"], args.limit, quiet=comm.rank > 0)
+    if comm.rank == 0 and comm.world_size > 1:
+        comm.barrier(timeout=24 * 3600)
+    trainer = Trainer(settings, tok, train, valid, resume=args.resume, comm=comm)
+    if comm.rank == 0:
+        print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
+              f"{comm.world_size} process(es); starting at update {trainer.step}", file=sys.stderr)
     summary = trainer.fit()
-    print(json.dumps(summary, indent=2))
+    if comm.rank == 0:
+        print(json.dumps(summary, indent=2))
     return summary
 
 
@@ -164,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--vocab-size", type=int, help="joint BPE vocabulary (default: the preset's)")
     t.add_argument("--limit", type=int, help="use only the first N training pairs (for quick trials)")
     t.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
+    t.add_argument("--distributed", action="store_true",
+                   help="data parallel over the processes of an mpiexec launch (NCCL on cuda, MPI on cpu)")
     add_data_args(t)
     for f in fields(TrainSettings):
         if f.name in ("run_dir", "progress"):

@@ -16,7 +16,9 @@ def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str
     """One line per entry of ``series``: name -> values (one per step), or name -> (step, value) pairs."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for name, values in series.items():
-        if values and isinstance(values[0], tuple):
+        if len(values) == 0:
+            continue
+        if isinstance(values[0], tuple):
             xs, ys = [s for s, _ in values], [v for _, v in values]
         else:
             xs, ys = steps, values

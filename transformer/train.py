@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 import minitensor as mt
 from minitensor import optim
+from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, token_batches
 from .checkpoint import load_checkpoint, prune_checkpoints, save_checkpoint, step_checkpoints
@@ -92,25 +93,38 @@ class ParallelData:
 
 
 class Trainer:
-    """Owns the model, optimizer, schedule and position in the data; ``fit()`` runs to the end."""
+    """Owns the model, optimizer, schedule and position in the data; ``fit()`` runs to the end.
+
+    Data parallel: give a ``comm`` from :func:`minitensor.distributed.init` (one process per
+    device, launched by mpiexec). Rank 0's initial weights are broadcast; every update takes
+    ``update_freq x world_size`` batches and each rank processes its share; the summed
+    gradients, loss and token count travel in one flat buffer through one all-reduce, and the
+    gradient is divided by the global number of target tokens. Only rank 0 writes files.
+    """
 
     def __init__(self, settings: TrainSettings, tokenizer: Tokenizer, train: ParallelData,
-                 valid: ParallelData | None = None, resume: bool = False):
+                 valid: ParallelData | None = None, resume: bool = False, comm: Communicator | None = None):
         self.s = settings
         self.tok = tokenizer
+        self.comm = comm or SingleProcess()
+        self.main = self.comm.rank == 0
         self.train_data, self.valid_data = train, valid
         self.run = Path(settings.run_dir)
-        self.run.mkdir(parents=True, exist_ok=True)
+        if self.main:
+            self.run.mkdir(parents=True, exist_ok=True)
         mt.manual_seed(settings.seed)
         self.cfg = settings.model_config(tokenizer.vocab_size)
         self.model = Transformer(self.cfg).to(settings.device)
+        for p in self.model.parameters():  # every rank starts from rank 0's weights
+            self.comm.broadcast(p.data)
         self.opt = paper_adam(self.model.parameters())
         self.sched = NoamSchedule(self.opt, self.cfg.d_model, settings.warmup, settings.lr_factor)
-        self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.step, self.epoch, self.batch_in_epoch = 0, 0, 0  # batch_in_epoch: batches consumed, all ranks
         self.best_valid = math.inf
         self.train_seconds = 0.0
         self.history: list[dict] = []
-        (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+        if self.main:
+            (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
         if resume:
             self.resume()
 
@@ -119,16 +133,21 @@ class Trainer:
         return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "schedule": self.sched.state_dict(), "rng": mt.get_rng_state(), "config": self.cfg.to_dict(),
                 "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(), "best_valid": self.best_valid,
-                "train_seconds": self.train_seconds}
+                "train_seconds": self.train_seconds, "world_size": self.comm.world_size}
 
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        if not self.main:
+            return None
         path = save_checkpoint(self.run / f"checkpoint_{self.step}.npz", self.model, self.opt, self._meta())
         prune_checkpoints(self.run, self.s.keep_last)
         return path
 
     def resume(self) -> bool:
-        """Continue from the newest checkpoint in the run directory (False if there is none)."""
-        found = step_checkpoints(self.run)
+        """Continue from the newest checkpoint in the run directory (False if there is none).
+
+        Works for any world size: training goes on at the first batch not yet consumed.
+        """
+        found = step_checkpoints(self.run) if self.run.exists() else []
         if not found:
             return False
         ck = load_checkpoint(found[-1])
@@ -148,7 +167,8 @@ class Trainer:
         if metrics.exists():  # forget log lines written after that checkpoint
             lines = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
             self.history = [r for r in lines if r["step"] <= self.step]
-            metrics.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+            if self.main:
+                metrics.write_text("".join(json.dumps(r) + "\n" for r in self.history))
         return True
 
     # ------------------------------------------------------------------ one update
@@ -156,21 +176,33 @@ class Trainer:
         lengths = [len(x) for x in self.train_data.src], [len(y) for y in self.train_data.tgt]
         return token_batches(*lengths, self.s.max_tokens, seed=self.s.seed * 100_003 + epoch)
 
-    def update(self, group: list[np.ndarray]) -> float:
-        """One optimizer step over the batches in ``group``; returns the loss per target token."""
-        batches = [collate(self.train_data.src, self.train_data.tgt, idx) for idx in group]
-        tokens = sum(b.target_tokens for b in batches)
+    def _reseed_dropout(self) -> None:
+        """Dropout masks depend on (seed, update, rank) only, so a resumed run, whatever its
+        world size, draws exactly the masks an uninterrupted one would."""
+        seq = np.random.SeedSequence([self.s.seed, self.step, self.comm.rank])
+        mt.manual_seed(int(seq.generate_state(1)[0]))
+
+    def update(self, group: list[np.ndarray], stop_flag: float = 0.0) -> tuple[float, bool]:
+        """One optimizer step over ``group`` (this rank takes every world_size-th batch).
+
+        Returns (loss per target token over all ranks, whether rank 0 asked to stop after it).
+        """
+        mine = group[self.comm.rank::self.comm.world_size]
+        batches = [collate(self.train_data.src, self.train_data.tgt, idx) for idx in mine]
+        self._reseed_dropout()
         self.model.train()
         self.opt.zero_grad()
-        total = 0.0
+        loss_sum, tokens = 0.0, 0
         dev = self.s.device
         for b in batches:
             logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
             loss = label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id, self.s.smoothing,
                                        reduction="sum")
-            (loss * (1.0 / tokens)).backward()
-            total += loss.item()
-        per_token = total / tokens
+            loss.backward()
+            loss_sum += loss.item()
+            tokens += b.target_tokens
+        loss_sum, tokens, stop = self._reduce_gradients(loss_sum, tokens, stop_flag)
+        per_token = loss_sum / tokens
         if not math.isfinite(per_token):
             raise TrainingDiverged(
                 f"loss is {per_token} at update {self.step + 1}; stopping. The newest checkpoint in {self.run} "
@@ -180,7 +212,35 @@ class Trainer:
         self.sched.step()
         self.opt.step()
         self.step += 1
-        return per_token
+        return per_token, stop
+
+    def _reduce_gradients(self, loss_sum: float, tokens: int, stop_flag: float):
+        """Sum gradients, loss and token count over ranks (one all-reduce of one flat buffer),
+        then divide the gradients by the global token count."""
+        params = self.opt.params
+        if self.comm.world_size == 1:
+            scale = 1.0 / tokens
+            for p in params:
+                if p.grad is not None:
+                    p.grad.data *= scale
+            return loss_sum, tokens, stop_flag > 0
+        xp = params[0].xp
+        sizes = [p.size for p in params]
+        flat = xp.zeros(sum(sizes) + 3, dtype=params[0].dtype)
+        offset = 0
+        for p, n in zip(params, sizes):
+            if p.grad is not None:
+                flat[offset:offset + n] = p.grad.data.reshape(-1)
+            offset += n
+        flat[offset:] = xp.asarray([loss_sum, tokens, stop_flag], dtype=flat.dtype)
+        self.comm.all_reduce(flat)
+        loss_sum, tokens, stop = (float(v) for v in flat[offset:].tolist())
+        flat[:offset] *= 1.0 / tokens
+        offset = 0
+        for p, n in zip(params, sizes):
+            p.grad = mt.Tensor._wrap(flat[offset:offset + n].reshape(p.shape))
+            offset += n
+        return loss_sum, int(round(tokens)), stop > 0
 
     # ------------------------------------------------------------------ validation
     @mt.no_grad()
@@ -209,58 +269,61 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     def fit(self) -> dict:
         s = self.s
-        metrics = open(self.run / "metrics.jsonl", "a")
-        bar = tqdm(total=s.max_steps, initial=self.step, desc="training", disable=not s.progress, dynamic_ncols=True)
+        metrics = open(self.run / "metrics.jsonl", "a") if self.main else None
+        bar = tqdm(total=s.max_steps, initial=self.step, desc="training", disable=not (s.progress and self.main),
+                   dynamic_ncols=True)
         start = time.perf_counter() - self.train_seconds
-        stop_reason = "max_steps"
+        chunk = s.update_freq * self.comm.world_size
         try:
             while self.step < s.max_steps:
                 if self.epoch >= s.max_epochs:
-                    stop_reason = "max_epochs"
-                    break
+                    return self._finish("max_epochs")
                 batches = self._epoch_batches(self.epoch)
-                groups = [batches[i:i + s.update_freq] for i in range(0, len(batches), s.update_freq)]
-                while self.batch_in_epoch < len(groups) and self.step < s.max_steps:
-                    loss = self.update(groups[self.batch_in_epoch])
-                    self.batch_in_epoch += 1
+                while self.batch_in_epoch < len(batches) and self.step < s.max_steps:
+                    group = batches[self.batch_in_epoch:self.batch_in_epoch + chunk]
+                    out_of_time = s.max_minutes > 0 and time.perf_counter() - start >= 60 * s.max_minutes
+                    loss, stop = self.update(group, stop_flag=float(out_of_time and self.main))
+                    self.batch_in_epoch += len(group)
                     self.train_seconds = time.perf_counter() - start
                     record = {"step": self.step, "epoch": self.epoch, "loss": loss, "lr": self.opt.lr,
                               "seconds": round(self.train_seconds, 2)}
-                    if self.valid_data is not None and self.step % s.eval_every == 0:
+                    if self.main and self.valid_data is not None and self.step % s.eval_every == 0:
                         record.update(self.validate())
                         self.train_seconds = time.perf_counter() - start
                         if record["valid_nll"] < self.best_valid:
                             self.best_valid = record["valid_nll"]
                             save_checkpoint(self.run / "best.npz", self.model, None, self._meta())
-                    metrics.write(json.dumps(record) + "\n")
-                    metrics.flush()
+                    if self.main:
+                        metrics.write(json.dumps(record) + "\n")
+                        metrics.flush()
                     self.history.append(record)
                     bar.update(1)
-                    if not s.progress and ("valid_nll" in record or self.step % 50 == 0):
+                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu") if k in record})
+                    if self.main and not s.progress and ("valid_nll" in record or self.step % 50 == 0):
                         print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
                               flush=True)
-                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu") if k in record})
-                    out_of_time = s.max_minutes > 0 and self.train_seconds >= 60 * s.max_minutes
-                    if self.step % s.save_every == 0 or out_of_time:
+                    if self.step % s.save_every == 0 or stop:
                         self.save()
-                    if out_of_time:
-                        stop_reason = "max_minutes"
-                        return self._finish(stop_reason)
-                if self.batch_in_epoch >= len(groups):
+                    if stop:
+                        return self._finish("max_minutes")
+                if self.batch_in_epoch >= len(batches):
                     self.epoch += 1
                     self.batch_in_epoch = 0
-            return self._finish(stop_reason)
+            return self._finish("max_steps")
         finally:
             bar.close()
-            metrics.close()
+            if metrics:
+                metrics.close()
 
     def _finish(self, reason: str) -> dict:
-        if not step_checkpoints(self.run) or step_checkpoints(self.run)[-1].name != f"checkpoint_{self.step}.npz":
-            self.save()
-        self.plot()
         summary = {"steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds, 1),
-                   "stopped_by": reason, "best_valid_nll": self.best_valid}
-        (self.run / "train_summary.json").write_text(json.dumps(summary, indent=2))
+                   "stopped_by": reason, "best_valid_nll": self.best_valid, "world_size": self.comm.world_size}
+        if self.main:
+            found = step_checkpoints(self.run)
+            if not found or found[-1].name != f"checkpoint_{self.step}.npz":
+                self.save()
+            self.plot()
+            (self.run / "train_summary.json").write_text(json.dumps(summary, indent=2))
         return summary
 
     def plot(self) -> None:

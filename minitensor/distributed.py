@@ -1,0 +1,188 @@
+"""Data-parallel communication: one small interface, two real engines.
+
+    comm = distributed.init()          # MPI when launched under mpiexec with >1 process, else single
+    comm.rank, comm.world_size, comm.local_rank
+    comm.all_reduce(array)             # in place, sum over ranks
+    comm.broadcast(array, root=0)      # in place
+    comm.barrier()
+
+- :class:`MPICommunicator`: NumPy arrays over MPI (mpi4py; ``pip install -e '.[mpi]'``).
+- :class:`NCCLCommunicator`: CuPy arrays over NCCL (``cupy.cuda.nccl``). Each process selects
+  GPU ``local_rank`` *before* the communicator is created; rank 0 makes the NCCL unique id and
+  shares it over MPI, so the same ``mpiexec`` launch works on one node or across nodes.
+
+Failure behaviour: every collective waits at most ``timeout`` seconds (default 600, or
+``$MINITENSOR_DIST_TIMEOUT``). A rank that died or never started makes the others raise
+:class:`DistributedError` within that bound instead of hanging; under MPI the job is then
+aborted, so mpiexec ends every process.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import backend
+
+
+class DistributedError(RuntimeError):
+    """A collective did not complete (a peer died, never started, or timed out)."""
+
+
+def default_timeout() -> float:
+    return float(os.environ.get("MINITENSOR_DIST_TIMEOUT", "600"))
+
+
+class Communicator:
+    """rank / world_size / local_rank, and in-place sum all-reduce, broadcast and barrier."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def all_reduce(self, array) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def broadcast(self, array, root: int = 0) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def barrier(self, timeout: float | None = None) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class SingleProcess(Communicator):
+    """World size 1: every collective is the identity."""
+
+    def all_reduce(self, array) -> None:
+        return None
+
+    def broadcast(self, array, root: int = 0) -> None:
+        return None
+
+    def barrier(self, timeout: float | None = None) -> None:
+        return None
+
+
+def _mpi():
+    try:
+        from mpi4py import MPI  # noqa: PLC0415
+    except ImportError as e:
+        raise DistributedError("MPI needs mpi4py and an MPI library: pip install -e '.[mpi]'") from e
+    return MPI
+
+
+def _local_rank(comm) -> int:
+    """The rank among the processes on this node (to pick a GPU)."""
+    for var in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    MPI = _mpi()
+    return comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+
+
+class MPICommunicator(Communicator):
+    """Collectives over MPI on NumPy arrays, each bounded by ``timeout`` seconds."""
+
+    def __init__(self, timeout: float | None = None):
+        MPI = _mpi()
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.world_size = self.comm.Get_rank(), self.comm.Get_size()
+        self.local_rank = _local_rank(self.comm)
+        self.timeout = default_timeout() if timeout is None else timeout
+
+    def _wait(self, request, what: str, timeout: float | None = None) -> None:
+        limit = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while not request.Test():
+            if time.monotonic() > deadline:
+                msg = (f"rank {self.rank}: {what} did not complete within {limit:.0f} s; another rank has "
+                       "probably died or never started. Aborting the job.")
+                print(msg, file=sys.stderr, flush=True)
+                self.comm.Abort(1)
+                raise DistributedError(msg)  # only reached if Abort returns (it should not)
+            time.sleep(0.0005)
+
+    def all_reduce(self, array) -> None:
+        if not isinstance(array, np.ndarray):
+            raise TypeError("MPICommunicator.all_reduce needs a NumPy array; use NCCL for GPU arrays")
+        self._wait(self.comm.Iallreduce(self.MPI.IN_PLACE, array, op=self.MPI.SUM), "all_reduce")
+
+    def broadcast(self, array, root: int = 0) -> None:
+        self._wait(self.comm.Ibcast(array, root=root), "broadcast")
+
+    def barrier(self, timeout: float | None = None) -> None:
+        self._wait(self.comm.Ibarrier(), "barrier", timeout)
+
+
+class NCCLCommunicator(Communicator):
+    """Collectives over NCCL on CuPy arrays; MPI only launches the processes and shares the id."""
+
+    def __init__(self, timeout: float | None = None):
+        # under mpiexec: MPI tells the ranks and carries the id; alone: a world of one, no MPI needed
+        self.mpi = MPICommunicator(timeout) if launched_under_mpi() else SingleProcess()
+        self.rank, self.world_size, self.local_rank = self.mpi.rank, self.mpi.world_size, self.mpi.local_rank
+        cp = backend.cupy()
+        from cupy.cuda import nccl  # noqa: PLC0415
+
+        self.cp, self.nccl = cp, nccl
+        cp.cuda.Device(self.local_rank % cp.cuda.runtime.getDeviceCount()).use()  # before the communicator
+        uid = np.zeros(128, dtype=np.int8)  # NCCL_UNIQUE_ID_BYTES
+        if self.rank == 0:
+            uid[:] = np.array(nccl.get_unique_id(), dtype=np.int8)  # made once, shared over MPI
+        self.mpi.broadcast(uid)
+        self.comm = nccl.NcclCommunicator(self.world_size, tuple(int(x) for x in uid), self.rank)
+        self.timeout = default_timeout() if timeout is None else timeout
+
+    def _dtype(self, array):
+        n = self.nccl
+        table = {np.dtype(np.float32): n.NCCL_FLOAT32, np.dtype(np.float64): n.NCCL_FLOAT64,
+                 np.dtype(np.float16): n.NCCL_FLOAT16, np.dtype(np.int32): n.NCCL_INT32, np.dtype(np.int64): n.NCCL_INT64}
+        if array.dtype not in table:
+            raise TypeError(f"NCCL all_reduce: unsupported dtype {array.dtype}")
+        return table[array.dtype]
+
+    def _sync(self, what: str) -> None:
+        stream = self.cp.cuda.get_current_stream()
+        event = stream.record()
+        deadline = time.monotonic() + self.timeout
+        while not event.done:
+            if time.monotonic() > deadline:
+                self.comm.abort()
+                raise DistributedError(f"rank {self.rank}: NCCL {what} did not complete within {self.timeout:.0f} s")
+            time.sleep(0.0005)
+
+    def all_reduce(self, array) -> None:
+        stream = self.cp.cuda.get_current_stream().ptr
+        self.comm.allReduce(array.data.ptr, array.data.ptr, array.size, self._dtype(array), self.nccl.NCCL_SUM, stream)
+        self._sync("all_reduce")
+
+    def broadcast(self, array, root: int = 0) -> None:
+        stream = self.cp.cuda.get_current_stream().ptr
+        self.comm.bcast(array.data.ptr, array.size, self._dtype(array), root, stream)
+        self._sync("broadcast")
+
+    def barrier(self, timeout: float | None = None) -> None:
+        self.mpi.barrier(timeout)
+
+
+def launched_under_mpi() -> bool:
+    """True when an MPI launcher started this process as one of several."""
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
+        if int(os.environ.get(var, "1")) > 1:
+            return True
+    return False
+
+
+def init(device: str = "cpu", timeout: float | None = None) -> Communicator:
+    """The communicator for this process: NCCL for "cuda" (a world of one without mpiexec);
+    for "cpu", MPI when mpiexec started several processes, otherwise :class:`SingleProcess`."""
+    if backend.normalize_device(device) == "cuda":
+        return NCCLCommunicator(timeout)
+    return MPICommunicator(timeout) if launched_under_mpi() else SingleProcess()

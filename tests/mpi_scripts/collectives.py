@@ -1,0 +1,30 @@
+"""Run under mpiexec by tests/test_distributed.py: checks the collectives and prints one line per rank."""
+import sys
+
+import numpy as np
+
+from minitensor import distributed
+
+comm = distributed.init("cpu", timeout=float(sys.argv[2]) if len(sys.argv) > 2 else None)
+mode = sys.argv[1]
+if mode == "ok":
+    a = np.full(5, comm.rank + 1.0, dtype=np.float32)
+    comm.all_reduce(a)
+    b = np.arange(4.0) * (comm.rank + 7)
+    comm.broadcast(b, root=0)
+    comm.barrier()
+    expected = sum(range(1, comm.world_size + 1))
+    print(f"rank {comm.rank}/{comm.world_size} local {comm.local_rank} sum {a[0]:g} ok={a[0] == expected} "
+          f"bcast_ok={np.array_equal(b, np.arange(4.0) * 7)}", flush=True)
+elif mode == "dead-peer":  # rank 1 dies before the collective; rank 0 must not hang
+    if comm.rank == 1:
+        import os
+
+        os._exit(3)
+    comm.all_reduce(np.ones(3, dtype=np.float32))
+elif mode == "stuck-peer":  # rank 1 never joins the collective (as if it never started)
+    if comm.rank == 1:
+        import time
+
+        time.sleep(600)
+    comm.all_reduce(np.ones(3, dtype=np.float32))
