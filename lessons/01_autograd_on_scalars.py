@@ -1,0 +1,162 @@
+# %% [markdown]
+# # Lesson 1 — Autograd on scalars
+#
+# Everything in this project rests on one idea: **reverse-mode automatic differentiation**.
+# We build it here from nothing, on plain Python floats, in about forty lines, and then check
+# that `minitensor` (the real engine, which does the same on whole arrays) agrees with it.
+#
+# A computation is a graph. Every value remembers the values it was made from and how to send
+# a gradient back to them (the *local* derivative times the gradient arriving from above: the
+# chain rule). `backward()` visits the graph from the output back to the inputs, in reverse
+# topological order, so each node has received *all* of its gradient before passing it on.
+
+# %%
+import math
+
+import numpy as np
+
+import minitensor as mt
+from transformer.lesson import figure_dir, smoke
+
+
+class Value:
+    """A scalar that records how it was computed."""
+
+    def __init__(self, data, parents=(), backward=lambda: None):
+        self.data, self.grad = float(data), 0.0
+        self._parents, self._backward = parents, backward
+
+    def __add__(self, other):
+        other = other if isinstance(other, Value) else Value(other)
+        out = Value(self.data + other.data, (self, other))
+
+        def backward():  # d(a+b)/da = d(a+b)/db = 1
+            self.grad += out.grad
+            other.grad += out.grad
+
+        out._backward = backward
+        return out
+
+    def __mul__(self, other):
+        other = other if isinstance(other, Value) else Value(other)
+        out = Value(self.data * other.data, (self, other))
+
+        def backward():  # d(ab)/da = b, d(ab)/db = a
+            self.grad += other.data * out.grad
+            other.grad += self.data * out.grad
+
+        out._backward = backward
+        return out
+
+    def tanh(self):
+        t = math.tanh(self.data)
+        out = Value(t, (self,))
+
+        def backward():  # d tanh(x)/dx = 1 - tanh(x)^2
+            self.grad += (1 - t * t) * out.grad
+
+        out._backward = backward
+        return out
+
+    def backward(self):
+        order, seen = [], set()
+        stack = [(self, False)]
+        while stack:  # iterative depth-first search: no recursion limit
+            node, done = stack.pop()
+            if done:
+                order.append(node)
+            elif id(node) not in seen:
+                seen.add(id(node))
+                stack.append((node, True))
+                stack.extend((p, False) for p in node._parents)
+        self.grad = 1.0
+        for node in reversed(order):
+            node._backward()
+
+
+# %% [markdown]
+# A tiny neuron, `y = tanh(w1*x1 + w2*x2 + b)`. Note `x1` appears twice in `z = x1*x1`: the
+# `+=` in every backward is what makes a value used twice receive both contributions.
+
+# %%
+x1, x2, w1, w2, b = Value(0.5), Value(-1.5), Value(2.0), Value(0.7), Value(0.1)
+y = (w1 * x1 + w2 * x2 + b).tanh()
+z = x1 * x1 + y
+z.backward()
+print(f"y = {y.data:.6f}, dz/dx1 = {x1.grad:.6f}, dz/dw2 = {w2.grad:.6f}")
+
+# %% [markdown]
+# ## The same with minitensor
+#
+# `minitensor` does exactly this, but each node is an op on an n-d array, and its backward is
+# written once, next to its forward (see `minitensor/ops/`). The answers agree:
+
+# %%
+t = {k: mt.tensor(v.data, dtype=np.float64, requires_grad=True) for k, v in dict(x1=x1, x2=x2, w1=w1, w2=w2, b=b).items()}
+ty = (t["w1"] * t["x1"] + t["w2"] * t["x2"] + t["b"]).tanh()
+tz = t["x1"] * t["x1"] + ty
+tz.backward()
+for name, v in dict(x1=x1, x2=x2, w1=w1, w2=w2, b=b).items():
+    assert abs(t[name].grad.item() - v.grad) < 1e-12, name
+print("minitensor agrees with the scalar engine on every gradient")
+
+# %% [markdown]
+# ## Check against finite differences
+#
+# A derivative is a limit; the central difference (f(x+h) - f(x-h)) / 2h approximates it with
+# error O(h²). If backward is right, the two agree to many digits.
+
+# %%
+def f(a):
+    a = Value(a)
+    return ((a * a + a).tanh() * a).data
+
+
+a0, h = 0.3, 1e-6
+va = Value(a0)
+out = (va * va + va).tanh() * va
+out.backward()
+numeric = (f(a0 + h) - f(a0 - h)) / (2 * h)
+print(f"backward {va.grad:.10f}  finite difference {numeric:.10f}")
+assert abs(va.grad - numeric) < 1e-8
+
+# %% [markdown]
+# ## A deep chain
+#
+# Because the topological sort is iterative, a graph far deeper than Python's recursion limit
+# is fine. (`minitensor` has a test with a 10,000-deep chain.)
+
+# %%
+depth = 2_000 if smoke() else 20_000
+v = Value(1.0)
+w = v
+for _ in range(depth):
+    w = w * 1.0001
+w.backward()
+assert abs(v.grad - 1.0001**depth) / 1.0001**depth < 1e-9
+print(f"depth {depth}: dv = {v.grad:.6f} (expected {1.0001**depth:.6f})")
+
+# %% [markdown]
+# ## Picture: tanh and its derivative from backward
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+xs = np.linspace(-3, 3, 61)
+grads = []
+for x in xs:
+    v = Value(x)
+    v.tanh().backward()
+    grads.append(v.grad)
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.plot(xs, np.tanh(xs), label="tanh(x)")
+ax.plot(xs, grads, label="d tanh / dx (from backward)")
+ax.legend()
+ax.grid(alpha=0.3)
+fig.tight_layout()
+fig.savefig(figure_dir("01") / "tanh_and_gradient.png")
+assert np.allclose(grads, 1 - np.tanh(xs) ** 2)
+print("saved", figure_dir("01") / "tanh_and_gradient.png")

@@ -1,0 +1,92 @@
+# %% [markdown]
+# # Lesson 2 — Tensors and broadcasting
+#
+# A `minitensor.Tensor` is an n-d array (NumPy here, CuPy on a GPU) plus what autograd needs.
+# Ops broadcast like NumPy: shapes are aligned on the right, and an axis of size 1 (or a
+# missing one) is stretched. The gradient must then be *summed back* over the stretched axes —
+# the engine does that in exactly one place, `sum_to` in `minitensor/autograd.py`, so no op's
+# backward ever thinks about broadcasting.
+
+# %%
+import numpy as np
+
+import minitensor as mt
+import minitensor.functional as F
+from minitensor.autograd import sum_to
+from transformer.lesson import figure_dir, smoke
+
+x = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)   # (2, 3)
+b = mt.tensor(np.array([10.0, 20.0, 30.0]), requires_grad=True)    # (3,)  -> stretched over 2 rows
+c = mt.tensor(np.array([[1.0], [2.0]]), requires_grad=True)         # (2, 1) -> stretched over 3 columns
+y = (x + b) * c
+print("y =\n", y.numpy())
+y.sum().backward()
+print("dL/db =", b.grad.numpy(), " (each b_j was used in 2 rows, scaled by c)")
+print("dL/dc =", c.grad.numpy().ravel(), " (row sums of x + b)")
+assert np.allclose(b.grad.numpy(), c.numpy().sum())
+assert np.allclose(c.grad.numpy().ravel(), (x.numpy() + b.numpy()).sum(1))
+
+# %% [markdown]
+# ## `sum_to`: undoing a broadcast
+#
+# A gradient of shape (4, 2, 3) flowing to an input of shape (2, 1) is summed over the leading
+# axis (which did not exist) and over the axis that had size 1.
+
+# %%
+g = np.ones((4, 2, 3))
+print(sum_to(g, (2, 1)))
+assert sum_to(g, (2, 1)).shape == (2, 1) and np.all(sum_to(g, (2, 1)) == 12)
+
+# %% [markdown]
+# ## Batched matrix products
+#
+# `a @ b` multiplies the last two axes and broadcasts the leading ones, so one weight matrix
+# (d_in, d_out) applies to every sequence in a batch (B, T, d_in) at once — exactly what the
+# Transformer's projections need.
+
+# %%
+rng = np.random.default_rng(0)
+h = mt.tensor(rng.standard_normal((5, 7, 4)), requires_grad=True)
+W = mt.tensor(rng.standard_normal((4, 3)), requires_grad=True)
+out = h @ W
+assert out.shape == (5, 7, 3)
+out.sum().backward()
+assert W.grad.shape == (4, 3)  # summed over the 5 x 7 positions it was applied to
+assert mt.gradcheck(F.matmul, [h, W])
+print("batched matmul:", h.shape, "@", W.shape, "->", out.shape, "and gradcheck passes")
+
+# %% [markdown]
+# ## Devices and dtypes
+#
+# Python floats become float32 (the training dtype); arrays keep theirs (float64 is for
+# gradient checks). `tensor.to("cuda")` moves to a GPU when CuPy and one are present.
+
+# %%
+print(mt.tensor([1.0, 2.0]).dtype, mt.tensor(np.zeros(2)).dtype, mt.tensor([1, 2]).dtype)
+print("CUDA available:", mt.cuda.is_available())
+
+# %% [markdown]
+# ## Picture: which entries of the input feed one output entry
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+n = 6 if smoke() else 12
+row = mt.tensor(np.ones((1, n)), requires_grad=True)
+col = mt.tensor(np.ones((n, 1)), requires_grad=True)
+grid = row * col  # (n, n) from (1, n) and (n, 1)
+cot = np.zeros((n, n))
+cot[2, 3] = 1.0
+grid.backward(mt.tensor(cot))
+fig, axes = plt.subplots(1, 2, figsize=(6, 3))
+axes[0].imshow(row.grad.numpy(), cmap="viridis")
+axes[0].set_title("d grid[2,3] / d row")
+axes[1].imshow(col.grad.numpy(), cmap="viridis")
+axes[1].set_title("d grid[2,3] / d col")
+fig.tight_layout()
+fig.savefig(figure_dir("02") / "broadcast_gradient.png")
+assert row.grad.numpy()[0, 3] == 1 and row.grad.numpy().sum() == 1
+print("saved", figure_dir("02") / "broadcast_gradient.png")

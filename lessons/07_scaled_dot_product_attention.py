@@ -1,0 +1,80 @@
+# %% [markdown]
+# # Lesson 7 — Scaled dot-product attention and masks (Section 3.2.1, equation 1)
+#
+# Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V. Each query takes a weighted average of the
+# values; the weights say how well the query matches each key. Masks (bool, True = may attend)
+# remove keys: padding (keys that are not real tokens) and causal (keys in the future).
+#
+# Why divide by √d_k? For random q, k with unit-variance entries, q·k has variance d_k; large
+# scores push softmax into saturation where its gradient vanishes (footnote 4). We measure it.
+
+# %%
+import numpy as np
+
+import minitensor as mt
+import minitensor.functional as F
+from transformer.lesson import figure_dir, smoke
+
+rng = np.random.default_rng(0)
+B, T, d = 2, 5, 8
+q, k, v = (mt.tensor(rng.standard_normal((B, T, d)), requires_grad=True) for _ in range(3))
+out, w = F.scaled_dot_product_attention(q, k, v, return_weights=True)
+assert np.allclose(w.numpy().sum(-1), 1)
+print("weights sum to 1 over the keys:", w.numpy().sum(-1)[0].round(6))
+
+causal = mt.tensor(np.tril(np.ones((T, T), bool)))
+lengths = np.array([5, 3])
+padding = mt.tensor((np.arange(T)[None, :] < lengths[:, None])[:, None, :])  # (B, 1, T): per-sequence keys
+_, wc = F.scaled_dot_product_attention(q, k, v, mask=causal, return_weights=True)
+_, wp = F.scaled_dot_product_attention(q, k, v, mask=padding, return_weights=True)
+assert np.all(np.triu(wc.numpy()[0], 1) == 0)       # no weight on the future
+assert np.all(wp.numpy()[1, :, 3:] == 0)            # none on sequence 1's two pad keys
+for name, m in (("none", None), ("causal", causal), ("padding", padding)):
+    assert mt.gradcheck(lambda a, b_, c: F.scaled_dot_product_attention(a, b_, c, mask=m), [q, k, v])
+print("gradcheck passes with no mask, a causal mask and a padding mask")
+
+# %% [markdown]
+# ## The effect of the 1/√d_k scaling on softmax gradients
+
+# %%
+dims = [4, 16, 64, 256] if smoke() else [4, 16, 64, 256, 1024]
+rows = []
+for dk in dims:
+    qs, ks = rng.standard_normal((200, dk)), rng.standard_normal((32, dk))
+    for scaled in (False, True):
+        s = qs @ ks.T / (np.sqrt(dk) if scaled else 1.0)
+        p = np.exp(s - s.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        # size of the softmax Jacobian diag(p) - p pᵀ, averaged: small = vanishing gradients
+        jac = np.mean([np.abs(np.diag(pi) - np.outer(pi, pi)).sum() for pi in p[:50]])
+        rows.append((dk, scaled, s.std(), p.max(1).mean(), jac))
+for dk, scaled, sd, pmax, jac in rows:
+    print(f"d_k={dk:5d} {'scaled  ' if scaled else 'unscaled'} score std {sd:6.2f}  mean max weight {pmax:.3f}  |Jacobian| {jac:.3f}")
+unscaled_big = [r for r in rows if r[0] == dims[-1] and not r[1]][0]
+scaled_big = [r for r in rows if r[0] == dims[-1] and r[1]][0]
+assert unscaled_big[4] < scaled_big[4] / 2
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+fig, axes = plt.subplots(1, 3, figsize=(9, 3))
+for ax, (title, weights) in zip(axes, (("no mask", w), ("causal", wc), ("padding (seq 1)", wp))):
+    ax.imshow(weights.numpy()[1 if "padding" in title else 0], vmin=0, vmax=1, cmap="viridis")
+    ax.set_title(title)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+fig.tight_layout()
+fig.savefig(figure_dir("07") / "attention_masks.png")
+fig, ax = plt.subplots(figsize=(5, 3))
+for scaled in (False, True):
+    ax.semilogx([r[0] for r in rows if r[1] == scaled], [r[4] for r in rows if r[1] == scaled], marker="o",
+                label="scaled by 1/√d_k" if scaled else "unscaled")
+ax.set_xlabel("d_k")
+ax.set_ylabel("mean |softmax Jacobian|")
+ax.legend()
+fig.tight_layout()
+fig.savefig(figure_dir("07") / "scaling_and_gradients.png")
+print("saved", figure_dir("07"))

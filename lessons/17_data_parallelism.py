@@ -1,0 +1,84 @@
+# %% [markdown]
+# # Lesson 17 — Data parallelism
+#
+# With R processes, each computes the gradient of its share of the batch; one all-reduce sums
+# the gradients (and the token counts), and every process applies the same update — as if one
+# process had seen the whole batch. Dividing by the *global* number of target tokens (not each
+# rank's own) is what makes it exact. Here we simulate two ranks inside one process, then run
+# the real thing with `mpiexec` if it is installed (`pip install -e ".[mpi]"`).
+
+# %%
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import minitensor as mt
+from transformer import Transformer, TransformerConfig, label_smoothed_loss
+from transformer.lesson import figure_dir, smoke
+
+rng = np.random.default_rng(0)
+cfg = TransformerConfig(20, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
+mt.manual_seed(0)
+model = Transformer(cfg).astype(np.float64)
+src = rng.integers(3, 20, (6, 5))
+tgt = rng.integers(3, 20, (6, 7))
+tgt[3:, 4:] = 0                          # the second half has padding: uneven token counts
+tokens = int((tgt[:, 1:] != 0).sum())
+
+
+def grads_of(rows, scale):
+    model.zero_grad()
+    loss = label_smoothed_loss(model(src[rows], tgt[rows, :-1]), mt.tensor(tgt[rows, 1:]), 0, reduction="sum")
+    (loss * scale).backward()
+    return [p.grad.numpy().copy() for p in model.parameters()]
+
+
+whole = grads_of(slice(0, 6), 1 / tokens)
+rank0, rank1 = grads_of(slice(0, 3), 1.0), grads_of(slice(3, 6), 1.0)
+summed = [(a + b) / tokens for a, b in zip(rank0, rank1)]          # the all-reduce, then / global tokens
+assert all(np.allclose(w, s) for w, s in zip(whole, summed))
+t0, t1 = int((tgt[:3, 1:] != 0).sum()), int((tgt[3:, 1:] != 0).sum())
+wrong = [(a / t0 + b / t1) / 2 for a, b in zip(rank0, rank1)]    # averaging per-rank means
+err = max(np.abs(w - x).max() for w, x in zip(whole, wrong))
+print(f"tokens per rank {t0} and {t1}: summing then dividing by {tokens} is exact; averaging per-rank means is off by {err:.2e}")
+assert err > 1e-6
+
+# %% [markdown]
+# ## The real thing: two MPI processes
+
+# %%
+mpiexec = Path(sys.executable).parent / "mpiexec"
+mpiexec = str(mpiexec) if mpiexec.exists() else shutil.which("mpiexec")
+if mpiexec:
+    script = figure_dir("17") / "allreduce.py"
+    script.write_text(
+        "import numpy as np\nfrom minitensor import distributed\n"
+        "comm = distributed.init()\n"
+        "g = np.full(4, float(comm.rank + 1), dtype=np.float32)\n"
+        "comm.all_reduce(g)\n"
+        "print(comm.rank, comm.world_size, g.tolist())\n")
+    out = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    print(out.stdout)
+    assert out.returncode == 0 and "[3.0, 3.0, 3.0, 3.0]" in out.stdout
+else:
+    print("mpiexec not found: pip install -e '.[mpi]' to run this part")
+
+# %%
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+fig, ax = plt.subplots(figsize=(5, 3))
+flat_whole = np.concatenate([w.ravel() for w in whole])
+ax.scatter(flat_whole, np.concatenate([s.ravel() for s in summed]), s=4, label="sum, / global tokens")
+ax.scatter(flat_whole, np.concatenate([w.ravel() for w in wrong]), s=4, label="mean of per-rank means")
+ax.set_xlabel("gradient from the whole batch")
+ax.set_ylabel("gradient from 2 ranks")
+ax.legend()
+fig.tight_layout()
+fig.savefig(figure_dir("17") / "exact_data_parallel.png")
+print("saved", figure_dir("17") / "exact_data_parallel.png", "| smoke" if smoke() else "")
