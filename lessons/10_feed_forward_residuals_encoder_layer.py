@@ -53,8 +53,9 @@ enc = Encoder(cfg).astype(np.float64).eval()
 ids = mt.tensor(np.array([[4, 5, 6, 7, 0, 0]]))   # 4 real tokens, 2 pads
 mask = padding_mask(ids, 0)
 influence = np.zeros((T, T))
+inputs = rng.standard_normal((1, T, 16))
 for t in range(T):
-    h0 = mt.tensor(rng.standard_normal((1, T, 16)) if t == 0 else h0.numpy(), requires_grad=True)
+    h0 = mt.tensor(inputs, requires_grad=True)
     out = enc(h0, mask)
     cot = np.zeros(out.shape)
     cot[0, t] = rng.standard_normal(16)
