@@ -59,7 +59,8 @@ if mpiexec:
         "comm = distributed.init()\n"
         "g = np.full(4, float(comm.rank + 1), dtype=np.float32)\n"
         "comm.all_reduce(g)\n"
-        "print(comm.rank, comm.world_size, g.tolist())\n")
+        "if comm.rank == 0:\n"
+        "    print('rank 0 of', comm.world_size, 'after all_reduce:', g.tolist())\n")
     out = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     print(out.stdout)
     assert out.returncode == 0 and "[3.0, 3.0, 3.0, 3.0]" in out.stdout

@@ -39,10 +39,10 @@ def test_single_process_collectives_are_the_identity():
 
 
 @needs_mpi
-def test_two_ranks_sum_broadcast_and_know_their_ranks():
-    proc, _ = launch(2, "ok")
+def test_two_ranks_sum_broadcast_and_know_their_ranks(tmp_path):
+    proc, _ = launch(2, "ok", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    lines = sorted(proc.stdout.splitlines())
+    lines = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
     assert lines == ["rank 0/2 local 0 sum 3 ok=True bcast_ok=True", "rank 1/2 local 1 sum 3 ok=True bcast_ok=True"]
 
 

@@ -5,8 +5,8 @@ import numpy as np
 
 from minitensor import distributed
 
-comm = distributed.init("cpu", timeout=float(sys.argv[2]) if len(sys.argv) > 2 else None)
 mode = sys.argv[1]
+comm = distributed.init("cpu", timeout=float(sys.argv[2]) if mode != "ok" and len(sys.argv) > 2 else None)
 if mode == "ok":
     a = np.full(5, comm.rank + 1.0, dtype=np.float32)
     comm.all_reduce(a)
@@ -14,8 +14,10 @@ if mode == "ok":
     comm.broadcast(b, root=0)
     comm.barrier()
     expected = sum(range(1, comm.world_size + 1))
-    print(f"rank {comm.rank}/{comm.world_size} local {comm.local_rank} sum {a[0]:g} ok={a[0] == expected} "
-          f"bcast_ok={np.array_equal(b, np.arange(4.0) * 7)}", flush=True)
+    # one file per rank: the ranks' stdout lines can interleave in mpiexec's merged output
+    with open(f"{sys.argv[2]}/rank{comm.rank}.txt", "w") as f:
+        f.write(f"rank {comm.rank}/{comm.world_size} local {comm.local_rank} sum {a[0]:g} ok={a[0] == expected} "
+                f"bcast_ok={np.array_equal(b, np.arange(4.0) * 7)}")
 elif mode == "dead-peer":  # rank 1 dies before the collective; rank 0 must not hang
     if comm.rank == 1:
         import os
