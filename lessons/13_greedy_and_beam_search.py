@@ -12,45 +12,15 @@ import itertools
 
 import numpy as np
 
-import minitensor as mt
-from transformer import TransformerConfig
 from transformer.decoding import beam_search, greedy_decode, length_penalty
 from transformer.lesson import figure_dir, smoke
+from transformer.toy import TableModel
 
 
-class TableModel:
-    """A 'model' given as a table of next-token probabilities (0 pad, 1 bos, 2 eos, 3 A, 4 B)."""
-
-    cfg = TransformerConfig(vocab_size=5, d_model=4, n_heads=1)
-    table = {(): [0, 0, 0.0, 0.6, 0.4], (3,): [0, 0, 0.3, 0.35, 0.35], (4,): [0, 0, 0.9, 0.05, 0.05]}
-
-    def probs(self, prefix):
-        return np.array(self.table.get(tuple(prefix), [0, 0, 0.98, 0.01, 0.01]))
-
-    def eval(self):
-        return self
-
-    def as_ids(self, ids):
-        return mt.tensor(np.asarray(ids))
-
-    def encode(self, src, src_mask=None):
-        return src
-
-    def new_cache(self):
-        return None
-
-    def decode(self, tgt_in, memory, src_mask, cache=None):
-        ids = tgt_in.numpy()
-        out = np.zeros(ids.shape + (5,))
-        for b in range(ids.shape[0]):
-            out[b, -1] = np.log(np.maximum(self.probs(ids[b, 1:]), 1e-12))
-        return mt.tensor(out)
-
-    def generator(self, h):
-        return h
-
-
-m = TableModel()
+# A "model" given as a table of next-token probabilities (ids: 0 pad, 1 bos, 2 eos, 3 A, 4 B):
+# after nothing, A is likelier (0.6); but after A every continuation is poor, after B eos is 0.9.
+table = {(): [0, 0, 0.0, 0.6, 0.4], (3,): [0, 0, 0.3, 0.35, 0.35], (4,): [0, 0, 0.9, 0.05, 0.05]}
+m = TableModel(table, [0, 0, 0.98, 0.01, 0.01], vocab_size=5)
 greedy = greedy_decode(m, np.array([[3]]), max_len=4)[0].tolist()
 beam = beam_search(m, np.array([[3]]), beam_size=2, alpha=0.0, max_len=4)[0][0]
 name = {2: "eos", 3: "A", 4: "B", 0: "."}

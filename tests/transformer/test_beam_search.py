@@ -8,6 +8,7 @@ import minitensor as mt
 from transformer import TransformerConfig
 from transformer.copytask import CopyTaskSettings, make_batch, train_copy_task
 from transformer.decoding import beam_search, greedy_decode, hypotheses_to_array, length_penalty
+from transformer.toy import TableModel
 
 
 @pytest.fixture(scope="module")
@@ -71,41 +72,11 @@ def test_trained_copy_model_beam_search_copies(copy_model):
         assert len(hyps) == 2 and hyps[0].score >= hyps[1].score
 
 
-class TableModel:
-    """A hand-built 'model' whose next-token distribution depends only on the prefix.
-
-    vocab: 0 pad, 1 bos, 2 eos, 3 A, 4 B. Greedy takes A (0.6) and then wanders; the best
+def table_model():
+    """vocab: 0 pad, 1 bos, 2 eos, 3 A, 4 B. Greedy takes A (0.6) and then wanders; the best
     whole sequence is B eos (0.4 x 0.9)."""
-
-    def __init__(self):
-        self.cfg = TransformerConfig(vocab_size=5, d_model=4, n_heads=1)
-
-    @staticmethod
-    def probs(prefix):
-        table = {(): [0, 0, 0.0, 0.6, 0.4], (3,): [0, 0, 0.3, 0.35, 0.35], (4,): [0, 0, 0.9, 0.05, 0.05]}
-        return np.array(table.get(tuple(prefix), [0, 0, 0.98, 0.01, 0.01]))
-
-    def eval(self):
-        return self
-
-    def as_ids(self, ids):
-        return mt.tensor(np.asarray(ids))
-
-    def encode(self, src, src_mask=None):
-        return src
-
-    def new_cache(self):
-        return None
-
-    def decode(self, tgt_in, memory, src_mask, cache=None):
-        ids = tgt_in.numpy()
-        out = np.zeros(ids.shape + (5,))
-        for b in range(ids.shape[0]):
-            out[b, -1] = np.log(np.maximum(self.probs(ids[b, 1:]), 1e-12))
-        return mt.tensor(out)
-
-    def generator(self, h):
-        return h
+    table = {(): [0, 0, 0.0, 0.6, 0.4], (3,): [0, 0, 0.3, 0.35, 0.35], (4,): [0, 0, 0.9, 0.05, 0.05]}
+    return TableModel(table, [0, 0, 0.98, 0.01, 0.01], vocab_size=5)
 
 
 def exhaustive_best(model, max_len, alpha):
@@ -122,7 +93,7 @@ def exhaustive_best(model, max_len, alpha):
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
 def test_beam_search_returns_the_best_scoring_hypothesis(alpha):
-    model = TableModel()
+    model = table_model()
     src = np.array([[3, 3]])
     greedy = greedy_decode(model, src, max_len=4, use_cache=False)[0].tolist()
     assert greedy[0] == 3  # greedy commits to A
