@@ -105,6 +105,7 @@ class MPICommunicator(Communicator):
                 msg = (f"rank {self.rank}: {what} did not complete within {limit:.0f} s; another rank has "
                        "probably died or never started. Aborting the job.")
                 print(msg, file=sys.stderr, flush=True)
+                time.sleep(1.0)  # let the launcher forward the message before Abort tears the job down
                 self.comm.Abort(1)
                 raise DistributedError(msg)  # only reached if Abort returns (it should not)
             time.sleep(0.0005)
