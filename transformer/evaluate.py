@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import sacrebleu
 from tqdm.auto import tqdm
 
 import minitensor as mt
 
+from .batching import collate, token_batches
 from .decoding import beam_search, greedy_decode
-from .tokenizer import EOS_ID, Tokenizer
+from .tokenizer import Tokenizer
 
 
 def translate(model, tokenizer: Tokenizer, sentences: Sequence[str], beam_size: int = 4, alpha: float = 0.6,
@@ -21,23 +21,12 @@ def translate(model, tokenizer: Tokenizer, sentences: Sequence[str], beam_size: 
     tokens (the paper's +50).
     """
     ids = tokenizer.encode(list(sentences))
-    order = np.argsort([len(x) for x in ids], kind="stable")[::-1]
+    lengths = [len(x) for x in ids]
+    batches = token_batches(lengths, lengths, max_tokens, pool_size=max(len(ids), 1), shuffle=False)
     out: list[str] = [""] * len(ids)
-    batches, current = [], []
-    for i in order:
-        width = len(ids[order[0]]) if not current else len(ids[current[0]])
-        if current and (width + 1) * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
     for batch in tqdm(batches, desc="translating", disable=not progress, leave=False):
-        T = max(len(ids[i]) for i in batch) + 1
-        src = np.zeros((len(batch), T), dtype=np.int64)
-        for r, i in enumerate(batch):
-            src[r, :len(ids[i])] = ids[i]
-            src[r, len(ids[i])] = EOS_ID
+        src = collate(ids, ids, batch).src  # source + eos, padded
+        T = src.shape[1]
         src_t = mt.tensor(src, device=device)
         if beam_size == 1:
             hyps = greedy_decode(model, src_t, max_len=T + max_len_a)
@@ -45,7 +34,7 @@ def translate(model, tokenizer: Tokenizer, sentences: Sequence[str], beam_size: 
             results = beam_search(model, src_t, beam_size=beam_size, alpha=alpha, max_len=T + max_len_a)
             hyps = [r[0].tokens for r in results]
         for r, i in enumerate(batch):
-            out[i] = tokenizer.decode(list(hyps[r]))
+            out[int(i)] = tokenizer.decode(list(hyps[r]))
     return out
 
 

@@ -21,6 +21,12 @@ def normalize_axes(axis, ndim: int) -> tuple:
     return tuple(sorted(set(out)))
 
 
+def finite_max(xp, x, axis):
+    """max over ``axis`` (kept), with an all -inf row clamped to the lowest finite value, so
+    ``x - max`` stays -inf there instead of becoming NaN (stable softmax / logsumexp)."""
+    return xp.maximum(x.max(axis=axis, keepdims=True), xp.finfo(x.dtype).min)
+
+
 def sum_last(xp, a):
     """Σ over the last axis, keeping it (size 1): (..., n) -> (..., 1).
 
@@ -103,8 +109,7 @@ class LogSumExp(Function):
         xp = ctx.xp
         ctx.axes = normalize_axes(axis, x.ndim)
         ctx.keepdims = keepdims
-        m = x.max(axis=ctx.axes, keepdims=True)
-        m = xp.where(xp.isfinite(m), m, 0)
+        m = finite_max(xp, x, ctx.axes)
         y = xp.log(xp.exp(x - m).sum(axis=ctx.axes, keepdims=True)) + m
         ctx.save_for_backward(x, y)
         return y if keepdims else y.reshape([n for i, n in enumerate(x.shape) if i not in ctx.axes])

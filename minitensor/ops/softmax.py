@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 from ..autograd import Function
-from .reduce import sum_last
+from .reduce import finite_max, sum_last
 
 
 def softmax_array(xp, x, axis: int):
     """Plain-array softmax; a row that is all -inf gives zeros, not NaN."""
-    # an all -inf row has max -inf; clamping it to the lowest finite value keeps x - m = -inf
-    m = xp.maximum(x.max(axis=axis, keepdims=True), xp.finfo(x.dtype).min)
+    m = finite_max(xp, x, axis)
     e = xp.exp(x - m)
     s = sum_last(xp, e) if axis in (-1, x.ndim - 1) else e.sum(axis=axis, keepdims=True)
     # every other row has s >= 1 (its max contributes exp(0)); an empty row has s = 0 and e = 0
@@ -43,9 +42,7 @@ class LogSoftmax(Function):
     @staticmethod
     def forward(ctx, x, axis=-1):
         xp = ctx.xp
-        m = x.max(axis=axis, keepdims=True)
-        m = xp.where(xp.isfinite(m), m, 0)
-        shifted = x - m
+        shifted = x - finite_max(xp, x, axis)
         y = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
         ctx.axis = axis
         ctx.save_for_backward(y)
