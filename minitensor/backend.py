@@ -128,3 +128,8 @@ def scatter_add(xp, target, index, values) -> None:
         import cupyx  # noqa: PLC0415
 
         cupyx.scatter_add(target, index, values)
+
+
+def on_gpu(xp) -> bool:
+    """True when ``xp`` is CuPy (the hand-written kernels may apply)."""
+    return xp is not np

@@ -376,7 +376,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, tra
     q = _as_tensor(q)
     k, v = _as_tensor(k, q), _as_tensor(v, q)
     m = None if mask is None else _bool_tensor(mask, q, "scaled_dot_product_attention")
-    out, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, m, dropout_p=dropout_p, training=training)
+    out, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, m, dropout_p=dropout_p, training=training,
+                                                            need_weights=return_weights)
     if return_weights:
         return out, Tensor._wrap(ctx.weights)
     return out

@@ -1,12 +1,77 @@
-"""Scaled dot-product attention (Vaswani et al., 2017, Section 3.2.1, equation 1)."""
+"""Scaled dot-product attention (Vaswani et al., 2017, Section 3.2.1, equation 1).
+
+Three routes to one op, all with the same results:
+
+* the plain xp code below (the reference: any device, dtype, shape and mask);
+* on CuPy arrays, the same products through cuBLAS around the fused scale + mask + softmax
+  kernel of ``minitensor/cuda/softmax.cu`` (forward and backward);
+* on CuPy arrays, the FlashAttention-style kernels of ``minitensor/cuda/flash_attention.cu``,
+  which never store the Tq x Tk weights (float32/float64, head size <= 64, no dropout).
+
+``minitensor.cuda.use_kernels`` and ``minitensor.cuda.set_attention`` choose among them.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from ..autograd import Function, ShapeError
+from ..backend import on_gpu
 from .dropout import dropout_mask
+from .precision import compute_dtype
 from .reduce import sum_last
 from .softmax import softmax_array
+
+
+def masked_softmax_reference(xp, scores, mask, scale: float = 1.0, overwrite: bool = False):
+    """softmax(scale · scores) over the last axis where ``mask`` (bool, True = may attend)
+    allows; 0 elsewhere, and all zeros on a row where nothing is allowed. 16-bit scores are
+    exponentiated in float32; the weights come back in the scores' dtype. ``overwrite``:
+    the scores are a temporary that may be scaled and masked in place."""
+    s = scores.astype(compute_dtype(scores.dtype), copy=not overwrite)
+    if scale != 1.0:
+        s *= s.dtype.type(scale)
+    if mask is not None:
+        # an additive bias built on the mask's own (small, broadcast) shape: 0 or -inf
+        bias = xp.zeros(mask.shape, dtype=s.dtype)
+        bias[~mask] = -xp.inf
+        s += bias
+    return softmax_array(xp, s, -1).astype(scores.dtype, copy=False)
+
+
+def _check(q, k, v, mask, scores_shape):
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ShapeError(
+            f"scaled_dot_product_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit "
+            "(need q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv))"
+        )
+    if mask is not None:
+        if mask.dtype != bool:
+            raise ShapeError(f"scaled_dot_product_attention: mask must be bool (True = may attend), got dtype {mask.dtype}")
+        try:
+            full = np.broadcast_shapes(mask.shape, scores_shape)
+        except ValueError:
+            full = None
+        if full != scores_shape:
+            raise ShapeError(
+                f"scaled_dot_product_attention: mask of shape {tuple(mask.shape)} does not broadcast to the "
+                f"scores' shape {tuple(scores_shape)} (..., Tq, Tk)"
+            )
+
+
+def _route(xp, q, k, v, mask, scores_shape, dropping: bool, need_weights: bool) -> str:
+    """"flash", "fused" (kernel softmax between cuBLAS products) or "xp"."""
+    if not on_gpu(xp):
+        return "xp"
+    from .. import cuda  # noqa: PLC0415
+    from ..cuda import flash_attention, softmax  # noqa: PLC0415
+
+    if not cuda.kernels_enabled() or len(scores_shape) > 4:
+        return "xp"
+    mode = cuda.attention_mode()
+    if (not dropping and not need_weights and mode != "fused" and flash_attention.applies(q, k, v)
+            and (mode == "flash" or k.shape[-2] >= cuda.FLASH_MIN_KEYS)):
+        return "flash"
+    return "fused" if softmax.applies(q.dtype, scores_shape) else "xp"
 
 
 class ScaledDotProductAttention(Function):
@@ -18,56 +83,61 @@ class ScaledDotProductAttention(Function):
     Backward, with P the weights, A = dropout(P) and G the output's cotangent:
         dV = Aᵀ G,  dA = G Vᵀ,  dP = dA ⊙ dropmask,
         dS = P ⊙ (dP - Σ_k dP ⊙ P) · 1/√d_k,  dQ = dS K,  dK = dSᵀ Q.
-    One op rather than five, so a fused kernel can stand in for it on the GPU.
-    The weights P are kept on ``ctx.weights`` for callers that want to look at them.
+    One op rather than five, so fused kernels can stand in for it on the GPU.
+    The weights P are kept on ``ctx.weights`` (None on the flash route, which never forms
+    them; ask for ``need_weights`` to keep them).
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False):
+    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False, need_weights=False):
         xp = ctx.xp
-        if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-            raise ShapeError(
-                f"scaled_dot_product_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit "
-                "(need q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv))"
-            )
-        scale = q.dtype.type(1.0 / (q.shape[-1] ** 0.5))
-        s = (q * scale) @ k.swapaxes(-1, -2)  # scaling q (Tq x d) is cheaper than the scores (Tq x Tk)
-        if mask is not None:
-            if mask.dtype != bool:
-                raise ShapeError(f"scaled_dot_product_attention: mask must be bool (True = may attend), got dtype {mask.dtype}")
-            try:
-                full = np.broadcast_shapes(mask.shape, s.shape)
-            except ValueError:
-                full = None
-            if full != s.shape:
-                raise ShapeError(
-                    f"scaled_dot_product_attention: mask of shape {tuple(mask.shape)} does not broadcast to the "
-                    f"scores' shape {tuple(s.shape)} (..., Tq, Tk)"
-                )
-            # an additive bias built on the mask's own (small, broadcast) shape: 0 or -inf
-            bias = xp.zeros(mask.shape, dtype=s.dtype)
-            bias[~mask] = -xp.inf
-            s += bias
-        p = softmax_array(xp, s, -1)
-        dm = dropout_mask(xp, p.shape, dropout_p, p.dtype) if (training and dropout_p > 0) else None
-        a = p * dm if dm is not None else p
+        scores_shape = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + (q.shape[-2], k.shape[-2])
+        _check(q, k, v, mask, scores_shape)
+        scale = 1.0 / (q.shape[-1] ** 0.5)
+        dropping = training and dropout_p > 0
+        ctx.route = _route(xp, q, k, v, mask, scores_shape, dropping, need_weights)
         ctx.scale = scale
+        if ctx.route == "flash":
+            from ..cuda import flash_attention  # noqa: PLC0415
+
+            out, lse = flash_attention.forward(q, k, v, mask, scale)
+            ctx.weights = None
+            ctx.save_for_backward(q, k, v, out, lse, mask)
+            return out
+        if ctx.route == "fused":
+            from ..cuda import softmax  # noqa: PLC0415
+
+            p = softmax.forward(q @ k.swapaxes(-1, -2), mask, scale)
+        else:  # scaling q (Tq x d) is cheaper than scaling the scores (Tq x Tk)
+            p = masked_softmax_reference(xp, (q * q.dtype.type(scale)) @ k.swapaxes(-1, -2), mask, overwrite=True)
+        dm = dropout_mask(xp, p.shape, dropout_p, p.dtype) if dropping else None
+        a = p * dm if dm is not None else p
         ctx.weights = p
         ctx.save_for_backward(q, k, v, p, dm)
         return a @ v
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, p, dm = ctx.saved
         nq, nk, nv = ctx.needs_input_grad[:3]
+        if ctx.route == "flash":
+            from ..cuda import flash_attention  # noqa: PLC0415
+
+            q, k, v, out, lse, mask = ctx.saved
+            return flash_attention.backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
+        q, k, v, p, dm = ctx.saved
         a = p * dm if dm is not None else p
         gv = a.swapaxes(-1, -2) @ grad if nv else None
         gp = grad @ v.swapaxes(-1, -2)
         if dm is not None:
             gp *= dm
-        gs = gp * p
-        gs -= p * sum_last(ctx.xp, gs)  # P ⊙ (dP - Σ_k dP ⊙ P)
-        gs *= ctx.scale
+        if ctx.route == "fused":
+            from ..cuda import softmax  # noqa: PLC0415
+
+            gs = softmax.backward(p, gp, ctx.scale)
+        else:
+            gs = gp * p
+            gs -= p * sum_last(ctx.xp, gs)  # P ⊙ (dP - Σ_k dP ⊙ P)
+            gs *= gs.dtype.type(ctx.scale)
         gq = gs @ k if nq else None
         gk = gs.swapaxes(-1, -2) @ q if nk else None
         return gq, gk, gv, None

@@ -1,8 +1,56 @@
-"""Layer normalisation (Ba et al., 2016) over the last axis."""
+"""Layer normalisation (Ba et al., 2016) over the last axis.
+
+Two implementations of one op: the plain xp code below (the reference, any device and dtype)
+and, on CuPy arrays, the hand-written kernels of ``minitensor/cuda/layer_norm.cu`` when they
+apply (weight and bias given, D <= 1024, and kernels on: ``minitensor.cuda.use_kernels``).
+"""
 from __future__ import annotations
 
 from ..autograd import Function, ShapeError
+from ..backend import on_gpu
+from .precision import compute_dtype
 from .reduce import sum_last
+
+
+def layer_norm_reference(xp, x, weight, bias, eps):
+    """(y, xhat, r): y = γ ⊙ x̂ + β with x̂ = (x - μ)·r and r = 1/√(σ² + eps) over the last axis.
+
+    16-bit inputs are normalised in float32 (x̂ and r stay float32) and y is cast back.
+    """
+    work = compute_dtype(x.dtype)
+    xw = x.astype(work, copy=False)
+    inv_d = work.type(1.0 / x.shape[-1])
+    xhat = xw - sum_last(xp, xw) * inv_d                   # x - μ
+    r = 1 / xp.sqrt(sum_last(xp, xhat * xhat) * inv_d + work.type(eps))
+    xhat *= r                                              # (x - μ) / σ
+    if weight is None:
+        y = xhat + bias if bias is not None else xhat.copy()
+    else:
+        y = xhat * weight
+        if bias is not None:
+            y += bias
+    return y.astype(x.dtype, copy=False), xhat, r
+
+
+def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, True)):
+    """(dx, dγ, dβ) with ĝ = g ⊙ γ:  dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂)),
+    dγ = Σ_rows g ⊙ x̂,  dβ = Σ_rows g.  Entries of ``need`` that are False give None."""
+    gx = gw = gb = None
+    g = grad.astype(xhat.dtype, copy=False)
+    if need[0]:
+        gh = g * weight if weight is not None else g.copy()
+        inv_d = gh.dtype.type(1.0 / gh.shape[-1])
+        proj = sum_last(xp, gh * xhat) * inv_d                 # mean(ĝ ⊙ x̂)
+        gh -= sum_last(xp, gh) * inv_d                         # ĝ - mean(ĝ)
+        gh -= xhat * proj
+        gh *= r
+        gx = gh.astype(grad.dtype, copy=False)
+    lead = tuple(range(grad.ndim - 1))
+    if need[1] and weight is not None:
+        gw = (g * xhat).sum(axis=lead).astype(weight.dtype, copy=False)
+    if need[2]:
+        gb = g.sum(axis=lead).astype(grad.dtype, copy=False)
+    return gx, gw, gb
 
 
 class LayerNorm(Function):
@@ -11,7 +59,7 @@ class LayerNorm(Function):
     With ĝ = g ⊙ γ and means over the last axis (D entries):
         dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂))
         dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g
-    The forward saves x̂ and r (the mean and reciprocal std of every row).
+    The xp path saves x̂ and r; the kernel path saves x with each row's mean and r.
     """
 
     @staticmethod
@@ -21,35 +69,26 @@ class LayerNorm(Function):
             if p is not None and p.shape != (d,):
                 raise ShapeError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected ({d},) for input {tuple(x.shape)}")
         xp = ctx.xp
-        inv_d = x.dtype.type(1.0 / d)
-        xhat = x - sum_last(xp, x) * inv_d                     # x - μ
-        r = 1 / xp.sqrt(sum_last(xp, xhat * xhat) * inv_d + x.dtype.type(eps))
-        xhat *= r                                              # (x - μ) / σ
+        if on_gpu(xp):
+            from ..cuda import kernels_enabled  # noqa: PLC0415
+            from ..cuda import layer_norm as kernel  # noqa: PLC0415
+
+            if kernels_enabled() and kernel.applies(x, weight, bias):
+                y, mean, rstd = kernel.forward(x, weight, bias, eps)
+                ctx.kernel = True
+                ctx.save_for_backward(x, weight, mean, rstd)
+                return y
+        ctx.kernel = False
+        y, xhat, r = layer_norm_reference(xp, x, weight, bias, eps)
         ctx.save_for_backward(xhat, r, weight)
-        if weight is None:
-            return xhat + bias if bias is not None else xhat.copy()
-        y = xhat * weight
-        if bias is not None:
-            y += bias
         return y
 
     @staticmethod
     def backward(ctx, grad):
+        if ctx.kernel:
+            from ..cuda import layer_norm as kernel  # noqa: PLC0415
+
+            x, weight, mean, rstd = ctx.saved
+            return kernel.backward(grad, x, weight, mean, rstd)
         xhat, r, weight = ctx.saved
-        nx, nw, nb = ctx.needs_input_grad
-        gx = gw = gb = None
-        if nx:
-            xp = ctx.xp
-            gh = grad * weight if weight is not None else grad.copy()
-            inv_d = gh.dtype.type(1.0 / gh.shape[-1])
-            proj = sum_last(xp, gh * xhat) * inv_d                 # mean(ĝ ⊙ x̂)
-            gh -= sum_last(xp, gh) * inv_d                         # ĝ - mean(ĝ)
-            gh -= xhat * proj
-            gh *= r
-            gx = gh
-        lead = tuple(range(grad.ndim - 1))
-        if nw:
-            gw = (grad * xhat).sum(axis=lead)
-        if nb:
-            gb = grad.sum(axis=lead)
-        return gx, gw, gb
+        return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad)

@@ -1,0 +1,72 @@
+"""Compiling the ``.cu`` sources of this folder with CuPy, and the choices every launcher shares.
+
+Each source is compiled by NVRTC (``cupy.RawModule``) the first time a launcher asks for
+one of its template instantiations (a *name expression* such as ``"layer_norm_forward<float, 16>"``);
+CuPy keeps the binary in its on-disk kernel cache, so later runs start at once. The shared
+header ``common.cuh`` is pasted into the text in place of its ``#include`` line, so the cache
+key covers the header too.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .. import backend
+
+FOLDER = Path(__file__).resolve().parent
+SOURCES = ("layer_norm.cu", "softmax.cu", "flash_attention.cu")
+_INCLUDE = '#include "common.cuh"'
+
+# storage dtype name -> the C++ type the kernels are instantiated with (common.cuh)
+CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16", "float64": "double"}
+
+
+def ctype(dtype) -> str | None:
+    """The kernels' name for ``dtype``, or None if no kernel takes it."""
+    return CTYPES.get(np.dtype(dtype).name)
+
+
+def acc_dtype(dtype) -> np.dtype:
+    """What the kernels compute in (and save statistics in): float64 for float64, else float32."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+@lru_cache(maxsize=None)
+def source(filename: str) -> str:
+    """The text of ``filename`` with ``common.cuh`` pasted in."""
+    text = (FOLDER / filename).read_text()
+    return text.replace(_INCLUDE, (FOLDER / "common.cuh").read_text(), 1)
+
+
+@lru_cache(maxsize=None)
+def kernel(filename: str, expression: str):
+    """The compiled kernel ``expression`` (a template instantiation) of ``filename``."""
+    cp = backend.cupy()
+    module = cp.RawModule(code=source(filename), name_expressions=(expression,))
+    return module.get_function(expression)
+
+
+def items_per_lane(n: int, limit: int) -> int | None:
+    """The smallest power of two k with 32·k >= n (a warp holding a row of n values in
+    registers), or None when that exceeds ``limit``."""
+    k = 1 << max(0, math.ceil(math.log2(max(1, math.ceil(n / 32)))))
+    return k if k <= limit else None
+
+
+def no_pointer():
+    """What a kernel gets for an absent array argument (a null pointer)."""
+    return np.uint64(0)
+
+
+def mask_view(xp, mask, shape4: tuple):
+    """(array, four strides in elements) reading a bool ``mask`` broadcast to ``shape4``
+    (B, H, Tq, Tk) without materialising it, or a null pointer and zeros for no mask."""
+    if mask is None:
+        return no_pointer(), np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    if any(s < 0 for s in mask.strides):
+        mask = xp.ascontiguousarray(mask)
+    view = xp.broadcast_to(mask, shape4)  # a view: same first element, stride 0 on broadcast axes
+    return (view,) + tuple(np.int64(s // view.itemsize) for s in view.strides)

@@ -1,0 +1,98 @@
+// Helpers shared by every kernel in this folder.
+//
+// No CUDA headers are included, so the same text compiles under NVRTC (what CuPy's
+// RawModule uses at run time) and under nvcc (tests/test_cuda_sources.py). The launchers
+// in Python paste this file in place of the `#include "common.cuh"` line, so CuPy's
+// kernel cache keys on the full text.
+#pragma once
+
+#define MT_INF __int_as_float(0x7f800000)
+#define MT_WARP 32
+#define MT_FULL_MASK 0xffffffffu
+
+// ---------------------------------------------------------------- storage and compute types
+// Half precision values are stored as 16 raw bits. Arithmetic runs in Acc<T>::type:
+// float for float, f16 and bf16 storage; double for double (the float64 instantiations
+// exist so that a float64 gradcheck can go through the kernels themselves).
+struct f16  { unsigned short bits; };
+struct bf16 { unsigned short bits; };
+
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ double widen(double v) { return v; }
+__device__ __forceinline__ float widen(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+__device__ __forceinline__ float widen(bf16 v) {
+    return __uint_as_float(static_cast<unsigned int>(v.bits) << 16);  // bf16 is float's top half
+}
+
+template <typename T> __device__ __forceinline__ T narrow(typename Acc<T>::type v);
+template <> __device__ __forceinline__ float narrow<float>(float v) { return v; }
+template <> __device__ __forceinline__ double narrow<double>(double v) { return v; }
+template <> __device__ __forceinline__ f16 narrow<f16>(float v) {
+    f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+    return h;
+}
+template <> __device__ __forceinline__ bf16 narrow<bf16>(float v) {
+    unsigned int u = __float_as_uint(v);
+    bf16 h;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {   // NaN stays NaN (a quiet one)
+        h.bits = 0x7fc0;
+        return h;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);          // round to nearest, ties to even
+    h.bits = static_cast<unsigned short>(u >> 16);
+    return h;
+}
+
+// the fast hardware approximations in float; the exact functions in double
+__device__ __forceinline__ float exp_(float v) { return __expf(v); }
+__device__ __forceinline__ double exp_(double v) { return exp(v); }
+__device__ __forceinline__ float log_(float v) { return __logf(v); }
+__device__ __forceinline__ double log_(double v) { return log(v); }
+__device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
+__device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
+
+// ---------------------------------------------------------------- warp reductions
+// Butterfly (xor) shuffles: after log2(32) = 5 rounds every lane holds the result.
+template <typename A>
+__device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+    for (int offset = MT_WARP / 2; offset > 0; offset /= 2)
+        v += __shfl_xor_sync(MT_FULL_MASK, v, offset);
+    return v;
+}
+
+template <typename A>
+__device__ __forceinline__ A warp_max(A v) {
+#pragma unroll
+    for (int offset = MT_WARP / 2; offset > 0; offset /= 2)
+        v = max_(v, __shfl_xor_sync(MT_FULL_MASK, v, offset));
+    return v;
+}
+
+// ---------------------------------------------------------------- attention masks
+// A bool mask broadcastable to the scores (B, H, Tq, Tk) is read through its broadcast
+// strides (in elements, 0 on a broadcast axis), so a (B, 1, 1, Tk) padding mask or a
+// (1, 1, Tq, Tk) causal one is never materialised at full size. True = may attend.
+// Kernels take the pointer and the four strides as plain arguments and build the view.
+struct MaskView {
+    const unsigned char* data;   // nullptr: no mask, every key allowed
+    long long stride_b, stride_h, stride_q, stride_k;
+
+    __device__ __forceinline__ const unsigned char* row(int b, int h, int i) const {
+        if (data == nullptr) return nullptr;
+        return data + b * stride_b + h * stride_h + static_cast<long long>(i) * stride_q;
+    }
+    __device__ __forceinline__ bool allows(const unsigned char* row_ptr, int j) const {
+        return data == nullptr || row_ptr[static_cast<long long>(j) * stride_k] != 0;
+    }
+};

@@ -1,0 +1,92 @@
+"""Launcher for the FlashAttention-style kernels of ``flash_attention.cu``.
+
+The plain xp reference is :class:`minitensor.ops.attention.ScaledDotProductAttention`'s own
+code (scores, softmax, weights); tests compare the two, and a float64 gradcheck goes through
+the kernels themselves.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .build import kernel, mask_view
+
+SOURCE = "flash_attention.cu"
+# (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK) of the dQ pass: shared memory
+# under 48 KB and no register spills at D = 64 (nvcc -Xptxas -v; tests/test_cuda_sources.py)
+TILES = {"float": ((64, 32), (64, 16), (64, 16)), "double": ((32, 32), (32, 8), (32, 8))}
+HEAD_SIZES = {"float": (16, 32, 64), "double": (16, 32)}
+
+
+def _ctype(dtype) -> str | None:
+    return {"float32": "float", "float64": "double"}.get(np.dtype(dtype).name)
+
+
+def padded_head_size(d: int, t: str) -> int | None:
+    return next((D for D in HEAD_SIZES[t] if d <= D), None)
+
+
+def applies(q, k, v) -> bool:
+    """float32/float64 q, k, v of one shape (B, H, T, d) up to 4-D, d the same for v, d <= 64."""
+    t = _ctype(q.dtype)
+    return (t is not None and k.dtype == q.dtype and v.dtype == q.dtype and 2 <= q.ndim <= 4
+            and k.ndim == q.ndim and v.ndim == q.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
+            and k.shape[-1] == q.shape[-1] == v.shape[-1] and k.shape[-2] == v.shape[-2]
+            and q.shape[-2] > 0 and k.shape[-2] > 0 and padded_head_size(q.shape[-1], t) is not None)
+
+
+def instantiations() -> list[str]:
+    out = []
+    for t, ((fq, fk), (bk, bq), (qq, qk)) in TILES.items():
+        for D in HEAD_SIZES[t]:
+            out += [f"flash_attention_forward<{t}, {D}, {fq}, {fk}>",
+                    f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
+                    f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>"]
+    return out
+
+
+def _as4(shape: tuple) -> tuple:
+    return (1,) * (4 - len(shape)) + tuple(shape)
+
+
+def _dims(q, k):
+    B, H, Tq, d = _as4(q.shape)
+    return B, H, Tq, k.shape[-2], d
+
+
+def forward(q, k, v, mask, scale: float):
+    """(out, lse): out like q; lse (..., Tq), +inf on rows with no allowed key."""
+    import cupy as cp  # noqa: PLC0415
+
+    q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
+    B, H, Tq, Tk, d = _dims(q, k)
+    t = _ctype(q.dtype)
+    D = padded_head_size(d, t)
+    (BQ, BK), _, _ = TILES[t]
+    out = cp.empty_like(q)
+    lse = cp.empty(q.shape[:-1], dtype=q.dtype)
+    fn = kernel(SOURCE, f"flash_attention_forward<{t}, {D}, {BQ}, {BK}>")
+    fn((B * H, (Tq + BQ - 1) // BQ), (BQ,),
+       (q, k, v, out, lse) + mask_view(cp, mask, (B, H, Tq, Tk))
+       + (np.int32(H), np.int32(Tq), np.int32(Tk), np.int32(d), np.float64(scale)))
+    return out, lse
+
+
+def backward(grad, q, k, v, out, lse, mask, scale: float):
+    """dq, dk, dv from the output's cotangent, recomputing the probabilities from lse."""
+    import cupy as cp  # noqa: PLC0415
+
+    q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
+    grad = cp.ascontiguousarray(grad, dtype=q.dtype)
+    B, H, Tq, Tk, d = _dims(q, k)
+    t = _ctype(q.dtype)
+    D = padded_head_size(d, t)
+    _, (BKk, BQk), (BQq, BKq) = TILES[t]
+    delta = (grad * out).sum(axis=-1)                      # Σ_c dO_ic O_ic, one per query
+    m = mask_view(cp, mask, (B, H, Tq, Tk))
+    tail = (np.int32(H), np.int32(Tq), np.int32(Tk), np.int32(d), np.float64(scale))
+    dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
+    fn = kernel(SOURCE, f"flash_attention_backward_dkdv<{t}, {D}, {BKk}, {BQk}>")
+    fn((B * H, (Tk + BKk - 1) // BKk), (BKk,), (q, k, v, grad, lse, delta, dk, dv) + m + tail)
+    fn = kernel(SOURCE, f"flash_attention_backward_dq<{t}, {D}, {BQq}, {BKq}>")
+    fn((B * H, (Tq + BQq - 1) // BQq), (BQq,), (q, k, v, grad, lse, delta, dq) + m + tail)
+    return dq, dk, dv

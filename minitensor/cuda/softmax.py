@@ -1,0 +1,60 @@
+"""Launcher for the fused scale + mask + softmax kernels of ``softmax.cu`` (attention scores).
+
+The plain xp reference is :func:`minitensor.ops.softmax.masked_softmax_reference` and the
+backward in :class:`minitensor.ops.attention.ScaledDotProductAttention`; tests compare them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .build import ctype, items_per_lane, kernel, mask_view
+
+SOURCE = "softmax.cu"
+ROWS_PER_BLOCK = 4        # one warp per row
+MAX_ITEMS = 64            # rows of up to 32 x 64 = 2048 keys
+
+
+def applies(dtype, shape: tuple) -> bool:
+    """Whether the kernels take scores of this dtype and shape (..., Tq, Tk), up to 4-D."""
+    return (ctype(dtype) is not None and 2 <= len(shape) <= 4 and all(n > 0 for n in shape)
+            and items_per_lane(shape[-1], MAX_ITEMS) is not None)
+
+
+def instantiations() -> list[str]:
+    return [f"attention_softmax_{way}<{t}, {items}>" for way in ("forward", "backward")
+            for t in ("float", "f16", "bf16", "double") for items in (1, 2, 4, 8, 16, 32, 64)]
+
+
+def _as4(shape: tuple) -> tuple:
+    return (1,) * (4 - len(shape)) + tuple(shape)
+
+
+def forward(scores, mask, scale: float):
+    """softmax(scale · scores) over the last axis where ``mask`` (bool, broadcastable to the
+    scores, True = may attend) allows; forbidden entries and all-forbidden rows give 0."""
+    import cupy as cp  # noqa: PLC0415
+
+    scores = cp.ascontiguousarray(scores)
+    B, H, Tq, Tk = _as4(scores.shape)
+    rows = B * H * Tq
+    probs = cp.empty_like(scores)
+    k = kernel(SOURCE, f"attention_softmax_forward<{ctype(scores.dtype)}, {items_per_lane(Tk, MAX_ITEMS)}>")
+    k(((rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32 * ROWS_PER_BLOCK,),
+      (scores, probs) + mask_view(cp, mask, (B, H, Tq, Tk))
+      + (np.int64(rows), np.int32(H), np.int32(Tq), np.int32(Tk), np.float64(scale)))
+    return probs
+
+
+def backward(probs, dprobs, scale: float):
+    """d scores = scale · P ⊙ (dP - Σ_k dP ⊙ P)."""
+    import cupy as cp  # noqa: PLC0415
+
+    probs = cp.ascontiguousarray(probs)
+    dprobs = cp.ascontiguousarray(dprobs, dtype=probs.dtype)
+    Tk = probs.shape[-1]
+    rows = probs.size // Tk
+    dscores = cp.empty_like(probs)
+    k = kernel(SOURCE, f"attention_softmax_backward<{ctype(probs.dtype)}, {items_per_lane(Tk, MAX_ITEMS)}>")
+    k(((rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32 * ROWS_PER_BLOCK,),
+      (probs, dprobs, dscores, np.int64(rows), np.int32(Tk), np.float64(scale)))
+    return dscores

@@ -1,0 +1,67 @@
+"""Every CUDA source compiles for sm_90 with nvcc, every instantiation a launcher can ask
+for included, and the compiler's resource report shows what the launchers rely on.
+
+Runs on any machine with nvcc (no GPU needed); skipped without it.
+"""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from minitensor.cuda import build, flash_attention, layer_norm, softmax
+
+NVCC = shutil.which("nvcc")
+pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+
+LAUNCHERS = {"layer_norm.cu": layer_norm, "softmax.cu": softmax, "flash_attention.cu": flash_attention}
+SMEM_LIMIT = 48 * 1024  # static shared memory per block without opting in
+
+
+def test_every_source_has_a_launcher():
+    assert set(LAUNCHERS) == set(build.SOURCES)
+    assert sorted(p.name for p in build.FOLDER.glob("*.cu")) == sorted(build.SOURCES)
+
+
+def _compile(tmp_path, filename):
+    """Compile ``filename`` plus a function taking the address of every instantiation its
+    launcher uses; returns {mangled kernel name: resource line} from ptxas."""
+    exprs = LAUNCHERS[filename].instantiations()
+    text = build.source(filename) + "\nvoid instantiate_all() {\n    void* kernels[] = {\n"
+    text += "".join(f"        (void*)&{e},\n" for e in exprs) + "    };\n    (void)kernels;\n}\n"
+    src = tmp_path / filename
+    src.write_text(text)
+    out = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-diag-suppress", "550", "-o",
+                          str(tmp_path / "out.cubin"), str(src)], capture_output=True, text=True)
+    assert out.returncode == 0, f"nvcc failed on {filename}:\n{out.stderr[-4000:]}"
+    report, name = {}, None
+    for line in out.stderr.splitlines():
+        m = re.search(r"Function properties for (\S+)", line)
+        if m:
+            name = m.group(1)
+        elif name and ("spill" in line or "registers" in line):
+            report[name] = report.get(name, "") + line
+    assert len(report) == len(exprs), f"expected {len(exprs)} kernels in {filename}, ptxas reported {len(report)}"
+    return report
+
+
+def _first_template_argument(mangled: str) -> str:
+    """The first template argument's code in an Itanium-mangled name ``_Z<len><name>I<args>E...``:
+    'f' float, 'd' double, '3f16' / '4bf16' our 16-bit storage structs."""
+    m = re.match(r"_Z(\d+)", mangled)
+    rest = mangled[m.end() + int(m.group(1)):]
+    assert rest.startswith("I"), mangled
+    return rest[1] if rest[1].isalpha() else re.match(r"\d+", rest[1:]).group(0)
+
+
+@pytest.mark.parametrize("filename", build.SOURCES)
+def test_source_compiles_for_sm90_within_limits(tmp_path, filename):
+    """nvcc accepts the source; every kernel fits the static 48 KB of shared memory; and the
+    float32 and 16-bit kernels (the fast paths) spill no registers. The float64 versions
+    exist for gradchecks only and may spill."""
+    for kernel_name, line in _compile(tmp_path, filename).items():
+        smem = int(re.search(r"(\d+) bytes smem", line).group(1)) if "smem" in line else 0
+        assert smem <= SMEM_LIMIT, f"{kernel_name}: {smem} bytes of shared memory"
+        if _first_template_argument(kernel_name) != "d":  # "d": double
+            spills = [int(x) for x in re.findall(r"(\d+) bytes spill", line)]
+            assert not any(spills), f"{kernel_name} spills registers: {line.strip()}"
