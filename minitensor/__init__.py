@@ -4,7 +4,7 @@
     import minitensor.functional as F
     from minitensor import nn, optim
 """
-from . import cuda, functional, nn, optim
+from . import amp, cuda, functional, nn, optim
 from .autograd import Function, GraphError, ShapeError, enable_grad, is_grad_enabled, no_grad
 from .backend import DeviceError
 from .gradcheck import GradcheckError, gradcheck
@@ -17,5 +17,5 @@ __all__ = [
     "Tensor", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
     "no_grad", "enable_grad", "is_grad_enabled", "manual_seed", "get_rng_state", "set_rng_state",
     "gradcheck", "GradcheckError", "Function", "ShapeError", "GraphError", "DeviceError",
-    "functional", "nn", "optim", "cuda",
+    "functional", "nn", "optim", "cuda", "amp",
 ]

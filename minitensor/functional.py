@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from . import backend
+from .amp import autocast_dtype
 from .autograd import ShapeError
 from .ops.attention import ScaledDotProductAttention
 from .ops.dropout import Dropout
@@ -122,13 +123,22 @@ def to_device(x, device) -> Tensor:
 
 
 # ----------------------------------------------------------------- linear algebra
+def _autocast(*tensors):
+    """Inside ``minitensor.amp.autocast``: floating inputs of a matrix product cast to its dtype
+    (a differentiable cast, so float32 parameters get float32 gradients)."""
+    dt = autocast_dtype()
+    if dt is None:
+        return tensors
+    return tuple(t if t is None or t.dtype == dt or t.dtype.kind != "f" else Cast.apply(t, dtype=dt) for t in tensors)
+
+
 def matmul(a, b) -> Tensor:
     """a @ b: matrix product over the last two axes, leading axes broadcast.
 
     A 1-D operand is treated as a row (first) or column (second) vector, and that axis
-    is dropped from the result, as in NumPy.
+    is dropped from the result, as in NumPy. Runs in 16-bit inside ``amp.autocast``.
     """
-    a, b = _pair(a, b)
+    a, b = _autocast(*_pair(a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError(f"matmul: both operands need at least 1 dimension, got shapes {a.shape} and {b.shape}")
     if a.ndim == 1 and b.ndim == 1:
@@ -144,9 +154,10 @@ def matmul(a, b) -> Tensor:
 
 
 def linear(x, weight, bias=None) -> Tensor:
-    """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out)."""
+    """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out).
+    Runs in 16-bit inside ``amp.autocast``."""
     x = _as_tensor(x)
-    return Linear.apply(x, _as_tensor(weight, x), None if bias is None else _as_tensor(bias, x))
+    return Linear.apply(*_autocast(x, _as_tensor(weight, x), None if bias is None else _as_tensor(bias, x)))
 
 
 # ----------------------------------------------------------------- reductions

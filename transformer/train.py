@@ -8,6 +8,7 @@ every ``save_every`` updates write ``checkpoint_<step>.npz`` (keeping the last N
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -19,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 import minitensor as mt
-from minitensor import optim
+from minitensor import amp, optim
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, token_batches
@@ -35,6 +36,9 @@ from .tokenizer import Tokenizer
 
 class TrainingDiverged(FloatingPointError):
     """The loss became NaN or infinite; the last good checkpoint is left as it was."""
+
+
+PRECISIONS = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass
@@ -70,6 +74,9 @@ class TrainSettings:
     keep_last: int = 5
     seed: int = 1
     device: str = "cpu"
+    precision: str = "fp32"         # fp32, fp16 (with dynamic loss scaling) or bf16: see minitensor.amp
+    tf32: bool = False              # float32 matrix products on TF32 tensor cores (GPU only)
+    memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
     progress: bool = True
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
@@ -104,8 +111,19 @@ class Trainer:
 
     def __init__(self, settings: TrainSettings, tokenizer: Tokenizer, train: ParallelData,
                  valid: ParallelData | None = None, resume: bool = False, comm: Communicator | None = None):
+        if settings.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {settings.precision!r}")
+        if settings.tf32 and mt.backend.normalize_device(settings.device) != "cuda":
+            raise ValueError("tf32 is a GPU setting: use it with device 'cuda'")
         self.s = settings
         self.tok = tokenizer
+        self.amp_dtype = PRECISIONS[settings.precision]
+        # float16 needs loss scaling; bfloat16 has float32's exponent range and does not
+        self.scaler = amp.LossScaler() if settings.precision == "fp16" else None
+        self.last_skipped = False
+        self.on_gpu = mt.backend.normalize_device(settings.device) == "cuda"
+        if self.on_gpu:
+            mt.cuda.set_tf32(settings.tf32)
         self.comm = comm or SingleProcess()
         self.main = self.comm.rank == 0
         self.train_data, self.valid_data = train, valid
@@ -133,7 +151,8 @@ class Trainer:
         return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "schedule": self.sched.state_dict(), "rng": mt.get_rng_state(), "config": self.cfg.to_dict(),
                 "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(), "best_valid": self.best_valid,
-                "train_seconds": self.train_seconds, "world_size": self.comm.world_size}
+                "train_seconds": self.train_seconds, "world_size": self.comm.world_size,
+                "loss_scaler": self.scaler.state_dict() if self.scaler else None}
 
     def save(self) -> Path | None:
         if not self.main:
@@ -163,6 +182,8 @@ class Trainer:
         mt.set_rng_state(meta["rng"])
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
         self.best_valid, self.train_seconds = meta["best_valid"], meta["train_seconds"]
+        if self.scaler and meta.get("loss_scaler"):
+            self.scaler.load_state_dict(meta["loss_scaler"])
         metrics = self.run / "metrics.jsonl"
         if metrics.exists():  # forget log lines written after that checkpoint
             lines = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
@@ -186,23 +207,44 @@ class Trainer:
         """One optimizer step over ``group`` (this rank takes every world_size-th batch).
 
         Returns (loss per target token over all ranks, whether rank 0 asked to stop after it).
+        With fp16, an update whose gradients overflowed is skipped (``self.last_skipped``) and
+        the loss scale halved. On the GPU the only copies to the host are the logged scalars.
         """
         mine = group[self.comm.rank::self.comm.world_size]
         batches = [collate(self.train_data.src, self.train_data.tgt, idx) for idx in mine]
         self._reseed_dropout()
         self.model.train()
         self.opt.zero_grad()
-        loss_sum, tokens = 0.0, 0
+        loss_sum, tokens = None, 0
         dev = self.s.device
         for b in batches:
-            logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
-            loss = label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id, self.s.smoothing,
-                                       reduction="sum")
-            loss.backward()
-            loss_sum += loss.item()
+            with amp.autocast(self.amp_dtype or "float16", enabled=self.amp_dtype is not None):
+                logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
+                loss = label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id,
+                                           self.s.smoothing, reduction="sum")
+            if self.scaler:  # overflow is expected now and then: it is detected below, not warned about
+                with np.errstate(over="ignore", invalid="ignore"):
+                    (loss * self.scaler.scale).backward()
+            else:
+                loss.backward()
+            loss_sum = loss.data if loss_sum is None else loss_sum + loss.data  # stays on the device
             tokens += b.target_tokens
+        loss_sum = float(loss_sum) if loss_sum is not None else 0.0  # the logged scalar
         loss_sum, tokens, stop = self._reduce_gradients(loss_sum, tokens, stop_flag)
         per_token = loss_sum / tokens
+        self.last_skipped = False
+        if self.scaler:
+            finite = self.scaler.unscale_(self.opt.params) and math.isfinite(per_token)
+            self.scaler.update(found_overflow=not finite)
+            if not finite:
+                if self.scaler.scale <= self.scaler.min_scale:
+                    raise TrainingDiverged(
+                        f"float16 gradients overflow even at the smallest loss scale ({self.scaler.scale:g}) at update "
+                        f"{self.step + 1}; the newest checkpoint in {self.run} is from before it. Try precision bf16 "
+                        "or fp32, a lower --lr-factor, or --clip-norm")
+                self.last_skipped = True
+                self.step += 1
+                return per_token, stop
         if not math.isfinite(per_token):
             raise TrainingDiverged(
                 f"loss is {per_token} at update {self.step + 1}; stopping. The newest checkpoint in {self.run} "
@@ -282,11 +324,22 @@ class Trainer:
                 while self.batch_in_epoch < len(batches) and self.step < s.max_steps:
                     group = batches[self.batch_in_epoch:self.batch_in_epoch + chunk]
                     out_of_time = s.max_minutes > 0 and time.perf_counter() - start >= 60 * s.max_minutes
-                    loss, stop = self.update(group, stop_flag=float(out_of_time and self.main))
+                    measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
+                    with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem:
+                        loss, stop = self.update(group, stop_flag=float(out_of_time and self.main))
                     self.batch_in_epoch += len(group)
                     self.train_seconds = time.perf_counter() - start
                     record = {"step": self.step, "epoch": self.epoch, "loss": loss, "lr": self.opt.lr,
                               "seconds": round(self.train_seconds, 2)}
+                    if measure:
+                        record["peak_memory_mib"] = round(mem.peak_bytes / 2**20, 1)
+                    if self.scaler:
+                        record["loss_scale"] = self.scaler.scale
+                        if self.last_skipped:
+                            record["skipped"] = True
+                            if self.main:
+                                tqdm.write(f"update {self.step}: float16 gradients overflowed; skipped it, "
+                                           f"loss scale now {self.scaler.scale:g}")
                     if self.main and self.valid_data is not None and self.step % s.eval_every == 0:
                         record.update(self.validate())
                         self.train_seconds = time.perf_counter() - start

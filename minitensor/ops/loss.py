@@ -1,7 +1,10 @@
 """Cross entropy with label smoothing and ignored targets, fused with log_softmax."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import Function, ShapeError
+from .precision import compute_dtype
 
 
 class CrossEntropy(Function):
@@ -12,6 +15,11 @@ class CrossEntropy(Function):
         loss_i = -Σ_c q_c log p_c = (1-ε)·(-log p_t) + ε·mean_c(-log p_c).
     Targets equal to ``ignore_index`` contribute nothing; "mean" divides by the number of
     targets that are not ignored. The gradient wrt the logits is w_i · (p - q).
+
+    16-bit logits are widened to float32 for the log-sum-exp; the loss is float32 then, and
+    the logits' gradient comes back in their own dtype. On the GPU nothing here waits for the
+    device: the target range is checked on the host only, and the count of targets stays a
+    device scalar.
     """
 
     @staticmethod
@@ -27,14 +35,18 @@ class CrossEntropy(Function):
         V = logits.shape[-1]
         valid = target != ignore_index if ignore_index is not None else xp.ones(target.shape, dtype=bool)
         safe_t = xp.where(valid, target, 0)
-        if target.size and valid.any():
+        on_host = xp is np
+        if on_host and target.size and valid.any():
             lo, hi = int(safe_t[valid].min()), int(safe_t[valid].max())
             if lo < 0 or hi >= V:
                 raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
         # log p = (x - m) - log Σ exp(x - m). The picked and mean shifted logits are read
         # first, then exp overwrites the shifted logits (one big temporary, not two) and is
         # kept for the backward.
-        shifted = logits - logits.max(axis=-1, keepdims=True)
+        work = compute_dtype(logits.dtype)
+        ctx.logits_dtype = logits.dtype
+        x = logits.astype(work, copy=False)
+        shifted = x - x.max(axis=-1, keepdims=True)
         picked = xp.take_along_axis(shifted, safe_t[..., None], axis=-1)[..., 0]
         eps = label_smoothing
         mean_shifted = shifted.mean(axis=-1) if eps else None
@@ -44,15 +56,18 @@ class CrossEntropy(Function):
         nll = lse - picked
         # with smoothing, mean_c(-log p_c) = lse - mean_c(x_c - m)
         loss = (1 - eps) * nll + eps * (lse - mean_shifted) if eps else nll
-        loss = xp.where(valid, loss, 0).astype(logits.dtype, copy=False)
-        ctx.count = int(valid.sum())
+        loss = xp.where(valid, loss, 0).astype(work, copy=False)
+        count = valid.sum()
+        ctx.count = int(count) if on_host else count.astype(work)  # a device scalar on the GPU
         ctx.reduction, ctx.eps = reduction, eps
         ctx.save_for_backward(e, sum_e, safe_t, valid)
         if reduction == "none":
             return loss
         if reduction == "sum":
             return loss.sum()
-        return loss.sum() / logits.dtype.type(ctx.count) if ctx.count else xp.asarray(xp.nan, dtype=logits.dtype)
+        if on_host:
+            return loss.sum() / work.type(ctx.count) if ctx.count else xp.asarray(xp.nan, dtype=work)
+        return xp.where(count > 0, loss.sum() / xp.maximum(ctx.count, 1), xp.nan).astype(work)
 
     @staticmethod
     def backward(ctx, grad):
@@ -70,6 +85,6 @@ class CrossEntropy(Function):
         elif ctx.reduction == "sum":
             w = xp.broadcast_to(grad, t.shape)
         else:
-            w = xp.broadcast_to(grad / max(ctx.count, 1), t.shape)
+            w = xp.broadcast_to(grad / xp.maximum(ctx.count, 1), t.shape)
         g *= (w * valid)[..., None]
-        return g, None
+        return g.astype(ctx.logits_dtype, copy=False), None

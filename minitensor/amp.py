@@ -1,0 +1,115 @@
+"""Mixed precision training (Micikevicius et al., 2018, "Mixed Precision Training").
+
+Three pieces, as the paper describes them:
+
+* **16-bit compute.** Inside ``with autocast("float16"):`` (or ``"bfloat16"``) the matrix
+  products (``F.linear``, ``F.matmul``) cast their floating inputs to that dtype, so the
+  bulk of the arithmetic and of the saved activations is 16-bit. Reductions stay float32:
+  layer norm, softmax and cross entropy widen 16-bit inputs before summing.
+* **float32 master weights.** The parameters themselves stay float32. The cast is an op
+  in the graph, so each parameter's gradient comes back through it as float32, and the
+  optimizer updates float32 weights: small updates are not lost to 16-bit rounding.
+* **Dynamic loss scaling.** Small gradients underflow in float16. :class:`LossScaler`
+  multiplies the loss by S before backward (so every gradient is S times larger), divides
+  the float32 gradients by S afterwards, and when any gradient overflowed (inf or NaN)
+  skips the update and halves S; after ``growth_interval`` clean updates it doubles S.
+  bfloat16 has float32's range and rarely needs it.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from contextlib import ContextDecorator
+
+import numpy as np
+
+from . import backend
+
+_state = threading.local()
+DTYPES = ("float16", "bfloat16")
+
+
+def _dtype(name: str) -> np.dtype:
+    if name == "float16":
+        return np.dtype(np.float16)
+    if name == "bfloat16":
+        try:
+            import ml_dtypes  # noqa: PLC0415 (CuPy and NumPy take bfloat16 from ml_dtypes)
+        except ImportError as e:
+            raise ImportError("bfloat16 needs the ml_dtypes package: pip install ml_dtypes") from e
+        return np.dtype(ml_dtypes.bfloat16)
+    raise ValueError(f"autocast dtype must be one of {DTYPES}, got {name!r}")
+
+
+def autocast_dtype() -> np.dtype | None:
+    """The dtype matrix products run in now, or None outside :class:`autocast`."""
+    return getattr(_state, "dtype", None)
+
+
+class autocast(ContextDecorator):
+    """Run matrix products in ``dtype`` ("float16" or "bfloat16") inside the block; ``enabled=False``
+    is a no-op, so one code path serves both precisions."""
+
+    def __init__(self, dtype: str = "float16", enabled: bool = True):
+        self.dtype = _dtype(dtype) if enabled else None
+
+    def __enter__(self):
+        self._prev = autocast_dtype()
+        _state.dtype = self.dtype
+        return self
+
+    def __exit__(self, *exc):
+        _state.dtype = self._prev
+        return False
+
+
+class LossScaler:
+    """Dynamic loss scaling: ``scale`` the loss, ``unscale_`` the gradients and learn whether
+    they overflowed, ``update`` the scale. ``skipped`` counts the updates skipped so far."""
+
+    def __init__(self, init_scale: float = 2.0**15, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000, min_scale: float = 2.0**-14):
+        if not (init_scale > 0 and growth_factor > 1 and 0 < backoff_factor < 1 and growth_interval > 0):
+            raise ValueError("LossScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, "
+                             "growth_interval > 0")
+        self.scale = float(init_scale)
+        self.growth_factor, self.backoff_factor = growth_factor, backoff_factor
+        self.growth_interval, self.min_scale = growth_interval, min_scale
+        self.good_steps = 0
+        self.skipped = 0
+
+    def unscale_(self, params, extra: float = 1.0) -> bool:
+        """Multiply every gradient by extra / scale in place; True when all are finite.
+
+        One reduction per gradient on the device and one scalar to the host for all of them.
+        """
+        grads = [p.grad.data for p in params if p.grad is not None]
+        if not grads:
+            return True
+        factor = extra / self.scale
+        xp = backend.array_module(grads[0])
+        total = None
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are what we look for
+            for g in grads:
+                g *= g.dtype.type(factor)
+                s = g.sum(dtype=np.float32)  # inf or NaN anywhere makes the sum inf or NaN
+                total = s if total is None else total + s
+        return bool(math.isfinite(float(total))) if xp is np else bool(xp.isfinite(total).item())
+
+    def update(self, found_overflow: bool) -> None:
+        """Halve the scale after an overflow; double it after ``growth_interval`` clean steps."""
+        if found_overflow:
+            self.skipped += 1
+            self.good_steps = 0
+            self.scale = max(self.scale * self.backoff_factor, self.min_scale)
+        else:
+            self.good_steps += 1
+            if self.good_steps >= self.growth_interval:
+                self.scale *= self.growth_factor
+                self.good_steps = 0
+
+    def state_dict(self) -> dict:
+        return {"scale": self.scale, "good_steps": self.good_steps, "skipped": self.skipped}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.scale, self.good_steps, self.skipped = float(sd["scale"]), int(sd["good_steps"]), int(sd["skipped"])

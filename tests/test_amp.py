@@ -1,0 +1,112 @@
+"""Mixed precision: 16-bit matrix products under autocast with float32 gradients for float32
+parameters, reductions widened to float32, and dynamic loss scaling that skips overflowing
+updates. On the CPU these run on NumPy's float16; the same code runs on CuPy."""
+import numpy as np
+import pytest
+
+import minitensor as mt
+import minitensor.functional as F
+from minitensor import amp, nn
+
+
+def _f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_autocast_runs_products_in_float16_and_hands_float32_parameters_float32_gradients():
+    rng = np.random.default_rng(0)
+    x = mt.tensor(_f32(rng, 6, 8), requires_grad=True)
+    w, b = mt.tensor(_f32(rng, 8, 5), requires_grad=True), mt.tensor(_f32(rng, 5), requires_grad=True)
+    v = mt.tensor(_f32(rng, 5, 3), requires_grad=True)
+    with amp.autocast("float16"):
+        h = F.linear(x, w, b)
+        y = F.matmul(h, v)
+        assert h.dtype == np.float16 and y.dtype == np.float16
+    assert F.linear(x, w, b).dtype == np.float32  # back to float32 outside the block
+    g = _f32(rng, 6, 3)
+    y.backward(mt.tensor(g.astype(np.float16)))
+    assert all(t.grad.dtype == np.float32 for t in (x, w, b, v))
+    # the same gradients as in float32, to float16 precision
+    x32, w32, b32, v32 = (mt.tensor(t.numpy(), requires_grad=True) for t in (x, w, b, v))
+    F.matmul(F.linear(x32, w32, b32), v32).backward(mt.tensor(g.astype(np.float16).astype(np.float32)))
+    for t, ref in ((x, x32), (w, w32), (b, b32), (v, v32)):
+        np.testing.assert_allclose(t.grad.numpy(), ref.grad.numpy(), rtol=2e-2, atol=2e-2)
+
+
+def test_autocast_disabled_is_a_no_op_and_bad_dtypes_are_refused():
+    with amp.autocast("float16", enabled=False):
+        assert amp.autocast_dtype() is None
+        assert F.linear(mt.ones(2, 3), mt.ones(3, 4)).dtype == np.float32
+    with pytest.raises(ValueError, match="float16"):
+        amp.autocast("float8")
+
+
+def test_cross_entropy_and_layer_norm_widen_float16_inputs_to_float32():
+    rng = np.random.default_rng(1)
+    logits16 = mt.tensor((_f32(rng, 4, 7, 50) * 8).astype(np.float16), requires_grad=True)
+    target = rng.integers(0, 50, (4, 7))
+    loss = F.cross_entropy(logits16, target, label_smoothing=0.1, reduction="sum")
+    assert loss.dtype == np.float32
+    ref = F.cross_entropy(mt.tensor(logits16.numpy().astype(np.float64)), target, label_smoothing=0.1, reduction="sum")
+    assert abs(loss.item() - ref.item()) < 1e-4 * abs(ref.item())  # float32 accuracy on float16 inputs
+    loss.backward()
+    assert logits16.grad.dtype == np.float16
+    x16 = (_f32(rng, 5, 64) * 100 + 1000).astype(np.float16)  # a float16 variance would lose the signal
+    y = F.layer_norm(mt.tensor(x16), mt.ones(64, dtype=np.float16), mt.zeros(64, dtype=np.float16))
+    x64 = x16.astype(np.float64)
+    expected = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y.numpy().astype(np.float64), expected, atol=4e-3)
+
+
+def test_loss_scaler_skips_on_overflow_backs_off_and_grows_after_clean_steps():
+    s = amp.LossScaler(init_scale=1024.0, growth_interval=3)
+    p = nn.Parameter(np.zeros(4, dtype=np.float32))
+    p.grad = mt.tensor(np.array([1024.0, 2048.0, -512.0, 0.0], dtype=np.float32))
+    assert s.unscale_([p], extra=0.5)
+    np.testing.assert_array_equal(p.grad.numpy(), [0.5, 1.0, -0.25, 0.0])  # divided by scale, times extra
+    for bad in (np.inf, np.nan):
+        p.grad = mt.tensor(np.array([1.0, bad, 0, 0], dtype=np.float32))
+        assert not s.unscale_([p])
+    s.update(found_overflow=True)
+    assert s.scale == 512.0 and s.skipped == 1
+    for _ in range(3):
+        s.update(found_overflow=False)
+    assert s.scale == 1024.0 and s.good_steps == 0
+    restored = amp.LossScaler()
+    restored.load_state_dict(s.state_dict())
+    assert restored.state_dict() == s.state_dict()
+
+
+def test_fp16_training_skips_overflowing_updates_says_so_and_then_learns(tmp_path, capsys):
+    from tests.transformer.test_training import SHARED, tiny_settings
+    from transformer import data
+    from transformer.tokenizer import Tokenizer, encode_cached
+    from transformer.train import ParallelData, Trainer
+
+    if not SHARED.exists():
+        pytest.skip("../shared/data/multi30k not present")
+    en, de = data.multi30k("val", root=SHARED)
+    tok = Tokenizer.train(en[:300] + de[:300], tmp_path / "spm", vocab_size=200)
+    train = ParallelData(encode_cached(tok, en[:300], tmp_path / "a.npz"), encode_cached(tok, de[:300], tmp_path / "b.npz"))
+    settings = tiny_settings(tmp_path / "run", precision="fp16", max_steps=24, eval_every=1000, save_every=1000,
+                             bleu_sentences=0, dropout=0.0, lr_factor=2.0)
+    trainer = Trainer(settings, tok, train)
+    trainer.scaler = amp.LossScaler(init_scale=2.0**20)  # float16 overflows at 65504: the first updates must skip
+    params = trainer.model.parameters()
+    before = [p.numpy().copy() for p in params]
+    assert all(p.dtype == np.float32 for p in params)  # master weights stay float32
+    trainer.update(trainer._epoch_batches(0)[:1])
+    assert trainer.last_skipped and trainer.scaler.scale == 2.0**19 and trainer.opt.steps == 0
+    assert all(np.array_equal(a, p.numpy()) for a, p in zip(before, params))  # a skipped update changes nothing
+    trainer.batch_in_epoch = 1
+    trainer.fit()
+    records = trainer.history
+    skipped = [r for r in records if r.get("skipped")]
+    assert skipped and len(skipped) < len(records) - 5
+    assert "overflowed; skipped it" in capsys.readouterr().out  # and says so
+    assert trainer.scaler.skipped == 1 + len(skipped)
+    assert trainer.opt.steps == len(records) - len(skipped)  # Adam only saw the clean updates
+    assert not any(np.array_equal(a, p.numpy()) for a, p in zip(before, params) if a.size > 1)
+    clean = [r["loss"] for r in records if not r.get("skipped")]
+    assert np.mean(clean[-3:]) < clean[0] - 0.3  # and it learns
