@@ -75,7 +75,7 @@ class TorchTransformer(nn.Module):
 
     def decode(self, tgt, memory, src_mask):
         T = tgt.shape[1]
-        mask = (tgt != self.pad)[:, None, None, :] & torch.tril(torch.ones(T, T, dtype=torch.bool))
+        mask = (tgt != self.pad)[:, None, None, :] & torch.tril(torch.ones(T, T, dtype=torch.bool, device=tgt.device))
         y = self.embed(tgt)
         for layer in self.dec:
             y = layer(y, mask, memory, src_mask)

@@ -1,28 +1,40 @@
 # %% [markdown]
-# # Lesson 16 — The GPU backend
+# # Lesson 16 — The GPU backend, hand-written kernels and mixed precision
+#
+# Paper: Section 5.2 ("Hardware and Schedule": 8 P100 GPUs, 12 hours for the base model).
 #
 # Every op gets its array module from its inputs (`ctx.xp`): NumPy for "cpu" tensors, CuPy for
-# "cuda" ones. Nothing else changes — the same `Function` classes run on both, and
-# `model.to("cuda")` moves parameters and buffers. Hand-written CUDA kernels (LayerNorm,
-# softmax-attention) will slot into the same ops on CuPy arrays; they are not in the package
-# yet. Without a GPU (or without CuPy) this lesson runs its CPU half and says so.
+# "cuda" ones, so `model.to("cuda")` is all it takes to train on a GPU. On CuPy arrays some
+# ops go further and call kernels we wrote ourselves (`minitensor/cuda/*.cu`): LayerNorm,
+# a fused scale + mask + softmax for attention scores, and FlashAttention-style attention.
+# This lesson reads them, replays the idea behind flash attention in NumPy (so it runs
+# anywhere), and tries mixed precision. Without a GPU the GPU parts say so and are skipped.
 
 # %%
+import time
+from pathlib import Path
+
+import matplotlib
 import numpy as np
 
 import minitensor as mt
 import minitensor.functional as F
+from minitensor import amp
 from transformer import Transformer, TransformerConfig, label_smoothed_loss
 from transformer.lesson import figure_dir, smoke
 
-print("CUDA available:", mt.cuda.is_available())
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+GPU = mt.cuda.is_available()
+print("CUDA available:", GPU)
 try:
     mt.tensor([1.0], device="cuda")
 except mt.DeviceError as e:
     print("asking for cuda without one gives a clear error:\n ", e)
 
 # %% [markdown]
-# ## The same loss and gradients on both devices
+# ## 1. The same loss and gradients on both devices
 
 # %%
 mt.manual_seed(0)
@@ -35,41 +47,174 @@ loss.backward()
 cpu_loss = loss.item()
 cpu_grads = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
 print(f"cpu loss {cpu_loss:.6f}")
-if mt.cuda.is_available():
+if GPU:
     model.zero_grad()
     model.to("cuda")
     loss = label_smoothed_loss(model(mt.tensor(src, device="cuda"), mt.tensor(tgt[:, :-1], device="cuda")),
                                mt.tensor(tgt[:, 1:], device="cuda"), 0)
     loss.backward()
-    print(f"gpu loss {loss.item():.6f}")
+    print(f"gpu loss {loss.item():.6f} (with the kernels on)")
     assert abs(loss.item() - cpu_loss) < 1e-4
     for n, p in model.named_parameters():
         assert np.allclose(p.grad.numpy(), cpu_grads[n], atol=1e-4), n
     print("gradients agree to float32 tolerance")
 else:
-    print("(no GPU here: the GPU half of this lesson is skipped)")
+    print("(no GPU here: the GPU half of this section is skipped)")
+
+# %% [markdown]
+# ## 2. Reading a kernel: LayerNorm
+#
+# A GPU runs thousands of threads in groups of 32 (a *warp*) that execute in lockstep.
+# `layer_norm.cu` gives each row to one warp: lane `l` holds columns `l, l+32, l+64, …` in
+# registers, so the row is read from memory once, and the mean and variance are sums across
+# the warp done with `__shfl_xor_sync` (five butterfly steps). LayerNorm moves bytes rather
+# than doing arithmetic, so "fast" means "close to the memory bandwidth". The backward writes
+# dγ and dβ through a two-stage reduction in a fixed order, so it is deterministic.
 
 # %%
-import matplotlib
+source = (Path(mt.cuda.__file__).parent / "layer_norm.cu").read_text()
+start = source.index("template <typename T, int ITEMS>\n__global__ void layer_norm_forward")
+print(source[start:source.index("// Stage 1", start)])
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+# %% [markdown]
+# The op decides which implementation runs (`minitensor/ops/norm.py`): on CuPy arrays, with
+# kernels on and a case the kernel covers, the kernel; otherwise the plain xp code, which is
+# also the reference the kernel is tested against. `MINITENSOR_KERNELS=0` (or
+# `with mt.cuda.use_kernels(False):`) turns the kernels off to compare.
 
-sizes = [64, 128, 256] if smoke() else [64, 128, 256, 512, 1024]
-import time  # noqa: E402
+# %% [markdown]
+# ## 3. Flash attention, replayed in NumPy
+#
+# Attention forms a Tq x Tk matrix of weights. FlashAttention never stores it: it walks over
+# tiles of keys and keeps, per query, a running maximum m, a running denominator l and an
+# unnormalised output. When a tile raises the maximum from m to m', everything so far is
+# rescaled by exp(m - m'). Here is that loop in NumPy, checked against the op:
 
-times = []
-for n in sizes:
-    a = mt.tensor(rng.standard_normal((n, n)).astype(np.float32))
-    t0 = time.perf_counter()
-    for _ in range(5):
-        F.matmul(a, a)
-    times.append((time.perf_counter() - t0) / 5)
+# %%
+def tiled_attention(q, k, v, tile):
+    """softmax(q kᵀ/√d) v, one tile of keys at a time (online softmax); also returns log-sum-exp."""
+    Tq, d = q.shape
+    m = np.full(Tq, -np.inf)
+    l = np.zeros(Tq)  # noqa: E741 (the paper's name)
+    acc = np.zeros((Tq, v.shape[1]))
+    for j in range(0, k.shape[0], tile):
+        s = (q @ k[j:j + tile].T) / np.sqrt(d)
+        m_new = np.maximum(m, s.max(axis=1))
+        correction = np.exp(m - m_new)
+        p = np.exp(s - m_new[:, None])
+        l = l * correction + p.sum(axis=1)  # noqa: E741
+        acc = acc * correction[:, None] + p @ v[j:j + tile]
+        m = m_new
+    return acc / l[:, None], m + np.log(l)
+
+
+T = 64 if smoke() else 256
+q, k, v = (rng.standard_normal((T, 16)) for _ in range(3))
+out, lse = tiled_attention(q, k, v, tile=32)
+ref = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
+print("max |tiled - op| =", np.abs(out - ref).max())
+assert np.allclose(out, ref, atol=1e-12)
+# the backward needs only lse: every weight is exp(score - lse), recomputed tile by tile
+weights = np.exp(q @ k.T / 4.0 - lse[:, None])
+assert np.allclose(weights.sum(axis=1), 1.0)
+
+# %% [markdown]
+# The memory it saves: the weights are Tq·Tk numbers per head, the log-sum-exp Tq.
+
+# %%
+lengths = np.array([128, 256, 512, 1024, 2048, 4096])
 fig, ax = plt.subplots(figsize=(5, 3))
-ax.loglog(sizes, [2 * n**3 / t / 1e9 for n, t in zip(sizes, times)], marker="o", label="cpu")
-ax.set_xlabel("matrix size n")
-ax.set_ylabel("GFLOP/s of n x n @ n x n")
-ax.legend()
+ax.loglog(lengths, 8 * 64 * lengths**2 * 4 / 2**20, marker="o", label="weights (8 heads x 64 sentences)")
+ax.loglog(lengths, 8 * 64 * lengths * 4 / 2**20, marker="s", label="log-sum-exp (flash)")
+ax.set_xlabel("sequence length")
+ax.set_ylabel("MiB per layer")
+ax.legend(fontsize=7)
 fig.tight_layout()
-fig.savefig(figure_dir("16") / "matmul_throughput.png")
-print("saved", figure_dir("16") / "matmul_throughput.png")
+fig.savefig(figure_dir("16") / "attention_memory.png")
+print("saved", figure_dir("16") / "attention_memory.png")
+
+# %% [markdown]
+# On the GPU, `flash_attention.cu` does the same in CUDA (one thread per query, key tiles in
+# shared memory) and its backward recomputes the weights from lse. Let us time the three
+# routes and measure their memory.
+
+# %%
+if GPU:
+    from minitensor import cuda
+
+    B, H, d = 4, 8, 64
+    rows = []
+    for T in ([256, 1024] if smoke() else [256, 512, 1024, 2048]):
+        qt, kt, vt = (mt.tensor(rng.standard_normal((B, H, T, d)).astype(np.float32), requires_grad=True, device="cuda")
+                      for _ in range(3))
+        row = [T]
+        for mode in ("flash", "fused", "off"):
+            cuda.set_attention("auto" if mode == "off" else mode)
+            with cuda.use_kernels(mode != "off"), cuda.PeakMemory() as mem:
+                F.scaled_dot_product_attention(qt, kt, vt).sum().backward()  # warm-up + memory
+            with cuda.use_kernels(mode != "off"):
+                cuda_sync = mt.backend.cupy().cuda.Device().synchronize
+                cuda_sync()
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    F.scaled_dot_product_attention(qt, kt, vt).sum().backward()
+                cuda_sync()
+            row += [(time.perf_counter() - t0) / 5 * 1e3, (mem.peak_bytes - mem.start_bytes) / 2**20]
+        cuda.set_attention("auto")
+        rows.append(row)
+        print("T={}: flash {:.2f} ms {:.0f} MiB | fused {:.2f} ms {:.0f} MiB | plain CuPy {:.2f} ms {:.0f} MiB".format(*row))
+    assert rows[-1][2] < rows[-1][4]  # flash needs less memory than the fused path at the longest length
+else:
+    print("(no GPU here: timing the kernels is skipped; benchmarks/kernels.py does it on a GPU)")
+
+# %% [markdown]
+# ## 4. Mixed precision
+#
+# Half-precision numbers (float16) are 2 bytes and tensor cores multiply them many times
+# faster, but they keep 11 bits of mantissa and underflow below about 6e-8. The recipe of
+# Micikevicius et al. (2018), in `minitensor/amp.py`: matrix products in 16-bit inside
+# `amp.autocast`, reductions (layer norm, softmax, cross entropy) in float32, parameters kept
+# in float32 ("master weights"), and the loss multiplied by a scale S before backward so
+# small gradients survive float16, divided out again before the update.
+
+# %%
+x = mt.tensor(rng.standard_normal((8, 16)).astype(np.float32))
+w = mt.tensor(rng.standard_normal((16, 4)).astype(np.float32), requires_grad=True)
+with amp.autocast("float16"):
+    y = F.linear(x, w)
+print("inside autocast the product is", y.dtype, "; the weight stays", w.dtype)
+tiny = np.float32(1e-8)
+print("a gradient of 1e-8 in float16:", np.float16(tiny), "| scaled by 2**15 first:", np.float16(tiny * 2**15))
+assert np.float16(tiny) == 0 and np.float16(tiny * 2**15) != 0
+
+# %% [markdown]
+# Dynamic loss scaling picks S by trial: start high; when a gradient overflows float16's
+# maximum (65504) to inf, skip that update and halve S; after many clean updates, double it.
+
+# %%
+scaler = amp.LossScaler(init_scale=2.0**15)
+while True:
+    w.grad = None
+    with amp.autocast("float16"):
+        y = F.linear(x, w)
+    with np.errstate(over="ignore", invalid="ignore"):
+        (y.sum() * scaler.scale).backward()
+    scale = scaler.scale
+    ok = scaler.unscale_([w])
+    scaler.update(found_overflow=not ok)
+    print(f"loss scale {scale:>7g}: " + ("gradients finite, the update goes ahead" if ok else
+                                         "overflow, update skipped, scale halved"))
+    if ok:
+        break
+assert scaler.skipped >= 1 and w.grad.dtype == np.float32
+expected = np.repeat(x.numpy().sum(0)[:, None], 4, axis=1)  # d(sum(x w))/dw
+print("unscaled float32 gradient vs the exact one, max relative error:",
+      float(np.abs(w.grad.numpy() - expected).max() / np.abs(expected).max()))
+assert np.allclose(w.grad.numpy(), expected, rtol=1e-2, atol=1e-2)
+
+# %% [markdown]
+# Takeaways: one engine, two array libraries; kernels are ordinary ops with a reference
+# beside them; flash attention is an exact reorganisation of softmax, not an approximation;
+# mixed precision is float32 bookkeeping around 16-bit arithmetic.
+# `benchmarks/base_step_vs_torch.py --device cuda` and `benchmarks/kernels.py` measure all of
+# this against PyTorch on a GPU.

@@ -127,6 +127,14 @@ class Adam(Optimizer):
         # in place, with one scratch buffer, so each step streams over memory as few times as possible
         b1, b2 = self.betas
         xp = backend.array_module(w)
+        if backend.on_gpu(xp):  # one fused elementwise kernel per parameter instead of ~8 launches
+            m = state.get("m")
+            if m is None:
+                m = state["m"] = xp.zeros_like(w)
+                state["v"] = xp.zeros_like(w)
+            _gpu_adam_kernel()(g, b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps, self.weight_decay,
+                               w, m, state["v"])
+            return
         if self.weight_decay:
             g = g + self.weight_decay * w
         m = state.get("m")
@@ -147,6 +155,28 @@ class Adam(Optimizer):
         xp.divide(m, tmp, out=tmp)
         tmp *= self.lr / self._c1
         w -= tmp                                   # w -= lr · m̂ / (√v̂ + eps)
+
+
+_ADAM = None
+
+
+def _gpu_adam_kernel():
+    """Adam's whole update as one CuPy elementwise kernel (the same arithmetic as the NumPy path)."""
+    global _ADAM
+    if _ADAM is None:
+        cp = backend.cupy()
+        _ADAM = cp.ElementwiseKernel(
+            "T g, float64 b1, float64 b2, float64 step_size, float64 inv_sqrt_c2, float64 eps, float64 wd",
+            "T w, T m, T v",
+            """
+            const T grad = g + (T)wd * w;
+            m = (T)b1 * m + (T)(1 - b1) * grad;
+            v = (T)b2 * v + (T)(1 - b2) * grad * grad;
+            w -= (T)step_size * m / (sqrt(v) * (T)inv_sqrt_c2 + (T)eps);
+            """,
+            "minitensor_adam",
+        )
+    return _ADAM
 
 
 def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:

@@ -13,11 +13,11 @@ def quadratic_grads(w, step):
     return 2 * w + np.sin(step + np.arange(w.size).reshape(w.shape))
 
 
-def run(opt_factory, steps=6):
-    w = mt.tensor(np.linspace(-1, 1, 6).reshape(2, 3), requires_grad=True)
+def run(opt_factory, steps=6, device="cpu"):
+    w = mt.tensor(np.linspace(-1, 1, 6).reshape(2, 3), requires_grad=True, device=device)
     opt = opt_factory([w])
     for s in range(steps):
-        w.grad = mt.tensor(quadratic_grads(w.numpy(), s))
+        w.grad = mt.tensor(quadratic_grads(w.numpy(), s), device=device)
         opt.step()
     return w.numpy()
 
@@ -48,14 +48,14 @@ def adam_reference(lr, b1, b2, eps, wd, steps=6):
 
 
 @pytest.mark.parametrize("momentum,wd", [(0.0, 0.0), (0.9, 0.0), (0.9, 0.01)])
-def test_sgd_matches_reference_update(momentum, wd):
-    got = run(lambda p: optim.SGD(p, lr=0.1, momentum=momentum, weight_decay=wd))
+def test_sgd_matches_reference_update(momentum, wd, device):
+    got = run(lambda p: optim.SGD(p, lr=0.1, momentum=momentum, weight_decay=wd), device=device)
     np.testing.assert_allclose(got, sgd_reference(0.1, momentum, wd), atol=1e-6)
 
 
 @pytest.mark.parametrize("betas,eps,wd", [((0.9, 0.999), 1e-8, 0.0), ((0.9, 0.98), 1e-9, 0.0), ((0.8, 0.9), 1e-6, 0.1)])
-def test_adam_matches_reference_update(betas, eps, wd):
-    got = run(lambda p: optim.Adam(p, lr=0.05, betas=betas, eps=eps, weight_decay=wd))
+def test_adam_matches_reference_update(betas, eps, wd, device):
+    got = run(lambda p: optim.Adam(p, lr=0.05, betas=betas, eps=eps, weight_decay=wd), device=device)
     np.testing.assert_allclose(got, adam_reference(0.05, *betas, eps, wd), atol=1e-6)
 
 

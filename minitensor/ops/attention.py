@@ -32,9 +32,7 @@ def masked_softmax_reference(xp, scores, mask, scale: float = 1.0, overwrite: bo
         s *= s.dtype.type(scale)
     if mask is not None:
         # an additive bias built on the mask's own (small, broadcast) shape: 0 or -inf
-        bias = xp.zeros(mask.shape, dtype=s.dtype)
-        bias[~mask] = -xp.inf
-        s += bias
+        s += xp.where(mask, s.dtype.type(0), s.dtype.type(-np.inf))
     return softmax_array(xp, s, -1).astype(scores.dtype, copy=False)
 
 

@@ -1,0 +1,242 @@
+"""The hand-written CUDA kernels, timed side by side with PyTorch on the same GPU (needs one).
+
+* the device's copy bandwidth (a large device-to-device copy: bytes read + written / time);
+* LayerNorm and the fused attention softmax, forward and backward: GB/s (the fewest bytes
+  each must move, over its time) as a fraction of that copy bandwidth, next to PyTorch's
+  layer_norm and softmax on the same shapes;
+* attention at sequence lengths 128 to 4096: the flash kernels, the fused-softmax path and
+  the plain CuPy path, forward + backward, against PyTorch's scaled_dot_product_attention,
+  with the peak extra memory of each;
+* a transformer-base training step with the kernels on and off.
+
+    python benchmarks/kernels.py --out benchmarks/results/kernels_h100.json
+"""
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from gpu_common import environment, write_results
+
+import minitensor as mt
+import minitensor.functional as F
+from minitensor import cuda
+
+
+def gpu_ms(fn, repeat=50, warmup=5) -> float:
+    """Median GPU time of fn() in ms, from CUDA events (cupyx.profiler.benchmark)."""
+    from cupyx.profiler import benchmark
+
+    res = benchmark(fn, n_repeat=repeat, n_warmup=warmup)
+    return float(np.median(res.gpu_times[0])) * 1e3
+
+
+def torch_ms(fn, repeat=50, warmup=5) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return float(np.median(times))
+
+
+def copy_bandwidth() -> float:
+    import cupy as cp
+
+    x = cp.random.standard_normal(256 * 2**20 // 4, dtype=cp.float32)  # 256 MiB
+    y = cp.empty_like(x)
+    ms = gpu_ms(lambda: cp.copyto(y, x), repeat=20)
+    return 2 * x.nbytes / (ms / 1e3) / 1e9
+
+
+def layer_norm_rows(bw: float, torch_ok: bool) -> list[dict]:
+    import cupy as cp
+
+    from minitensor.cuda import layer_norm as k
+
+    rows = []
+    for n, d, dtype in [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"),
+                        (8192, 768, "float32")]:
+        x = cp.random.standard_normal((n, d)).astype(dtype)
+        dy = cp.random.standard_normal((n, d)).astype(dtype)
+        w, b = cp.ones(d, dtype), cp.zeros(d, dtype)
+        y, mean, rstd = k.forward(x, w, b, 1e-5)
+        item = x.itemsize
+        fwd_bytes = 2 * n * d * item + 8 * n            # read x, write y (+ mean, rstd)
+        bwd_bytes = 3 * n * d * item + 8 * n            # read dy, x, write dx (+ mean, rstd)
+        r = {"shape": [n, d], "dtype": dtype,
+             "forward_ms": gpu_ms(lambda: k.forward(x, w, b, 1e-5)),
+             "backward_ms": gpu_ms(lambda: k.backward(dy, x, w, mean, rstd))}
+        r["forward_gb_s"] = fwd_bytes / (r["forward_ms"] / 1e3) / 1e9
+        r["backward_gb_s"] = bwd_bytes / (r["backward_ms"] / 1e3) / 1e9
+        r["forward_fraction_of_copy"] = r["forward_gb_s"] / bw
+        r["backward_fraction_of_copy"] = r["backward_gb_s"] / bw
+        if torch_ok:
+            import torch
+
+            tx = torch.randn(n, d, device="cuda", dtype=getattr(torch, dtype), requires_grad=True)
+            tw = torch.ones(d, device="cuda", dtype=tx.dtype, requires_grad=True)
+            tb = torch.zeros(d, device="cuda", dtype=tx.dtype, requires_grad=True)
+            tdy = torch.randn_like(tx)
+            r["torch_forward_ms"] = torch_ms(lambda: torch.nn.functional.layer_norm(tx, (d,), tw, tb))
+            ty = torch.nn.functional.layer_norm(tx, (d,), tw, tb)
+            r["torch_backward_ms"] = torch_ms(lambda: torch.autograd.grad(ty, (tx, tw, tb), tdy, retain_graph=True))
+            r["speed_vs_torch_forward"] = r["torch_forward_ms"] / r["forward_ms"]
+            r["speed_vs_torch_backward"] = r["torch_backward_ms"] / r["backward_ms"]
+        rows.append({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()})
+    return rows
+
+
+def softmax_rows(bw: float, torch_ok: bool) -> list[dict]:
+    import cupy as cp
+
+    from minitensor.cuda import softmax as k
+
+    rows = []
+    for B, H, T, dtype in [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"),
+                           (64, 8, 128, "float16")]:
+        s = cp.random.standard_normal((B, H, T, T)).astype(dtype)
+        g = cp.random.standard_normal((B, H, T, T)).astype(dtype)
+        mask = cp.asarray(np.random.default_rng(0).random((B, 1, 1, T)) > 0.1)
+        p = k.forward(s, mask, 0.125)
+        nbytes = s.size * s.itemsize
+        r = {"shape": [B, H, T, T], "dtype": dtype, "mask": "padding (B,1,1,T)",
+             "forward_ms": gpu_ms(lambda: k.forward(s, mask, 0.125)),
+             "backward_ms": gpu_ms(lambda: k.backward(p, g, 0.125))}
+        r["forward_gb_s"] = 2 * nbytes / (r["forward_ms"] / 1e3) / 1e9
+        r["backward_gb_s"] = 3 * nbytes / (r["backward_ms"] / 1e3) / 1e9
+        r["forward_fraction_of_copy"] = r["forward_gb_s"] / bw
+        r["backward_fraction_of_copy"] = r["backward_gb_s"] / bw
+        if torch_ok:
+            import torch
+
+            ts = torch.randn(B, H, T, T, device="cuda", dtype=getattr(torch, dtype), requires_grad=True)
+            tm = torch.as_tensor(cp.asnumpy(mask), device="cuda")
+            tg = torch.randn_like(ts)
+            fwd = lambda: torch.softmax((ts * 0.125).masked_fill(~tm, float("-inf")), -1)  # noqa: E731
+            r["torch_forward_ms"] = torch_ms(fwd)
+            ty = fwd()
+            r["torch_backward_ms"] = torch_ms(lambda: torch.autograd.grad(ty, ts, tg, retain_graph=True))
+            r["speed_vs_torch_forward"] = r["torch_forward_ms"] / r["forward_ms"]
+            r["speed_vs_torch_backward"] = r["torch_backward_ms"] / r["backward_ms"]
+        rows.append({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()})
+    return rows
+
+
+def attention_rows(torch_ok: bool) -> list[dict]:
+    import cupy as cp
+
+    rows = []
+    H, d = 8, 64
+    for T in (128, 256, 512, 1024, 2048, 4096):
+        B = max(1, 16384 // T)  # the same number of tokens at every length
+        rng = np.random.default_rng(T)
+        q, k_, v = (mt.tensor(rng.standard_normal((B, H, T, d)).astype(np.float32), requires_grad=True, device="cuda")
+                    for _ in range(3))
+        g = mt.tensor(rng.standard_normal((B, H, T, d)).astype(np.float32), device="cuda")
+        r = {"batch": B, "heads": H, "T": T, "head_size": d}
+
+        def step():
+            q.grad = k_.grad = v.grad = None
+            F.scaled_dot_product_attention(q, k_, v).backward(g)
+
+        for route, ctx in (("flash", lambda: cuda.set_attention("flash")), ("fused", lambda: cuda.set_attention("fused")),
+                           ("plain_cupy", None)):
+            if route == "plain_cupy":
+                with cuda.use_kernels(False):
+                    r[f"{route}_ms"] = gpu_ms(step, repeat=10, warmup=2)
+                    cp.get_default_memory_pool().free_all_blocks()
+                    with cuda.PeakMemory() as mem:
+                        step()
+            else:
+                ctx()
+                r[f"{route}_ms"] = gpu_ms(step, repeat=10, warmup=2)
+                cp.get_default_memory_pool().free_all_blocks()
+                with cuda.PeakMemory() as mem:
+                    step()
+            r[f"{route}_extra_mib"] = round((mem.peak_bytes - mem.start_bytes) / 2**20, 1)
+        cuda.set_attention("auto")
+        if torch_ok:
+            import torch
+
+            tq, tk, tv = (torch.randn(B, H, T, d, device="cuda", requires_grad=True) for _ in range(3))
+            tg = torch.randn(B, H, T, d, device="cuda")
+
+            def tstep():
+                tq.grad = tk.grad = tv.grad = None
+                torch.nn.functional.scaled_dot_product_attention(tq, tk, tv).backward(tg)
+
+            r["torch_sdpa_ms"] = torch_ms(tstep, repeat=10, warmup=2)
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            tstep()
+            r["torch_sdpa_extra_mib"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
+            r["flash_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_ms"]
+        r["flash_speed_vs_fused"] = r["fused_ms"] / r["flash_ms"]
+        rows.append({key: (round(v, 3) if isinstance(v, float) else v) for key, v in r.items()})
+    return rows
+
+
+def base_step_with_and_without_kernels() -> dict:
+    import time
+
+    import cupy as cp
+
+    from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam
+
+    rng = np.random.default_rng(0)
+    B, T, V = 400, 64, 37000
+    src = mt.tensor(rng.integers(3, V, (B, T)), device="cuda")
+    tgt = rng.integers(3, V, (B, T + 1))
+    ti, to = mt.tensor(tgt[:, :-1], device="cuda"), mt.tensor(tgt[:, 1:], device="cuda")
+    mt.manual_seed(0)
+    model = Transformer(TransformerConfig.base(V)).to("cuda")
+    opt = paper_adam(model.parameters(), lr=1e-4)
+    out = {"batch": B, "length": T}
+    for on in (True, False, True):  # on, off, on again: the spread between the two "on" runs is the noise
+        with cuda.use_kernels(on):
+            times = []
+            for i in range(6):
+                cp.cuda.Device().synchronize()
+                t0 = time.perf_counter()
+                opt.zero_grad()
+                label_smoothed_loss(model(src, ti), to, 0, 0.1, reduction="sum").backward()
+                opt.step()
+                cp.cuda.Device().synchronize()
+                times.append(time.perf_counter() - t0)
+            out.setdefault("kernels_on_ms" if on else "kernels_off_ms", []).append(round(1000 * float(np.median(times[2:])), 2))
+    out["speedup_with_kernels"] = round(out["kernels_off_ms"][0] / min(out["kernels_on_ms"]), 3)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", help="also write the JSON here")
+    p.add_argument("--skip-step", action="store_true", help="leave out the transformer-base step")
+    a = p.parse_args()
+    if not cuda.is_available():
+        raise SystemExit("benchmarks/kernels.py needs a CUDA GPU and CuPy")
+    try:
+        import torch
+
+        torch_ok = torch.cuda.is_available()
+    except ImportError:
+        torch_ok = False
+    bw = copy_bandwidth()
+    out = {"benchmark": "hand-written CUDA kernels", "environment": environment("cuda"),
+           "copy_bandwidth_gb_s": round(bw, 1), "layer_norm": layer_norm_rows(bw, torch_ok),
+           "attention_softmax": softmax_rows(bw, torch_ok), "attention": attention_rows(torch_ok)}
+    if not a.skip_step:
+        out["base_step"] = base_step_with_and_without_kernels()
+    write_results(out, a.out)
+
+
+if __name__ == "__main__":
+    main()
