@@ -62,7 +62,7 @@ def time_minitensor(args, data, precision: str) -> dict:
 
     def step(i):
         src, ti, to = inputs[i % len(inputs)]
-        with amp.autocast(half or "float16", enabled=half is not None):
+        with amp.autocast(half):
             loss = label_smoothed_loss(model(src, ti), to, 0, 0.1, reduction="sum")
         opt.zero_grad()
         (loss * scaler.scale if scaler else loss).backward()

@@ -147,16 +147,10 @@ def attention_rows(torch_ok: bool) -> list[dict]:
             q.grad = k_.grad = v.grad = None
             F.scaled_dot_product_attention(q, k_, v).backward(g)
 
-        for route, ctx in (("flash", lambda: cuda.set_attention("flash")), ("fused", lambda: cuda.set_attention("fused")),
-                           ("plain_cupy", None)):
-            if route == "plain_cupy":
-                with cuda.use_kernels(False):
-                    r[f"{route}_ms"] = gpu_ms(step, repeat=10, warmup=2)
-                    cp.get_default_memory_pool().free_all_blocks()
-                    with cuda.PeakMemory() as mem:
-                        step()
-            else:
-                ctx()
+        for route, mode, kernels_on in (("flash", "flash", True), ("fused", "fused", True),
+                                        ("plain_cupy", "auto", False)):
+            cuda.set_attention(mode)
+            with cuda.use_kernels(kernels_on):
                 r[f"{route}_ms"] = gpu_ms(step, repeat=10, warmup=2)
                 cp.get_default_memory_pool().free_all_blocks()
                 with cuda.PeakMemory() as mem:

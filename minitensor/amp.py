@@ -47,11 +47,11 @@ def autocast_dtype() -> np.dtype | None:
 
 
 class autocast(ContextDecorator):
-    """Run matrix products in ``dtype`` ("float16" or "bfloat16") inside the block; ``enabled=False``
-    is a no-op, so one code path serves both precisions."""
+    """Run matrix products in ``dtype`` ("float16" or "bfloat16") inside the block; ``dtype=None``
+    or ``enabled=False`` is a no-op, so one code path serves every precision."""
 
-    def __init__(self, dtype: str = "float16", enabled: bool = True):
-        self.dtype = _dtype(dtype) if enabled else None
+    def __init__(self, dtype: str | None = "float16", enabled: bool = True):
+        self.dtype = _dtype(dtype) if enabled and dtype is not None else None
 
     def __enter__(self):
         self._prev = autocast_dtype()

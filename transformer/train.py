@@ -218,7 +218,7 @@ class Trainer:
         loss_sum, tokens = None, 0
         dev = self.s.device
         for b in batches:
-            with amp.autocast(self.amp_dtype or "float16", enabled=self.amp_dtype is not None):
+            with amp.autocast(self.amp_dtype):
                 logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
                 loss = label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id,
                                            self.s.smoothing, reduction="sum")

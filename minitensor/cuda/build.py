@@ -56,6 +56,11 @@ def items_per_lane(n: int, limit: int) -> int | None:
     return k if k <= limit else None
 
 
+def as4d(shape: tuple) -> tuple:
+    """``shape`` (2 to 4 axes) padded with leading 1s to (B, H, T, ·): how the kernels index it."""
+    return (1,) * (4 - len(shape)) + tuple(shape)
+
+
 def no_pointer():
     """What a kernel gets for an absent array argument (a null pointer)."""
     return np.uint64(0)

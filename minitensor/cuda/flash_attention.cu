@@ -31,6 +31,20 @@
 // gradcheck of these kernels; smaller tiles keep its shared memory under 48 KB).
 #include "common.cuh"
 
+// Stage rows [row0, row0 + ROWS) of two row-major (rows_total x d) matrices into the shared
+// tiles a_tile and b_tile ([ROWS][D]), zero past rows_total and past column d. All THREADS
+// threads of the block take part; consecutive threads read consecutive columns (coalesced).
+template <typename S, int ROWS, int D, int THREADS>
+__device__ __forceinline__ void stage_tiles(S (*a_tile)[D], S (*b_tile)[D], const S* __restrict__ a,
+                                            const S* __restrict__ b, int row0, int rows_total, int d) {
+    for (int e = threadIdx.x; e < ROWS * D; e += THREADS) {
+        const int r = e / D, c = e % D, row = row0 + r;
+        const bool ok = row < rows_total && c < d;
+        a_tile[r][c] = ok ? a[static_cast<long long>(row) * d + c] : S(0);
+        b_tile[r][c] = ok ? b[static_cast<long long>(row) * d + c] : S(0);
+    }
+}
+
 template <typename S, int D, int BQ, int BK>
 __global__ void __launch_bounds__(BQ)
 flash_attention_forward(const S* __restrict__ Q, const S* __restrict__ K, const S* __restrict__ V,
@@ -58,12 +72,7 @@ flash_attention_forward(const S* __restrict__ Q, const S* __restrict__ K, const 
     const S* Kn = K + static_cast<long long>(n) * Tk * d;
     const S* Vn = V + static_cast<long long>(n) * Tk * d;
     for (int j0 = 0; j0 < Tk; j0 += BK) {
-        for (int e = threadIdx.x; e < BK * D; e += BQ) {   // stage the tile (coalesced along c)
-            const int r = e / D, c = e % D, j = j0 + r;
-            const bool ok = j < Tk && c < d;
-            Ks[r][c] = ok ? Kn[static_cast<long long>(j) * d + c] : S(0);
-            Vs[r][c] = ok ? Vn[static_cast<long long>(j) * d + c] : S(0);
-        }
+        stage_tiles<S, BK, D, BQ>(Ks, Vs, Kn, Vn, j0, Tk, d);
         __syncthreads();
         if (has_row) {
             S s[BK];
@@ -143,12 +152,7 @@ flash_attention_backward_dkdv(const S* __restrict__ Q, const S* __restrict__ K,
     const S* Qn = Q + static_cast<long long>(n) * Tq * d;
     const S* dOn = dO + static_cast<long long>(n) * Tq * d;
     for (int i0 = 0; i0 < Tq; i0 += BQ) {
-        for (int e = t; e < BQ * D; e += BK) {
-            const int r = e / D, c = e % D, i = i0 + r;
-            const bool ok = i < Tq && c < d;
-            Qs[r][c] = ok ? Qn[static_cast<long long>(i) * d + c] : S(0);
-            dOs[r][c] = ok ? dOn[static_cast<long long>(i) * d + c] : S(0);
-        }
+        stage_tiles<S, BQ, D, BK>(Qs, dOs, Qn, dOn, i0, Tq, d);
         for (int r = t; r < BQ; r += BK) {
             const int i = i0 + r;
             lse_s[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
@@ -224,12 +228,7 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
     const S* Kn = K + static_cast<long long>(n) * Tk * d;
     const S* Vn = V + static_cast<long long>(n) * Tk * d;
     for (int j0 = 0; j0 < Tk; j0 += BK) {
-        for (int e = t; e < BK * D; e += BQ) {
-            const int r = e / D, c = e % D, j = j0 + r;
-            const bool ok = j < Tk && c < d;
-            Ks[r][c] = ok ? Kn[static_cast<long long>(j) * d + c] : S(0);
-            Vs[r][c] = ok ? Vn[static_cast<long long>(j) * d + c] : S(0);
-        }
+        stage_tiles<S, BK, D, BQ>(Ks, Vs, Kn, Vn, j0, Tk, d);
         __syncthreads();
         if (has_row) {
             for (int r = 0; r < BK; ++r) {

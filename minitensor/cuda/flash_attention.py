@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import kernel, mask_view
+from .build import as4d, ctype, kernel, mask_view
 
 SOURCE = "flash_attention.cu"
 # (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK) of the dQ pass: shared memory
@@ -17,18 +17,14 @@ TILES = {"float": ((64, 32), (64, 16), (64, 16)), "double": ((32, 32), (32, 8), 
 HEAD_SIZES = {"float": (16, 32, 64), "double": (16, 32)}
 
 
-def _ctype(dtype) -> str | None:
-    return {"float32": "float", "float64": "double"}.get(np.dtype(dtype).name)
-
-
 def padded_head_size(d: int, t: str) -> int | None:
     return next((D for D in HEAD_SIZES[t] if d <= D), None)
 
 
 def applies(q, k, v) -> bool:
     """float32/float64 q, k, v of one shape (B, H, T, d) up to 4-D, d the same for v, d <= 64."""
-    t = _ctype(q.dtype)
-    return (t is not None and k.dtype == q.dtype and v.dtype == q.dtype and 2 <= q.ndim <= 4
+    t = ctype(q.dtype)
+    return (t in TILES and k.dtype == q.dtype and v.dtype == q.dtype and 2 <= q.ndim <= 4
             and k.ndim == q.ndim and v.ndim == q.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
             and k.shape[-1] == q.shape[-1] == v.shape[-1] and k.shape[-2] == v.shape[-2]
             and q.shape[-2] > 0 and k.shape[-2] > 0 and padded_head_size(q.shape[-1], t) is not None)
@@ -44,12 +40,8 @@ def instantiations() -> list[str]:
     return out
 
 
-def _as4(shape: tuple) -> tuple:
-    return (1,) * (4 - len(shape)) + tuple(shape)
-
-
 def _dims(q, k):
-    B, H, Tq, d = _as4(q.shape)
+    B, H, Tq, d = as4d(q.shape)
     return B, H, Tq, k.shape[-2], d
 
 
@@ -59,7 +51,7 @@ def forward(q, k, v, mask, scale: float):
 
     q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
     B, H, Tq, Tk, d = _dims(q, k)
-    t = _ctype(q.dtype)
+    t = ctype(q.dtype)
     D = padded_head_size(d, t)
     (BQ, BK), _, _ = TILES[t]
     out = cp.empty_like(q)
@@ -78,7 +70,7 @@ def backward(grad, q, k, v, out, lse, mask, scale: float):
     q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
     grad = cp.ascontiguousarray(grad, dtype=q.dtype)
     B, H, Tq, Tk, d = _dims(q, k)
-    t = _ctype(q.dtype)
+    t = ctype(q.dtype)
     D = padded_head_size(d, t)
     _, (BKk, BQk), (BQq, BKq) = TILES[t]
     delta = (grad * out).sum(axis=-1)                      # Σ_c dO_ic O_ic, one per query

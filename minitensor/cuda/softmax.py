@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import ctype, items_per_lane, kernel, mask_view
+from .build import as4d, ctype, items_per_lane, kernel, mask_view
 
 SOURCE = "softmax.cu"
 ROWS_PER_BLOCK = 4        # one warp per row
@@ -25,17 +25,13 @@ def instantiations() -> list[str]:
             for t in ("float", "f16", "bf16", "double") for items in (1, 2, 4, 8, 16, 32, 64)]
 
 
-def _as4(shape: tuple) -> tuple:
-    return (1,) * (4 - len(shape)) + tuple(shape)
-
-
 def forward(scores, mask, scale: float):
     """softmax(scale · scores) over the last axis where ``mask`` (bool, broadcastable to the
     scores, True = may attend) allows; forbidden entries and all-forbidden rows give 0."""
     import cupy as cp  # noqa: PLC0415
 
     scores = cp.ascontiguousarray(scores)
-    B, H, Tq, Tk = _as4(scores.shape)
+    B, H, Tq, Tk = as4d(scores.shape)
     rows = B * H * Tq
     probs = cp.empty_like(scores)
     k = kernel(SOURCE, f"attention_softmax_forward<{ctype(scores.dtype)}, {items_per_lane(Tk, MAX_ITEMS)}>")
