@@ -121,13 +121,9 @@ def index_add_rows(xp, target, ids, rows) -> None:
 
 
 def scatter_add(xp, target, index, values) -> None:
-    """``target[index] += values`` where repeated indices add up (unbuffered)."""
-    if xp is np:
-        np.add.at(target, index, values)
-    else:
-        import cupyx  # noqa: PLC0415
-
-        cupyx.scatter_add(target, index, values)
+    """``target[index] += values`` where repeated indices add up (unbuffered): ``ufunc.at``,
+    which NumPy and CuPy share (``cupyx.scatter_add`` is deprecated in CuPy 14 and warns)."""
+    xp.add.at(target, index, values)
 
 
 def on_gpu(xp) -> bool:

@@ -130,15 +130,11 @@ class NCCLCommunicator(Communicator):
         self.mpi = MPICommunicator(timeout) if launched_under_mpi() else SingleProcess()
         self.rank, self.world_size, self.local_rank = self.mpi.rank, self.mpi.world_size, self.mpi.local_rank
         cp = backend.cupy()
-        from cupy.cuda import nccl  # noqa: PLC0415
-
+        nccl = load_nccl()
         self.cp, self.nccl = cp, nccl
         cp.cuda.Device(self.local_rank % cp.cuda.runtime.getDeviceCount()).use()  # before the communicator
-        uid = np.zeros(128, dtype=np.int8)  # NCCL_UNIQUE_ID_BYTES
-        if self.rank == 0:
-            uid[:] = np.array(nccl.get_unique_id(), dtype=np.int8)  # made once, shared over MPI
-        self.mpi.broadcast(uid)
-        self.comm = nccl.NcclCommunicator(self.world_size, tuple(int(x) for x in uid), self.rank)
+        uid = share_unique_id(self.mpi, nccl.get_unique_id)
+        self.comm = nccl.NcclCommunicator(self.world_size, uid, self.rank)
         self.timeout = default_timeout() if timeout is None else timeout
 
     def _dtype(self, array):
@@ -171,6 +167,35 @@ class NCCLCommunicator(Communicator):
 
     def barrier(self, timeout: float | None = None) -> None:
         self.mpi.barrier(timeout)
+
+
+NCCL_UNIQUE_ID_BYTES = 128
+
+
+def load_nccl(module=None):
+    """CuPy's NCCL bindings (``cupy.cuda.nccl``), or a :class:`DistributedError` saying how to
+    get the library when CuPy could not load it (``cupy.cuda.nccl.available`` is False)."""
+    if module is None:
+        from cupy.cuda import nccl as module  # noqa: PLC0415
+    if not getattr(module, "available", False):
+        raise DistributedError(
+            "NCCL is not available to CuPy (cupy.cuda.nccl.available is False): install the NCCL library for "
+            "your CUDA version, e.g. pip install nvidia-nccl-cu13 (or -cu12); the cuda12/cuda13 extras include it")
+    return module
+
+
+def share_unique_id(comm: Communicator, make_id) -> bytes:
+    """Rank 0 calls ``make_id()`` (NCCL's ``get_unique_id``: 128 bytes) and every rank gets
+    those bytes, broadcast over ``comm`` (MPI), as ``NcclCommunicator`` takes them."""
+    buf = np.zeros(NCCL_UNIQUE_ID_BYTES, dtype=np.uint8)
+    if comm.rank == 0:
+        uid = make_id()
+        if not isinstance(uid, bytes) or len(uid) != NCCL_UNIQUE_ID_BYTES:
+            raise DistributedError(f"expected a {NCCL_UNIQUE_ID_BYTES}-byte NCCL unique id, got {type(uid).__name__} "
+                                   f"of length {len(uid)}")
+        buf[:] = np.frombuffer(uid, dtype=np.uint8)
+    comm.broadcast(buf)
+    return buf.tobytes()
 
 
 def launched_under_mpi() -> bool:

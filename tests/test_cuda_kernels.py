@@ -1,9 +1,12 @@
 """The hand-written CUDA kernels against their plain xp references, over many shapes (odd
 sizes, rows not a multiple of the block), masks and dtypes; float64 gradchecks through the
-kernels; determinism; the memory of the flash path; and the switch that turns them off.
+kernels; determinism; the memory of the flash path; and the switches that route the ops.
 
-All of these need a GPU (``gpu`` marker); without one they are skipped.
+Every test runs once per backend (the ``dev`` fixture): on the CPU emulator of CUDA
+(``minitensor.cuda.emulator``, always; NumPy arrays) and on a real GPU when there is one
+(CuPy arrays). The emulator takes the small shapes, the GPU adds the large ones.
 """
+import tracemalloc
 import zlib
 
 import numpy as np
@@ -11,19 +14,73 @@ import pytest
 
 import minitensor as mt
 import minitensor.functional as F
-from minitensor import backend, cuda
+from minitensor import cuda
+from minitensor.cuda import build, emulator
+from minitensor.cuda import flash_attention as flash_kernels
+from minitensor.cuda import layer_norm as ln_kernels
+from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, masked_softmax_reference
 from minitensor.ops.norm import LayerNorm, layer_norm_backward_reference, layer_norm_reference
 
-pytestmark = pytest.mark.gpu
+from .helpers import require
 
-LN_SHAPES = [(1, 1), (3, 7), (5, 31), (4, 32), (9, 33), (130, 100), (257, 512), (33, 1000), (2, 3, 1024)]
 # float32 against float64, and 16-bit against float32 on the same (rounded) input
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}
+ON_GPU = cuda.is_available()
 
 
-def _cp():
-    return backend.cupy()
+class Backend:
+    """Where the kernels run: "emulator" (NumPy arrays, ops routed through the emulator) or
+    "gpu" (CuPy arrays)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.gpu = name == "gpu"
+        if self.gpu:
+            from minitensor import backend  # noqa: PLC0415
+
+            self.xp = backend.cupy()
+        else:
+            self.xp = np  # the launchers allocate with emulator.arrays themselves
+        self.device = "cuda" if self.gpu else "cpu"
+
+    def asarray(self, a):
+        return self.xp.asarray(a)
+
+    def peak_extra_bytes(self, fn) -> int:
+        """The most memory ``fn`` holds beyond what was in use when it started: CuPy's pool
+        on the GPU; NumPy's allocations (tracemalloc) on the emulator."""
+        if self.gpu:
+            self.xp.get_default_memory_pool().free_all_blocks()
+            with cuda.PeakMemory() as mem:
+                fn()
+            return mem.peak_bytes - mem.start_bytes
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            fn()
+            return tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+
+    def __repr__(self):
+        return self.name
+
+
+BACKENDS = ["emulator", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=BACKENDS, scope="module")
+def dev(request):
+    if request.param == "emulator":
+        ok, why = emulator.available()
+        require(ok, f"the CUDA emulator cannot run here: {why}")
+        with cuda.emulate(True):
+            yield Backend("emulator")
+    else:
+        with cuda.emulate(False):
+            yield Backend("gpu")
 
 
 def _half(name):
@@ -34,61 +91,92 @@ def _half(name):
 
 
 def _rel(out, ref):
-    """‖out - ref‖ / ‖ref‖, in float64 on the host; NaN never passes."""
-    out = backend.to_numpy(out).astype(np.float64)
-    ref = backend.to_numpy(ref).astype(np.float64)
-    assert np.isfinite(out).all(), "non-finite values in the kernel's output"
-    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1e-30)
+    """‖out - ref‖ / max(‖ref‖, 1), in float64 on the host; NaN never passes. The floor of 1
+    makes an all-zero reference (e.g. dQ with one key) an absolute test: a GPU's FMA chain
+    leaves ~1e-7 there, not 0."""
+    out = mt.backend.to_numpy(out).astype(np.float64)
+    ref = mt.backend.to_numpy(ref).astype(np.float64)
+    assert np.isfinite(out).all(), "non-finite values in the kernel's output (an entry left unwritten?)"
+    return np.linalg.norm(out - ref) / max(np.linalg.norm(ref), 1.0)
 
 
-def _randn(rng, shape, dtype, scale=1.0):
-    return _cp().asarray((rng.standard_normal(shape) * scale)).astype(dtype)
+def _randn(dev, rng, shape, dtype, scale=1.0):
+    return dev.asarray(rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+# ---------------------------------------------------------------- what the emulator will compile
+LN_SHAPES = [(1, 1), (3, 7), (5, 31), (4, 32), (9, 33), (130, 100), (257, 512), (33, 1000), (2, 3, 1024)]
+SOFTMAX_SHAPES = [(1, 1, 1, 1), (2, 3, 5, 7), (3, 2, 33, 31), (2, 4, 17, 100), (1, 2, 3, 2048)]
+FLASH_SHAPES = [(1, 1, 1, 1, 8), (2, 3, 5, 7, 16), (2, 2, 65, 33, 32), (1, 3, 130, 200, 64), (2, 1, 31, 97, 40)]
+HALF_CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compile_for_the_emulator_in_parallel():
+    """Build every instantiation these tests launch at once, a compiler per core (else the
+    first test to need each one builds it)."""
+    if not emulator.available()[0]:
+        return
+    items = []
+    for t in HALF_CTYPES.values():
+        items += [("layer_norm.cu", n) for s in LN_SHAPES for n in ln_kernels.names(t, s[-1])]
+        items += [("softmax.cu", n) for s in SOFTMAX_SHAPES + [(1, 2, 16, 600)] for n in softmax_kernels.names(t, s[-1])]
+    items += [("layer_norm.cu", n) for d in (7, 33, 64) for n in ln_kernels.names("double", d)]
+    items += [("softmax.cu", n) for n in softmax_kernels.names("double", 6)]
+    items += [("flash_attention.cu", n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
+    items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
+    emulator.precompile(sorted(set(items)))
 
 
 # ---------------------------------------------------------------- LayerNorm
 @pytest.mark.parametrize("shape", LN_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_layer_norm_kernel_matches_the_reference(shape, dtype):
-    from minitensor.cuda import layer_norm as kernel
-
-    cp, rng = _cp(), np.random.default_rng(zlib.crc32(f"{shape}{dtype}".encode()))
+def test_layer_norm_kernel_matches_the_reference(dev, shape, dtype):
+    rng = _rng(shape, dtype)
     dt = _half(dtype)
     d = shape[-1]
-    x, dy = _randn(rng, shape, dt, 3.0) + dt.type(0.5), _randn(rng, shape, dt)
-    w, b = _randn(rng, (d,), dt) + dt.type(1), _randn(rng, (d,), dt)
-    assert kernel.applies(x, w, b)
-    y, mean, rstd = kernel.forward(x, w, b, 1e-5)
-    dx, dw, db = kernel.backward(dy, x, w, mean, rstd)
+    x, dy = _randn(dev, rng, shape, dt, 3.0) + dt.type(0.5), _randn(dev, rng, shape, dt)
+    w, b = _randn(dev, rng, (d,), dt) + dt.type(1), _randn(dev, rng, (d,), dt)
+    assert ln_kernels.applies(x, w, b)
+    y, mean, rstd = ln_kernels.forward(x, w, b, 1e-5)
+    dx, dw, db = ln_kernels.backward(dy, x, w, mean, rstd)
     # reference in float64 on the very same (already rounded) inputs
     x64, dy64, w64, b64 = (a.astype(np.float64) for a in (x, dy, w, b))
-    y_ref, xhat, r = layer_norm_reference(cp, x64, w64, b64, 1e-5)
-    dx_ref, dw_ref, db_ref = layer_norm_backward_reference(cp, dy64, xhat, r, w64)
+    y_ref, xhat, r = layer_norm_reference(dev.xp, x64, w64, b64, 1e-5)
+    dx_ref, dw_ref, db_ref = layer_norm_backward_reference(dev.xp, dy64, xhat, r, w64)
     assert y.dtype == dt and dx.dtype == dt and dw.dtype == dt and mean.dtype == np.float32
     for out, ref in ((y, y_ref), (dx, dx_ref), (dw, dw_ref), (db, db_ref), (rstd, r[..., 0])):
         assert _rel(out, ref) < TOL[dtype]
-    np.testing.assert_allclose(backend.to_numpy(mean), backend.to_numpy(x64.mean(axis=-1)), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(mt.backend.to_numpy(mean), mt.backend.to_numpy(x64.mean(axis=-1)), atol=1e-5,
+                               rtol=1e-5)
 
 
-def test_layer_norm_parameter_gradients_are_bitwise_deterministic():
-    from minitensor.cuda import layer_norm as kernel
-
+def test_layer_norm_parameter_gradients_are_bitwise_deterministic(dev):
+    """dγ and dβ sum over rows in a fixed order (no atomics): the same bits every time. The
+    shape needs more rows than 4 per block x 1024 blocks, so that each block's warps take
+    several rows."""
+    rows, d = (25_001, 512) if dev.gpu else (4_500, 32)
     rng = np.random.default_rng(0)
-    x, dy = _randn(rng, (25_001, 512), np.float32), _randn(rng, (25_001, 512), np.float32)
-    w, b = _randn(rng, (512,), np.float32), _randn(rng, (512,), np.float32)
-    _, mean, rstd = kernel.forward(x, w, b, 1e-5)
-    first = [backend.to_numpy(a) for a in kernel.backward(dy, x, w, mean, rstd)]
-    for _ in range(3):
-        again = [backend.to_numpy(a) for a in kernel.backward(dy, x, w, mean, rstd)]
+    x, dy = _randn(dev, rng, (rows, d), np.float32), _randn(dev, rng, (rows, d), np.float32)
+    w, b = _randn(dev, rng, (d,), np.float32), _randn(dev, rng, (d,), np.float32)
+    _, mean, rstd = ln_kernels.forward(x, w, b, 1e-5)
+    first = [mt.backend.to_numpy(a) for a in ln_kernels.backward(dy, x, w, mean, rstd)]
+    for _ in range(3 if dev.gpu else 1):
+        again = [mt.backend.to_numpy(a) for a in ln_kernels.backward(dy, x, w, mean, rstd)]
         for a, b_ in zip(first, again):
             assert np.array_equal(a, b_)
 
 
 @pytest.mark.parametrize("shape", [(3, 7), (2, 5, 33), (4, 64)], ids=str)
-def test_layer_norm_op_takes_the_kernel_on_gpu_and_gradchecks_through_it(shape):
+def test_layer_norm_op_takes_the_kernel_and_gradchecks_through_it(dev, shape):
     rng = np.random.default_rng(1)
-    x = mt.tensor(rng.standard_normal(shape), requires_grad=True, device="cuda")
-    w = mt.tensor(rng.uniform(0.5, 1.5, shape[-1]), requires_grad=True, device="cuda")
-    b = mt.tensor(rng.standard_normal(shape[-1]), requires_grad=True, device="cuda")
+    x = mt.tensor(rng.standard_normal(shape), requires_grad=True, device=dev.device)
+    w = mt.tensor(rng.uniform(0.5, 1.5, shape[-1]), requires_grad=True, device=dev.device)
+    b = mt.tensor(rng.standard_normal(shape[-1]), requires_grad=True, device=dev.device)
     _, ctx = LayerNorm.apply_with_context(x, w, b, eps=1e-5)
     assert ctx.kernel
     assert mt.gradcheck(lambda u, g, c: F.layer_norm(u, g, c), [x, w, b])
@@ -109,56 +197,67 @@ def _masks(rng, B, Tq, Tk):
     return {"none": None, "padding": pad, "causal": causal, "both": both}
 
 
-SOFTMAX_SHAPES = [(1, 1, 1, 1), (2, 3, 5, 7), (3, 2, 33, 31), (2, 4, 17, 100), (1, 2, 3, 2048)]
-
-
 @pytest.mark.parametrize("shape", SOFTMAX_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "both"])
-def test_fused_softmax_kernel_matches_the_reference(shape, dtype, mask_kind):
-    from minitensor.cuda import softmax as kernel
-
-    cp, rng = _cp(), np.random.default_rng(7)
+def test_fused_softmax_kernel_matches_the_reference(dev, shape, dtype, mask_kind):
+    rng = np.random.default_rng(7)
     dt = _half(dtype)
     B, H, Tq, Tk = shape
     mask = _masks(rng, B, Tq, Tk)[mask_kind]
-    mask = None if mask is None else cp.asarray(mask)
-    s, g = _randn(rng, shape, dt, 4.0), _randn(rng, shape, dt)
+    mask = None if mask is None else dev.asarray(mask)
+    s, g = _randn(dev, rng, shape, dt, 4.0), _randn(dev, rng, shape, dt)
     scale = 0.37
-    assert kernel.applies(s.dtype, s.shape)
-    p = kernel.forward(s, mask, scale)
-    ds = kernel.backward(p, g, scale)
-    p_ref = masked_softmax_reference(cp, s.astype(np.float64), mask, scale)
+    assert softmax_kernels.applies(s.dtype, s.shape)
+    p = softmax_kernels.forward(s, mask, scale)
+    ds = softmax_kernels.backward(p, g, scale)
+    p_ref = masked_softmax_reference(dev.xp, s.astype(np.float64), mask, scale)
     gp = g.astype(np.float64) * p_ref
     ds_ref = (gp - p_ref * gp.sum(axis=-1, keepdims=True)) * scale
     assert _rel(p, p_ref) < TOL[dtype] and _rel(ds, ds_ref) < TOL[dtype]
     if mask is not None:  # forbidden keys get exactly 0, and rows with nothing allowed are all 0
-        forbidden = ~cp.broadcast_to(mask, shape)
-        assert float(cp.abs(p.astype(np.float32)[forbidden]).max(initial=0)) == 0.0
+        forbidden = ~dev.xp.broadcast_to(mask, shape)
+        assert float(abs(p.astype(np.float32)[forbidden]).max(initial=0)) == 0.0
+
+
+def test_fused_route_scales_q_before_the_product_so_float16_scores_do_not_overflow(dev):
+    """q·k of 64 entries around ±40 is ~100,000: past float16's 65,504. Scaled by 1/√64
+    first, the scores stay finite and the weights match a float64 reference."""
+    rng = np.random.default_rng(8)
+    q = rng.uniform(35, 45, (1, 2, 3, 64)) * rng.choice([-1, 1], (1, 2, 3, 64))
+    k = q[:, :, [0, 1, 2, 0]] * np.array([1, 1, 1, -1])[:, None] + rng.uniform(-1, 1, (1, 2, 4, 64))
+    v = rng.standard_normal((1, 2, 4, 64))
+    q, k, v = (a.astype(np.float16).astype(np.float64) for a in (q, k, v))  # the values the kernels see
+    assert np.abs(q @ k.swapaxes(-1, -2)).max() > 65504  # unscaled, the scores overflow float16
+    args = [mt.tensor(dev.asarray(a.astype(np.float16)), device=dev.device) for a in (q, k, v)]
+    with cuda.use_kernels(True):
+        cuda.set_attention("fused")
+        try:
+            out, ctx = ScaledDotProductAttention.apply_with_context(*args, need_weights=True)
+        finally:
+            cuda.set_attention("auto")
+    assert ctx.route == "fused"
+    ref = masked_softmax_reference(np, (q / 8.0) @ k.swapaxes(-1, -2), None)
+    assert _rel(ctx.weights, ref) < 2e-2 and _rel(out.data, ref @ v) < 2e-2
 
 
 # ---------------------------------------------------------------- flash attention
-FLASH_SHAPES = [(1, 1, 1, 1, 8), (2, 3, 5, 7, 16), (2, 2, 65, 33, 32), (1, 3, 130, 200, 64), (2, 1, 31, 97, 40)]
-
-
 @pytest.mark.parametrize("shape", FLASH_SHAPES, ids=str)
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "both"])
-def test_flash_attention_kernels_match_the_reference(shape, mask_kind):
-    from minitensor.cuda import flash_attention as kernel
-
-    cp, rng = _cp(), np.random.default_rng(11)
+def test_flash_attention_kernels_match_the_reference(dev, shape, mask_kind):
+    rng = np.random.default_rng(11)
     B, H, Tq, Tk, d = shape
     mask = _masks(rng, B, Tq, Tk)[mask_kind]
-    mask = None if mask is None else cp.asarray(mask)
-    q, k, v = (_randn(rng, (B, H, T, d), np.float32) for T in (Tq, Tk, Tk))
-    g = _randn(rng, (B, H, Tq, d), np.float32)
+    mask = None if mask is None else dev.asarray(mask)
+    q, k, v = (_randn(dev, rng, (B, H, T, d), np.float32) for T in (Tq, Tk, Tk))
+    g = _randn(dev, rng, (B, H, Tq, d), np.float32)
     scale = 1 / np.sqrt(d)
-    assert kernel.applies(q, k, v)
-    out, lse = kernel.forward(q, k, v, mask, scale)
-    dq, dk, dv = kernel.backward(g, q, k, v, out, lse, mask, scale)
+    assert flash_kernels.applies(q, k, v)
+    out, lse = flash_kernels.forward(q, k, v, mask, scale)
+    dq, dk, dv = flash_kernels.backward(g, q, k, v, out, lse, mask, scale)
     # reference: float64, unfused
     q64, k64, v64, g64 = (a.astype(np.float64) for a in (q, k, v, g))
-    p = masked_softmax_reference(cp, q64 @ k64.swapaxes(-1, -2), mask, scale)
+    p = masked_softmax_reference(dev.xp, q64 @ k64.swapaxes(-1, -2), mask, scale)
     gp = g64 @ v64.swapaxes(-1, -2)
     gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True)) * scale
     for got, ref in ((out, p @ v64), (dq, gs @ k64), (dk, gs.swapaxes(-1, -2) @ q64), (dv, p.swapaxes(-1, -2) @ g64)):
@@ -166,11 +265,12 @@ def test_flash_attention_kernels_match_the_reference(shape, mask_kind):
 
 
 @pytest.mark.parametrize("mode", ["flash", "fused"])
-def test_attention_op_gradchecks_in_float64_through_each_kernel_route(mode):
+def test_attention_op_gradchecks_in_float64_through_each_kernel_route(dev, mode):
     rng = np.random.default_rng(3)
     B, H, Tq, Tk, d = 2, 2, 5, 6, 8
-    q, k, v = (mt.tensor(rng.standard_normal((B, H, T, d)), requires_grad=True, device="cuda") for T in (Tq, Tk, Tk))
-    mask = mt.tensor(_masks(rng, B, Tq, Tk)["both"], device="cuda")
+    q, k, v = (mt.tensor(rng.standard_normal((B, H, T, d)), requires_grad=True, device=dev.device)
+               for T in (Tq, Tk, Tk))
+    mask = mt.tensor(_masks(rng, B, Tq, Tk)["both"], device=dev.device)
     cuda.set_attention(mode)
     try:
         _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, mask)
@@ -180,9 +280,10 @@ def test_attention_op_gradchecks_in_float64_through_each_kernel_route(mode):
         cuda.set_attention("auto")
 
 
-def test_attention_routes_follow_the_switches():
+def test_attention_routes_follow_the_switches(dev):
     rng = np.random.default_rng(4)
-    q, k, v = (mt.tensor(rng.standard_normal((1, 2, 600, 16)).astype(np.float32), device="cuda") for _ in range(3))
+    q, k, v = (mt.tensor(rng.standard_normal((1, 2, 600, 16)).astype(np.float32), device=dev.device)
+               for _ in range(3))
     _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
     assert ctx.route == "flash"              # auto: long key sequences take the flash kernels
     _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, dropout_p=0.1, training=True)
@@ -192,28 +293,29 @@ def test_attention_routes_follow_the_switches():
     with cuda.use_kernels(False):
         _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
         assert ctx.route == "xp"
+    if not dev.gpu:                          # and without the emulator NumPy arrays take the plain code
+        with cuda.emulate(False):
+            _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
+            assert ctx.route == "xp"
 
 
-def _attention_step_peak(T: int, mode: str) -> int:
-    cp = _cp()
+def _attention_step_peak(dev, T: int, mode: str, heads: int, d: int) -> int:
     rng = np.random.default_rng(5)
-    q, k, v = (mt.tensor(rng.standard_normal((1, 4, T, 64)).astype(np.float32), requires_grad=True, device="cuda")
-               for _ in range(3))
+    q, k, v = (mt.tensor(dev.asarray(rng.standard_normal((1, heads, T, d)).astype(np.float32)), requires_grad=True,
+                         device=dev.device) for _ in range(3))
     cuda.set_attention(mode)
     try:
-        cp.get_default_memory_pool().free_all_blocks()
-        with cuda.PeakMemory() as mem:
-            F.scaled_dot_product_attention(q, k, v).sum().backward()
-        return mem.peak_bytes - mem.start_bytes
+        return dev.peak_extra_bytes(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
     finally:
         cuda.set_attention("auto")
 
 
-def test_flash_attention_memory_grows_linearly_with_sequence_length():
+def test_flash_attention_memory_grows_linearly_with_sequence_length(dev):
     """Doubling T doubles the flash path's extra memory (O(T)); the fused path stores the
     T x T weights, so its memory grows about fourfold."""
-    flash = [_attention_step_peak(T, "flash") for T in (1024, 2048, 4096)]
-    fused = [_attention_step_peak(T, "fused") for T in (1024, 2048, 4096)]
+    lengths, heads, d = ((1024, 2048, 4096), 4, 64) if dev.gpu else ((256, 512, 1024), 1, 16)
+    flash = [_attention_step_peak(dev, T, "flash", heads, d) for T in lengths]
+    fused = [_attention_step_peak(dev, T, "fused", heads, d) for T in lengths]
     for a, b in zip(flash, flash[1:]):
         assert 1.5 < b / a < 2.5
     assert fused[-1] / fused[-2] > 3.0

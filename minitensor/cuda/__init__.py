@@ -11,11 +11,19 @@ op) and use their plain xp code otherwise. Turn them off to compare:
 
 ``MINITENSOR_ATTENTION`` (or :func:`set_attention`) picks the attention path on the GPU:
 ``auto`` (flash for long key sequences, the fused softmax otherwise), ``flash``, ``fused``.
+
+Without a GPU, the same kernels run on the CPU through the emulator
+(:mod:`minitensor.cuda.emulator`): ``MINITENSOR_CUDA=emulate`` or :func:`emulate` makes the
+ops take their kernel routes on NumPy arrays, with strict checks of barriers, shuffles,
+arguments and launch limits (``check="race"`` and ``check="memory"`` add a shared-memory race
+tracker and AddressSanitizer; ``MINITENSOR_EMULATOR_CHECK`` sets them from the environment).
 """
 from __future__ import annotations
 
 import os
 from contextlib import ContextDecorator
+
+import numpy as np
 
 from ..backend import cuda_available
 
@@ -26,12 +34,20 @@ ATTENTION_MODES = ("auto", "flash", "fused")
 # benchmarks/results/ (the GPU session that runs benchmarks/kernels.py records it).
 FLASH_MIN_KEYS = 512
 
+EMULATOR_CHECKS = (None, "race", "memory")
+
 _settings = {
     "kernels": os.environ.get("MINITENSOR_KERNELS", "1") != "0",
     "attention": os.environ.get("MINITENSOR_ATTENTION", "auto"),
+    "emulate": os.environ.get("MINITENSOR_CUDA", "") == "emulate",
+    "check": os.environ.get("MINITENSOR_EMULATOR_CHECK") or None,
 }
 if _settings["attention"] not in ATTENTION_MODES:
     raise ValueError(f"MINITENSOR_ATTENTION must be one of {ATTENTION_MODES}, got {_settings['attention']!r}")
+if os.environ.get("MINITENSOR_CUDA", "") not in ("", "emulate"):
+    raise ValueError(f"MINITENSOR_CUDA must be 'emulate' or unset, got {os.environ['MINITENSOR_CUDA']!r}")
+if _settings["check"] not in EMULATOR_CHECKS:
+    raise ValueError(f"MINITENSOR_EMULATOR_CHECK must be 'race' or 'memory', got {_settings['check']!r}")
 
 
 def is_available() -> bool:
@@ -74,6 +90,52 @@ class use_kernels(ContextDecorator):
         return False
 
 
+# ------------------------------------------------------------------ the CPU emulator
+class emulate(ContextDecorator):
+    """Run the hand-written kernels on the CPU emulator (:mod:`minitensor.cuda.emulator`):
+    the ops then take their kernel routes on NumPy arrays. ``emulate()`` turns it on from
+    now on, ``emulate(False)`` off; ``with emulate(check="race"):`` for a block of code.
+
+    ``check``: None (barriers, shuffles, arguments, launch limits, NaN-filled fresh memory),
+    ``"race"`` (and a shared-memory race tracker) or ``"memory"`` (and AddressSanitizer, one
+    subprocess per launch). Environment: ``MINITENSOR_CUDA=emulate``,
+    ``MINITENSOR_EMULATOR_CHECK=race|memory``.
+    """
+
+    def __init__(self, enabled: bool = True, check: str | None = None):
+        if check not in EMULATOR_CHECKS:
+            raise ValueError(f"check must be one of {EMULATOR_CHECKS}, got {check!r}")
+        self._prev = (_settings["emulate"], _settings["check"])
+        _settings["emulate"] = bool(enabled)
+        _settings["check"] = check
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _settings["emulate"], _settings["check"] = self._prev
+        return False
+
+
+def emulating() -> bool:
+    """Whether NumPy arrays take the kernel routes, through the emulator."""
+    return _settings["emulate"]
+
+
+def emulator_check() -> str | None:
+    """The emulator's extra check: None, ``"race"`` or ``"memory"``."""
+    return _settings["check"]
+
+
+def kernels_may_run(xp) -> bool:
+    """Whether the hand-written kernels may run on arrays of ``xp``: CuPy arrays with the
+    kernels on, or NumPy arrays while emulating (each op still checks that its kernel
+    applies to the shapes and dtypes at hand)."""
+    if not _settings["kernels"]:
+        return False
+    return _settings["emulate"] if xp is np else True
+
+
 def attention_mode() -> str:
     return _settings["attention"]
 
@@ -111,5 +173,6 @@ def tf32_enabled() -> bool:
 
 from .memory import PeakMemory, memory_stats  # noqa: E402
 
-__all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "attention_mode",
+__all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
+           "emulator_check", "kernels_may_run", "attention_mode",
            "set_attention", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS"]

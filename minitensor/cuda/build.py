@@ -1,10 +1,17 @@
-"""Compiling the ``.cu`` sources of this folder with CuPy, and the choices every launcher shares.
+"""Compiling the ``.cu`` sources of this folder, and the choices every launcher shares.
 
-Each source is compiled by NVRTC (``cupy.RawModule``) the first time a launcher asks for
-one of its template instantiations (a *name expression* such as ``"layer_norm_forward<float, 16>"``);
-CuPy keeps the binary in its on-disk kernel cache, so later runs start at once. The shared
-header ``common.cuh`` is pasted into the text in place of its ``#include`` line, so the cache
-key covers the header too.
+On a GPU, each source is compiled by NVRTC (``cupy.RawModule``) the first time a launcher
+asks for one of its template instantiations (a *name expression* such as
+``"layer_norm_forward<float, 16>"``), once per device. CuPy 14.2 keeps the binary, with the
+mangled names of the instantiations, in its on-disk kernel cache (``~/.cupy/kernel_cache``),
+so later processes load it instead of compiling (CuPy 14.0 recompiled name-expression
+modules in every process; 14.1 cached them only with a CUDA 12.4+ driver). The shared header
+``common.cuh`` is pasted into the text in place of its ``#include`` line, so the cache key
+covers the header too.
+
+On NumPy arrays, when the emulator is on (``minitensor.cuda.emulate``), :func:`kernel`
+hands out the same instantiation compiled for the CPU by :mod:`minitensor.cuda.emulator`,
+and :func:`array_module` the emulated device's NumPy, so the launchers run unchanged.
 """
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import backend
+from . import emulator
 
 FOLDER = Path(__file__).resolve().parent
 SOURCES = ("layer_norm.cu", "softmax.cu", "flash_attention.cu")
@@ -34,19 +42,41 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
-@lru_cache(maxsize=None)
-def source(filename: str) -> str:
-    """The text of ``filename`` with ``common.cuh`` pasted in."""
-    text = (FOLDER / filename).read_text()
+def with_common(text: str) -> str:
+    """Kernel text with ``common.cuh`` pasted in place of its ``#include`` line."""
     return text.replace(_INCLUDE, (FOLDER / "common.cuh").read_text(), 1)
 
 
 @lru_cache(maxsize=None)
-def kernel(filename: str, expression: str):
-    """The compiled kernel ``expression`` (a template instantiation) of ``filename``."""
+def source(filename: str) -> str:
+    """The text of ``filename`` with ``common.cuh`` pasted in."""
+    return with_common((FOLDER / filename).read_text())
+
+
+def kernel(filename: str, expression: str, xp):
+    """The compiled kernel ``expression`` (a template instantiation) of ``filename`` for arrays
+    of ``xp``: CuPy's, for the current device, or the emulator's for NumPy arrays."""
+    if xp is np or isinstance(xp, emulator.DeviceArrays):
+        from . import emulator_check  # noqa: PLC0415
+
+        return emulator.kernel(filename, expression, emulator_check())
+    return _gpu_kernel(filename, expression, int(xp.cuda.runtime.getDevice()))
+
+
+@lru_cache(maxsize=None)
+def _gpu_kernel(filename: str, expression: str, device: int):
+    """One module per (source, instantiation, device): a module is loaded into one device's
+    context, so a second GPU gets its own."""
     cp = backend.cupy()
-    module = cp.RawModule(code=source(filename), name_expressions=(expression,))
-    return module.get_function(expression)
+    with cp.cuda.Device(device):
+        module = cp.RawModule(code=source(filename), name_expressions=(expression,))
+        return module.get_function(expression)
+
+
+def array_module(x):
+    """What a launcher allocates and copies with for arrays like ``x``: CuPy for CuPy arrays;
+    for NumPy arrays (the emulator), NumPy whose ``empty``/``empty_like`` fill with NaN."""
+    return emulator.arrays if isinstance(x, np.ndarray) else backend.array_module(x)
 
 
 def items_per_lane(n: int, limit: int) -> int | None:

@@ -1,10 +1,19 @@
 // Helpers shared by every kernel in this folder.
 //
 // No CUDA headers are included, so the same text compiles under NVRTC (what CuPy's
-// RawModule uses at run time) and under nvcc (tests/test_cuda_sources.py). The launchers
-// in Python paste this file in place of the `#include "common.cuh"` line, so CuPy's
-// kernel cache keys on the full text.
+// RawModule uses at run time), under nvcc (tests/test_cuda_sources.py) and, on the CPU,
+// under the host C++ compiler with emulator.h in front (minitensor/cuda/emulator.py, which
+// defines MT_EMULATOR). The launchers in Python paste this file in place of the
+// `#include "common.cuh"` line, so CuPy's kernel cache keys on the full text.
 #pragma once
+
+// Dynamic shared memory: `extern __shared__ T name[]` on the GPU; on the emulator, the
+// block's buffer that the launch sized with shared_mem.
+#ifdef MT_EMULATOR
+#define MT_DYNAMIC_SHARED(T, name) T* const name = reinterpret_cast<T*>(::mt_emu::dynamic_shared())
+#else
+#define MT_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#endif
 
 #define MT_INF __int_as_float(0x7f800000)
 #define MT_WARP 32
@@ -23,9 +32,13 @@ template <> struct Acc<double> { typedef double type; };
 __device__ __forceinline__ float widen(float v) { return v; }
 __device__ __forceinline__ double widen(double v) { return v; }
 __device__ __forceinline__ float widen(f16 v) {
+#ifdef MT_EMULATOR
+    return ::mt_emu::half_bits_to_float(v.bits);  // the same conversion in C++, bit for bit
+#else
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
     return f;
+#endif
 }
 __device__ __forceinline__ float widen(bf16 v) {
     return __uint_as_float(static_cast<unsigned int>(v.bits) << 16);  // bf16 is float's top half
@@ -36,7 +49,11 @@ template <> __device__ __forceinline__ float narrow<float>(float v) { return v; 
 template <> __device__ __forceinline__ double narrow<double>(double v) { return v; }
 template <> __device__ __forceinline__ f16 narrow<f16>(float v) {
     f16 h;
+#ifdef MT_EMULATOR
+    h.bits = ::mt_emu::float_to_half_bits_rn(v);
+#else
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(v));
+#endif
     return h;
 }
 template <> __device__ __forceinline__ bf16 narrow<bf16>(float v) {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import as4d, ctype, kernel, mask_view
+from .build import array_module, as4d, ctype, kernel, mask_view
 
 SOURCE = "flash_attention.cu"
 # (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK) of the dQ pass: shared memory
@@ -30,14 +30,16 @@ def applies(q, k, v) -> bool:
             and q.shape[-2] > 0 and k.shape[-2] > 0 and padded_head_size(q.shape[-1], t) is not None)
 
 
+def names(t: str, d: int) -> tuple[str, str, str]:
+    """The instantiations (forward, dK/dV, dQ) for type ``t`` and head size ``d``."""
+    D = padded_head_size(d, t)
+    (fq, fk), (bk, bq), (qq, qk) = TILES[t]
+    return (f"flash_attention_forward<{t}, {D}, {fq}, {fk}>", f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
+            f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>")
+
+
 def instantiations() -> list[str]:
-    out = []
-    for t, ((fq, fk), (bk, bq), (qq, qk)) in TILES.items():
-        for D in HEAD_SIZES[t]:
-            out += [f"flash_attention_forward<{t}, {D}, {fq}, {fk}>",
-                    f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
-                    f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>"]
-    return out
+    return [name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
 
 
 def _dims(q, k):
@@ -47,16 +49,14 @@ def _dims(q, k):
 
 def forward(q, k, v, mask, scale: float):
     """(out, lse): out like q; lse (..., Tq), +inf on rows with no allowed key."""
-    import cupy as cp  # noqa: PLC0415
-
+    cp = array_module(q)
     q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
-    D = padded_head_size(d, t)
     (BQ, BK), _, _ = TILES[t]
     out = cp.empty_like(q)
     lse = cp.empty(q.shape[:-1], dtype=q.dtype)
-    fn = kernel(SOURCE, f"flash_attention_forward<{t}, {D}, {BQ}, {BK}>")
+    fn = kernel(SOURCE, names(t, d)[0], cp)
     fn((B * H, (Tq + BQ - 1) // BQ), (BQ,),
        (q, k, v, out, lse) + mask_view(cp, mask, (B, H, Tq, Tk))
        + (np.int32(H), np.int32(Tq), np.int32(Tk), np.int32(d), np.float64(scale)))
@@ -65,20 +65,19 @@ def forward(q, k, v, mask, scale: float):
 
 def backward(grad, q, k, v, out, lse, mask, scale: float):
     """dq, dk, dv from the output's cotangent, recomputing the probabilities from lse."""
-    import cupy as cp  # noqa: PLC0415
-
+    cp = array_module(q)
     q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
     grad = cp.ascontiguousarray(grad, dtype=q.dtype)
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
-    D = padded_head_size(d, t)
     _, (BKk, BQk), (BQq, BKq) = TILES[t]
+    _, dkdv, dq_name = names(t, d)
     delta = (grad * out).sum(axis=-1)                      # Σ_c dO_ic O_ic, one per query
     m = mask_view(cp, mask, (B, H, Tq, Tk))
     tail = (np.int32(H), np.int32(Tq), np.int32(Tk), np.int32(d), np.float64(scale))
     dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(v)
-    fn = kernel(SOURCE, f"flash_attention_backward_dkdv<{t}, {D}, {BKk}, {BQk}>")
+    fn = kernel(SOURCE, dkdv, cp)
     fn((B * H, (Tk + BKk - 1) // BKk), (BKk,), (q, k, v, grad, lse, delta, dk, dv) + m + tail)
-    fn = kernel(SOURCE, f"flash_attention_backward_dq<{t}, {D}, {BQq}, {BKq}>")
+    fn = kernel(SOURCE, dq_name, cp)
     fn((B * H, (Tq + BQq - 1) // BQq), (BQq,), (q, k, v, grad, lse, delta, dq) + m + tail)
     return dq, dk, dv

@@ -72,7 +72,7 @@ __global__ void layer_norm_backward(const T* __restrict__ dy, const T* __restric
                                     typename Acc<T>::type* __restrict__ partial_dbeta,
                                     long long rows, int D, long long rows_per_block) {
     typedef typename Acc<T>::type A;
-    extern __shared__ unsigned char shared_bytes[];  // [WARPS][D] for dgamma, then [WARPS][D] for dbeta
+    MT_DYNAMIC_SHARED(unsigned char, shared_bytes);  // [WARPS][D] for dgamma, then [WARPS][D] for dbeta
     A* s_dgamma = reinterpret_cast<A*>(shared_bytes);
     A* s_dbeta = s_dgamma + WARPS * D;
     const int warp = threadIdx.x / MT_WARP;

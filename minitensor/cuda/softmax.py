@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import as4d, ctype, items_per_lane, kernel, mask_view
+from .build import array_module, as4d, ctype, items_per_lane, kernel, mask_view
 
 SOURCE = "softmax.cu"
 ROWS_PER_BLOCK = 4        # one warp per row
@@ -20,21 +20,26 @@ def applies(dtype, shape: tuple) -> bool:
             and items_per_lane(shape[-1], MAX_ITEMS) is not None)
 
 
+def names(t: str, tk: int) -> tuple[str, str]:
+    """The instantiations (forward, backward) for storage type ``t`` and rows of ``tk`` keys."""
+    items = items_per_lane(tk, MAX_ITEMS)
+    return f"attention_softmax_forward<{t}, {items}>", f"attention_softmax_backward<{t}, {items}>"
+
+
 def instantiations() -> list[str]:
-    return [f"attention_softmax_{way}<{t}, {items}>" for way in ("forward", "backward")
-            for t in ("float", "f16", "bf16", "double") for items in (1, 2, 4, 8, 16, 32, 64)]
+    return [name for t in ("float", "f16", "bf16", "double") for items in (1, 2, 4, 8, 16, 32, 64)
+            for name in names(t, 32 * items)]
 
 
 def forward(scores, mask, scale: float):
     """softmax(scale · scores) over the last axis where ``mask`` (bool, broadcastable to the
     scores, True = may attend) allows; forbidden entries and all-forbidden rows give 0."""
-    import cupy as cp  # noqa: PLC0415
-
+    cp = array_module(scores)
     scores = cp.ascontiguousarray(scores)
     B, H, Tq, Tk = as4d(scores.shape)
     rows = B * H * Tq
     probs = cp.empty_like(scores)
-    k = kernel(SOURCE, f"attention_softmax_forward<{ctype(scores.dtype)}, {items_per_lane(Tk, MAX_ITEMS)}>")
+    k = kernel(SOURCE, names(ctype(scores.dtype), Tk)[0], cp)
     k(((rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32 * ROWS_PER_BLOCK,),
       (scores, probs) + mask_view(cp, mask, (B, H, Tq, Tk))
       + (np.int64(rows), np.int32(H), np.int32(Tq), np.int32(Tk), np.float64(scale)))
@@ -43,14 +48,13 @@ def forward(scores, mask, scale: float):
 
 def backward(probs, dprobs, scale: float):
     """d scores = scale · P ⊙ (dP - Σ_k dP ⊙ P)."""
-    import cupy as cp  # noqa: PLC0415
-
+    cp = array_module(probs)
     probs = cp.ascontiguousarray(probs)
     dprobs = cp.ascontiguousarray(dprobs, dtype=probs.dtype)
     Tk = probs.shape[-1]
     rows = probs.size // Tk
     dscores = cp.empty_like(probs)
-    k = kernel(SOURCE, f"attention_softmax_backward<{ctype(probs.dtype)}, {items_per_lane(Tk, MAX_ITEMS)}>")
+    k = kernel(SOURCE, names(ctype(probs.dtype), Tk)[1], cp)
     k(((rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32 * ROWS_PER_BLOCK,),
       (probs, dprobs, dscores, np.int64(rows), np.int32(Tk), np.float64(scale)))
     return dscores

@@ -18,7 +18,8 @@ def uniform_(t: Tensor, low: float = 0.0, high: float = 1.0) -> Tensor:
 
 
 def normal_(t: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    return _fill(t, generator(t.xp).normal(mean, std, size=t.shape))
+    # mean + std·N(0, 1): standard_normal is the one normal sampler NumPy's and CuPy's generators share
+    return _fill(t, mean + std * generator(t.xp).standard_normal(size=t.shape))
 
 
 def zeros_(t: Tensor) -> Tensor:

@@ -3,10 +3,13 @@
 Three routes to one op, all with the same results:
 
 * the plain xp code below (the reference: any device, dtype, shape and mask);
-* on CuPy arrays, the same products through cuBLAS around the fused scale + mask + softmax
-  kernel of ``minitensor/cuda/softmax.cu`` (forward and backward);
+* on CuPy arrays, the same products through cuBLAS around the fused mask + softmax kernel
+  of ``minitensor/cuda/softmax.cu`` (forward and backward);
 * on CuPy arrays, the FlashAttention-style kernels of ``minitensor/cuda/flash_attention.cu``,
   which never store the Tq x Tk weights (float32/float64, head size <= 64, no dropout).
+
+Under ``minitensor.cuda.emulate`` the two kernel routes also take NumPy arrays, through the
+CPU emulator of ``minitensor/cuda/emulator.py``.
 
 ``minitensor.cuda.use_kernels`` and ``minitensor.cuda.set_attention`` choose among them.
 """
@@ -15,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function, ShapeError
-from ..backend import on_gpu
 from .dropout import dropout_mask
+from .linalg import product
 from .precision import compute_dtype
 from .reduce import sum_last
 from .softmax import softmax_array
@@ -58,13 +61,12 @@ def _check(q, k, v, mask, scores_shape):
 
 def _route(xp, q, k, v, mask, scores_shape, dropping: bool, need_weights: bool) -> str:
     """"flash", "fused" (kernel softmax between cuBLAS products) or "xp"."""
-    if not on_gpu(xp):
-        return "xp"
     from .. import cuda  # noqa: PLC0415
+
+    if not cuda.kernels_may_run(xp) or len(scores_shape) > 4:
+        return "xp"
     from ..cuda import flash_attention, softmax  # noqa: PLC0415
 
-    if not cuda.kernels_enabled() or len(scores_shape) > 4:
-        return "xp"
     mode = cuda.attention_mode()
     if (not dropping and not need_weights and mode != "fused" and flash_attention.applies(q, k, v)
             and (mode == "flash" or k.shape[-2] >= cuda.FLASH_MIN_KEYS)):
@@ -102,17 +104,20 @@ class ScaledDotProductAttention(Function):
             ctx.weights = None
             ctx.save_for_backward(q, k, v, out, lse, mask)
             return out
+        # Both routes scale q (Tq x d) before the product: cheaper than scaling the scores
+        # (Tq x Tk), and in float16 the unscaled q·k overflows √d_k times sooner.
+        scores = product(q * q.dtype.type(scale), k.swapaxes(-1, -2))
         if ctx.route == "fused":
             from ..cuda import softmax  # noqa: PLC0415
 
-            p = softmax.forward(q @ k.swapaxes(-1, -2), mask, scale)
-        else:  # scaling q (Tq x d) is cheaper than scaling the scores (Tq x Tk)
-            p = masked_softmax_reference(xp, (q * q.dtype.type(scale)) @ k.swapaxes(-1, -2), mask, overwrite=True)
+            p = softmax.forward(scores, mask, 1.0)
+        else:
+            p = masked_softmax_reference(xp, scores, mask, overwrite=True)
         dm = dropout_mask(xp, p.shape, dropout_p, p.dtype) if dropping else None
         a = p * dm if dm is not None else p
         ctx.weights = p
         ctx.save_for_backward(q, k, v, p, dm)
-        return a @ v
+        return product(a, v)
 
     @staticmethod
     def backward(ctx, grad):
@@ -124,11 +129,11 @@ class ScaledDotProductAttention(Function):
             return flash_attention.backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
         q, k, v, p, dm = ctx.saved
         a = p * dm if dm is not None else p
-        gv = a.swapaxes(-1, -2) @ grad if nv else None
-        gp = grad @ v.swapaxes(-1, -2)
+        gv = product(a.swapaxes(-1, -2), grad) if nv else None
+        gp = product(grad, v.swapaxes(-1, -2))
         if dm is not None:
             gp *= dm
-        if ctx.route == "fused":
+        if ctx.route == "fused":  # the kernel's scale turns d(scaled scores) into d(Q Kᵀ)
             from ..cuda import softmax  # noqa: PLC0415
 
             gs = softmax.backward(p, gp, ctx.scale)
@@ -136,6 +141,6 @@ class ScaledDotProductAttention(Function):
             gs = gp * p
             gs -= p * sum_last(ctx.xp, gs)  # P ⊙ (dP - Σ_k dP ⊙ P)
             gs *= gs.dtype.type(ctx.scale)
-        gq = gs @ k if nq else None
-        gk = gs.swapaxes(-1, -2) @ q if nk else None
+        gq = product(gs, k) if nq else None
+        gk = product(gs.swapaxes(-1, -2), q) if nk else None
         return gq, gk, gv, None

@@ -1,12 +1,32 @@
 """Matrix products: batched matmul, and the fused linear layer y = xW + b."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import Function, ShapeError
 
 
 def _swap(a):
     """Transpose the last two axes."""
     return a.swapaxes(-1, -2)
+
+
+def product_in_float32(module: str, a_dtype, b_dtype, ndim: int) -> bool:
+    """Whether ``a @ b`` must run in float32: on CuPy (``module``, the arrays' module name),
+    bfloat16 products with more than two axes. CuPy 14's matmul sends every batched product
+    whose dtype is not one of 'efdFD' to its integer GEMM kernels, which reject bfloat16
+    (``TypeError: data type 'E' not understood``); 2-D products go to cuBLAS and work."""
+    return (module.split(".")[0] == "cupy" and ndim > 2
+            and "bfloat16" in (np.dtype(a_dtype).name, np.dtype(b_dtype).name))
+
+
+def product(a, b):
+    """``a @ b`` on raw arrays, with bfloat16 batched products on CuPy computed in float32
+    (accumulating in float32, as a bfloat16 GEMM does) and rounded back to bfloat16."""
+    if product_in_float32(type(a).__module__, a.dtype, b.dtype, max(a.ndim, b.ndim)):
+        out = np.promote_types(a.dtype, b.dtype)
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(out)
+    return a @ b
 
 
 class Matmul(Function):
@@ -24,13 +44,13 @@ class Matmul(Function):
                 f"(last axis of the first is {a.shape[-1]}, second-to-last of the second is {b.shape[-2]})"
             )
         ctx.save_for_backward(a, b)
-        return a @ b
+        return product(a, b)
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved
         na, nb = ctx.needs_input_grad
-        return (grad @ _swap(b) if na else None), (_swap(a) @ grad if nb else None)
+        return (product(grad, _swap(b)) if na else None), (product(_swap(a), grad) if nb else None)
 
 
 class Linear(Function):

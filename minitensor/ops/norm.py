@@ -1,13 +1,14 @@
 """Layer normalisation (Ba et al., 2016) over the last axis.
 
 Two implementations of one op: the plain xp code below (the reference, any device and dtype)
-and, on CuPy arrays, the hand-written kernels of ``minitensor/cuda/layer_norm.cu`` when they
-apply (weight and bias given, D <= 1024, and kernels on: ``minitensor.cuda.use_kernels``).
+and, on CuPy arrays (or NumPy arrays under ``minitensor.cuda.emulate``), the hand-written
+kernels of ``minitensor/cuda/layer_norm.cu`` when they apply (weight and bias given,
+D <= 1024, and kernels on: ``minitensor.cuda.use_kernels``).
 """
 from __future__ import annotations
 
 from ..autograd import Function, ShapeError
-from ..backend import on_gpu
+from ..cuda import kernels_may_run
 from .precision import compute_dtype
 from .reduce import sum_last
 
@@ -69,11 +70,10 @@ class LayerNorm(Function):
             if p is not None and p.shape != (d,):
                 raise ShapeError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected ({d},) for input {tuple(x.shape)}")
         xp = ctx.xp
-        if on_gpu(xp):
-            from ..cuda import kernels_enabled  # noqa: PLC0415
+        if kernels_may_run(xp):
             from ..cuda import layer_norm as kernel  # noqa: PLC0415
 
-            if kernels_enabled() and kernel.applies(x, weight, bias):
+            if kernel.applies(x, weight, bias):
                 y, mean, rstd = kernel.forward(x, weight, bias, eps)
                 ctx.kernel = True
                 ctx.save_for_backward(x, weight, mean, rstd)

@@ -6,7 +6,7 @@ import numpy as np
 from minitensor import distributed
 
 mode = sys.argv[1]
-comm = distributed.init("cpu", timeout=float(sys.argv[2]) if mode != "ok" and len(sys.argv) > 2 else None)
+comm = distributed.init("cpu", timeout=float(sys.argv[2]) if mode in ("dead-peer", "stuck-peer") else None)
 if mode == "ok":
     a = np.full(5, comm.rank + 1.0, dtype=np.float32)
     comm.all_reduce(a)
@@ -18,6 +18,16 @@ if mode == "ok":
     with open(f"{sys.argv[2]}/rank{comm.rank}.txt", "w") as f:
         f.write(f"rank {comm.rank}/{comm.world_size} local {comm.local_rank} sum {a[0]:g} ok={a[0] == expected} "
                 f"bcast_ok={np.array_equal(b, np.arange(4.0) * 7)}")
+elif mode == "nccl-id":  # the NCCL unique id exchange, with a bytes id as CuPy 14's get_unique_id gives
+    made = []
+
+    def make_id():
+        made.append(comm.rank)
+        return bytes(range(128, 256))  # bytes above 127: an int8 conversion of them fails
+
+    uid = distributed.share_unique_id(comm, make_id)
+    with open(f"{sys.argv[2]}/rank{comm.rank}.txt", "w") as f:
+        f.write(f"{type(uid).__name__} {len(uid)} {uid.hex()} made={made}")
 elif mode == "dead-peer":  # rank 1 dies before the collective; rank 0 must not hang
     if comm.rank == 1:
         import os

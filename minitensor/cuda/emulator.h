@@ -1,0 +1,930 @@
+// The CUDA that this folder's kernels use, on the CPU: the other half of emulator.py.
+//
+// emulator.py compiles one translation unit per kernel instantiation with the host C++
+// compiler: this header, then the kernel's .cu text (common.cuh pasted, exactly what NVRTC
+// compiles) inside an anonymous namespace, then a few generated lines that export the
+// instantiation's parameter types and a launch function. Inside the header:
+//
+//   * the CUDA keywords (__global__, __shared__, ...) and built-ins (threadIdx, blockIdx,
+//     blockDim, gridDim), static and dynamic shared memory;
+//   * a scheduler that runs one block at a time, each CUDA thread on a fiber of its own
+//     (ucontext), switching at __syncthreads and at warp operations, so barriers and
+//     shuffles behave as on hardware; a block whose threads can no longer all meet
+//     (a thread that exited, or waits somewhere else) is reported, never hung on;
+//   * __shfl_sync and its _up/_down/_xor forms, __syncwarp, __ballot/__all/__any_sync,
+//     atomicAdd, the float intrinsics, and the f16 conversions that round as PTX cvt does;
+//   * with MT_EMU_RACE (check="race"): a shared-memory race tracker fed by the compiler's
+//     ThreadSanitizer instrumentation (-fsanitize=thread emits a call before every load and
+//     store; the calls land in the __tsan_* functions below, not in ThreadSanitizer);
+//   * with MT_EMU_RUNNER (check="memory"): a main() that runs one launch in a subprocess
+//     built with AddressSanitizer, so an out-of-bounds access is reported with its thread.
+//
+// It exists for correctness and for learning, not for speed: every CUDA thread is a fiber.
+#pragma once
+
+#include <cmath>
+#include <csetjmp>
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <signal.h>
+#include <sys/mman.h>
+#include <type_traits>
+#include <ucontext.h>
+#include <unistd.h>
+#include <utility>
+
+#define MT_EMULATOR 1
+
+// ---------------------------------------------------------------- CUDA keywords
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+// One copy per block, shared by the block's threads: blocks run one at a time, so a static
+// local is exactly that. The kernel text sits in an anonymous namespace, which makes these
+// local statics of internal linkage (not template COMDAT data): AddressSanitizer puts
+// redzones around each one, and emulator.py finds them in the library's symbol table and
+// passes their addresses in, to fill them with NaN bytes before every block and to watch
+// them for races.
+#define __shared__ static __attribute__((aligned(16)))
+
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+#endif
+
+// functions of the runtime itself carry no race-tracking instrumentation
+#define MT_RT __attribute__((no_sanitize_thread))
+
+namespace mt_emu {
+
+struct uint3 { unsigned int x, y, z; };
+struct dim3 { unsigned int x, y, z; };
+
+constexpr int kWarp = 32;
+constexpr int kMaxThreads = 1024;
+constexpr size_t kStackBytes = 256 * 1024;
+
+enum Wait { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, EXITED = 3 };
+
+struct Thread {
+    ucontext_t ctx;
+    uint3 idx;
+    int id;                    // linear index in the block
+    int state;                 // Wait
+    const char* op;            // the warp operation it waits at
+    unsigned mask;             // ... and that operation's mask
+    int src;                   // the lane it reads (shuffles)
+    unsigned long long result; // what the warp operation gave it
+#if defined(__SANITIZE_ADDRESS__)
+    void* fake_stack;
+#endif
+};
+
+struct Warp {
+    int arrived;               // lanes waiting at the current warp operation
+    unsigned mask;
+    const char* op;
+    unsigned long long gen;    // completed warp operations (the race tracker's intra-warp clock)
+    unsigned long long bits[kWarp];
+};
+
+// the launch configuration emulator.py passes in (ctypes mirrors this layout)
+struct Launch {
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned long long dynamic_shared;
+    int track_races;
+    int nshared;                          // static __shared__ arrays of the kernel...
+    const unsigned long long* shared;     // ...as (address, bytes) pairs
+};
+
+// what emulator.py learns about each kernel parameter (ctypes mirrors this layout)
+enum Kind { K_OTHER = 0, K_POINTER = 1, K_FLOAT = 2, K_SIGNED = 3, K_UNSIGNED = 4, K_BOOL = 5, K_STRUCT = 6 };
+struct ParamInfo {
+    unsigned size;             // sizeof the parameter
+    int kind;                  // Kind of the parameter
+    unsigned pointee_size;     // for pointers: sizeof the pointee (0 for void)
+    int pointee_kind;          // for pointers: Kind of the pointee
+    int pointee_const;         // for pointers: 1 when the pointee is const
+};
+
+struct Cell;  // race tracker shadow entry (below)
+
+struct Runtime {
+    const char* kernel = "";
+    dim3 grid{1, 1, 1}, block{1, 1, 1};
+    uint3 block_idx{0, 0, 0};
+    int nthreads = 0;
+    Thread* threads = nullptr;
+    Warp* warps = nullptr;
+    Thread* current = nullptr;
+    ucontext_t scheduler;
+    int barrier_arrived = 0;
+    unsigned long long barrier_gen = 0;
+    void (*entry)(void**) = nullptr;
+    void** args = nullptr;
+    unsigned char* dyn = nullptr;
+    size_t dyn_size = 0;
+    // errors
+    bool failed = false;
+    char* err = nullptr;
+    size_t errlen = 0;
+    // fiber stacks (kept between launches)
+    char* stacks = nullptr;
+    int stack_count = 0;
+    // signals (segmentation faults inside a kernel become errors)
+    sigjmp_buf fault_jump;
+    volatile sig_atomic_t in_kernel = 0;
+    // AddressSanitizer's view of the main stack (check="memory")
+    const void* main_bottom = nullptr;
+    size_t main_size = 0;
+    // static shared arrays (address, bytes), and the race tracker
+    int nshared = 0;
+    const unsigned long long* shared = nullptr;
+    size_t shared_bytes = 0;
+    bool track = false;
+    Cell* shadow_static = nullptr;
+    Cell* shadow_dyn = nullptr;
+};
+inline Runtime rt;
+
+// ---------------------------------------------------------------- errors
+MT_RT inline void vreport(const char* fmt, va_list ap) {
+    if (rt.failed || rt.err == nullptr) return;  // keep the first error
+    rt.failed = true;
+    vsnprintf(rt.err, rt.errlen, fmt, ap);
+}
+
+MT_RT inline void report(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+MT_RT inline void report(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(fmt, ap);
+    va_end(ap);
+}
+
+MT_RT inline void yield();
+
+// An error inside a kernel: record it and leave the block for good (the scheduler sees
+// rt.failed and stops; fibers hold no resources, so abandoning them is safe).
+MT_RT [[noreturn]] inline void fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+MT_RT [[noreturn]] inline void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(fmt, ap);
+    va_end(ap);
+    for (;;) yield();
+}
+
+MT_RT inline const char* where() {
+    static char buf[160];
+    const Thread* t = rt.current;
+    if (t == nullptr) {
+        snprintf(buf, sizeof buf, "%s", rt.kernel);
+    } else {
+        snprintf(buf, sizeof buf, "%s, block (%u, %u, %u), thread (%u, %u, %u)", rt.kernel, rt.block_idx.x,
+                 rt.block_idx.y, rt.block_idx.z, t->idx.x, t->idx.y, t->idx.z);
+    }
+    return buf;
+}
+
+// ---------------------------------------------------------------- fibers
+MT_RT inline void switch_to_scheduler(Thread* t) {
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_start_switch_fiber(t->state == EXITED ? nullptr : &t->fake_stack, rt.main_bottom, rt.main_size);
+    swapcontext(&t->ctx, &rt.scheduler);
+    __sanitizer_finish_switch_fiber(t->fake_stack, &rt.main_bottom, &rt.main_size);
+#else
+    swapcontext(&t->ctx, &rt.scheduler);
+#endif
+}
+
+// The running thread gives the processor back to the scheduler.
+MT_RT inline void yield() {
+    if (rt.current == nullptr) abort();  // only fibers wait
+    switch_to_scheduler(rt.current);
+}
+
+MT_RT inline void fiber_main() {
+    Thread* t = rt.current;
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(nullptr, &rt.main_bottom, &rt.main_size);
+#endif
+    rt.entry(rt.args);
+    t->state = EXITED;
+    for (;;) yield();  // never resumed after this
+}
+
+MT_RT inline char* stack_of(int i) { return rt.stacks + static_cast<size_t>(i) * (kStackBytes + 4096) + 4096; }
+
+MT_RT inline bool ensure_stacks(int n) {
+    if (rt.stack_count >= n) return true;
+    if (rt.stacks) munmap(rt.stacks, static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096));
+    const size_t bytes = static_cast<size_t>(n) * (kStackBytes + 4096);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        rt.stacks = nullptr;
+        rt.stack_count = 0;
+        return false;
+    }
+    rt.stacks = static_cast<char*>(p);
+    rt.stack_count = n;
+    for (int i = 0; i < n; ++i) mprotect(stack_of(i) - 4096, 4096, PROT_NONE);  // a guard page below each stack
+    return true;
+}
+
+// ---------------------------------------------------------------- shared memory
+MT_RT inline void* dynamic_shared() { return rt.dyn; }
+
+// ---------------------------------------------------------------- race tracker
+// One shadow cell per byte of shared memory: who last wrote it and who read it, in which
+// barrier interval (epoch) and, for threads of one warp, after how many warp operations.
+// Two threads touching the same byte in one interval, at least one writing, is a race
+// unless they are lanes of one warp separated by a warp operation (__syncwarp, a shuffle).
+struct Cell {
+    unsigned long long w_epoch, r_epoch;   // barrier interval + 1 of the last write / read (0: none)
+    unsigned long long w_wgen, r_wgen;     // that thread's warp-operation count then
+    int writer, reader;                    // thread ids; reader -2: several readers
+};
+
+MT_RT inline bool ordered(int a, unsigned long long a_wgen, int b, unsigned long long b_wgen) {
+    return a == b || (a / kWarp == b / kWarp && a_wgen != b_wgen);
+}
+
+MT_RT inline void race(const char* region, size_t offset, int other, const char* other_did, bool write) {
+    fail("shared-memory race in %s: it %s byte %zu of %s, which thread %d %s since the last __syncthreads "
+         "(barrier %llu of the block); add a __syncthreads between the two accesses",
+         where(), write ? "writes" : "reads", offset, region, other, other_did,
+         static_cast<unsigned long long>(rt.barrier_gen));
+}
+
+MT_RT inline void track(const void* p, size_t n, bool write) {
+    if (!rt.track || rt.current == nullptr || !rt.in_kernel) return;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    static char region[64];
+    Cell* cells = nullptr;
+    size_t offset = 0, size = 0, before = 0;
+    for (int r = 0; r < rt.nshared && !cells; ++r) {
+        const uintptr_t start = rt.shared[2 * r];
+        const size_t bytes = rt.shared[2 * r + 1];
+        if (a - start < bytes) {
+            snprintf(region, sizeof region, "static shared array %d", r);
+            cells = rt.shadow_static + before;
+            offset = a - start;
+            size = bytes;
+        }
+        before += bytes;
+    }
+    if (!cells && rt.shadow_dyn && a - reinterpret_cast<uintptr_t>(rt.dyn) < rt.dyn_size) {
+        snprintf(region, sizeof region, "dynamic shared memory");
+        cells = rt.shadow_dyn;
+        offset = a - reinterpret_cast<uintptr_t>(rt.dyn);
+        size = rt.dyn_size;
+    }
+    if (!cells) return;
+    const int me = rt.current->id;
+    const unsigned long long epoch = rt.barrier_gen + 1;
+    const unsigned long long wgen = rt.warps[me / kWarp].gen;
+    for (size_t i = 0; i < n && offset + i < size; ++i) {
+        Cell& c = cells[offset + i];
+        if (c.w_epoch == epoch && !ordered(c.writer, c.w_wgen, me, wgen))
+            race(region, offset + i, c.writer, "wrote", write);
+        if (write) {
+            if (c.r_epoch == epoch && (c.reader == -2 || !ordered(c.reader, c.r_wgen, me, wgen)))
+                race(region, offset + i, c.reader == -2 ? -1 : c.reader, c.reader == -2 ? "(and others) read" : "read",
+                     write);
+            c.w_epoch = epoch;
+            c.writer = me;
+            c.w_wgen = wgen;
+        } else if (c.r_epoch != epoch) {
+            c.r_epoch = epoch;
+            c.reader = me;
+            c.r_wgen = wgen;
+        } else if (c.reader != me) {
+            c.reader = -2;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- barriers
+MT_RT inline void syncthreads() {
+    Thread* t = rt.current;
+    if (++rt.barrier_arrived == rt.nthreads) {
+        rt.barrier_arrived = 0;
+        ++rt.barrier_gen;  // a new interval for the race tracker
+        for (int i = 0; i < rt.nthreads; ++i)
+            if (rt.threads[i].state == AT_BARRIER) rt.threads[i].state = RUNNABLE;
+        return;
+    }
+    t->state = AT_BARRIER;
+    yield();
+}
+
+// ---------------------------------------------------------------- warp operations
+enum WarpOp { OP_SHFL, OP_VOTE, OP_SYNC };
+
+MT_RT inline unsigned lanes_in_warp(int warp) {
+    const int n = rt.nthreads - warp * kWarp;
+    return n >= kWarp ? 0xffffffffu : ((1u << n) - 1u);
+}
+
+// Every lane named in `mask` meets here, hands in `bits`, and gets back the bits of lane
+// `src` (a shuffle) or the ballot of the predicates (a vote). The last lane to arrive
+// completes the operation for all.
+MT_RT inline unsigned long long warp_meet(const char* op, WarpOp kind, unsigned mask, unsigned long long bits, int src) {
+    Thread* t = rt.current;
+    const int lane = t->id % kWarp, w = t->id / kWarp;
+    Warp& warp = rt.warps[w];
+    if (!((mask >> lane) & 1u))
+        fail("%s: %s with mask 0x%08x, which does not name the calling lane %d", where(), op, mask, lane);
+    if (mask & ~lanes_in_warp(w))
+        fail("%s: %s with mask 0x%08x names lanes that do not exist (the block has %d threads)", where(), op, mask,
+             rt.nthreads);
+    if (warp.arrived == 0) {
+        warp.mask = mask;
+        warp.op = op;
+    } else if (warp.mask != mask || std::strcmp(warp.op, op) != 0) {
+        fail("%s: lane %d calls %s with mask 0x%08x while other lanes of warp %d wait at %s with mask 0x%08x", where(),
+             lane, op, mask, w, warp.op, warp.mask);
+    }
+    if (kind == OP_SHFL && !((mask >> src) & 1u))
+        fail("%s: %s reads lane %d, which is not in the mask 0x%08x (its value is undefined)", where(), op, src, mask);
+    warp.bits[lane] = bits;
+    t->op = op;
+    t->mask = mask;
+    t->src = src;
+    if (++warp.arrived == __builtin_popcount(mask)) {
+        unsigned ballot = 0;
+        for (int l = 0; l < kWarp; ++l)
+            if ((mask >> l) & 1u && warp.bits[l]) ballot |= 1u << l;
+        for (int l = 0; l < kWarp; ++l) {
+            if (!((mask >> l) & 1u)) continue;
+            Thread& o = rt.threads[w * kWarp + l];
+            o.result = kind == OP_SHFL ? warp.bits[o.src] : ballot;
+            if (o.state == AT_WARP) o.state = RUNNABLE;
+        }
+        warp.arrived = 0;
+        ++warp.gen;
+        return t->result;
+    }
+    t->state = AT_WARP;
+    yield();
+    return t->result;
+}
+
+template <typename T>
+MT_RT inline unsigned long long to_bits(T v) {
+    static_assert(sizeof(T) <= 8, "shuffles move at most 8 bytes");
+    unsigned long long b = 0;
+    std::memcpy(&b, &v, sizeof(T));
+    return b;
+}
+
+template <typename T>
+MT_RT inline T from_bits(unsigned long long b) {
+    T v;
+    std::memcpy(&v, &b, sizeof(T));
+    return v;
+}
+
+MT_RT inline int lane_id() { return rt.current->id % kWarp; }
+
+// the first lane of the calling lane's group of `width`
+MT_RT inline int segment(int width) { return lane_id() & ~(width - 1); }
+
+// ---------------------------------------------------------------- f16 conversions
+// PTX cvt.f32.f16 (exact: every half is a float) and cvt.rn.f16.f32 (round to nearest,
+// ties to even, subnormal halves kept, overflow to infinity, NaN to the canonical 0x7fff).
+MT_RT inline float half_bits_to_float(unsigned short h) {
+    const unsigned sign = (h & 0x8000u) << 16;
+    const unsigned exp = (h >> 10) & 0x1fu;
+    unsigned mant = h & 0x3ffu;
+    unsigned bits;
+    if (exp == 0x1f) {
+        bits = mant ? 0x7fffffffu : (sign | 0x7f800000u);      // NaN (canonical) or infinity
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (mant << 13);     // normal: rebias 15 -> 127
+    } else if (mant == 0) {
+        bits = sign;                                          // signed zero
+    } else {                                                  // subnormal half: normalise
+        int e = -1;
+        do {
+            mant <<= 1;
+            ++e;
+        } while (!(mant & 0x400u));
+        bits = sign | ((112u - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+MT_RT inline unsigned short float_to_half_bits_rn(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, 4);
+    const unsigned short sign = static_cast<unsigned short>((u >> 16) & 0x8000u);
+    const unsigned abs = u & 0x7fffffffu;
+    if (abs > 0x7f800000u) return 0x7fff;                              // NaN: canonical
+    if (abs >= 0x477ff000u) return static_cast<unsigned short>(sign | 0x7c00u);  // rounds to >= 65520: infinity
+    const int e = static_cast<int>(abs >> 23) - 127;                   // unbiased exponent of the float
+    if (e >= -14) {                                                    // a normal half
+        const unsigned mant = abs & 0x7fffffu;
+        unsigned h = (static_cast<unsigned>(e + 15) << 10) | (mant >> 13);
+        const unsigned rest = mant & 0x1fffu;                          // the 13 bits that go
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;      // nearest, ties to even (may carry into exp)
+        return static_cast<unsigned short>(sign | h);
+    }
+    if (e < -25) return sign;                                          // below half the smallest subnormal: zero
+    // subnormal half: value = m * 2^-24 with m < 1024; the float is (1.mant) * 2^e
+    const unsigned full = (abs & 0x7fffffu) | 0x800000u;               // 24-bit significand
+    const int shift = -e - 1;                                          // 14 - 24 + (-e - 14) + 24 ... = -e - 1
+    const unsigned m = full >> shift;
+    const unsigned rest = full & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    unsigned h = m;
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return static_cast<unsigned short>(sign | h);
+}
+
+}  // namespace mt_emu
+
+// ---------------------------------------------------------------- CUDA built-ins
+using mt_emu::dim3;
+using mt_emu::uint3;
+
+MT_RT inline uint3 mt_emu_thread_idx() { return mt_emu::rt.current->idx; }
+#define threadIdx (mt_emu_thread_idx())
+#define blockIdx (::mt_emu::rt.block_idx)
+#define blockDim (::mt_emu::rt.block)
+#define gridDim (::mt_emu::rt.grid)
+#define warpSize 32
+
+MT_RT inline void __syncthreads() { mt_emu::syncthreads(); }
+MT_RT inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    mt_emu::warp_meet("__syncwarp", mt_emu::OP_SYNC, mask, 0, 0);
+}
+MT_RT inline void __threadfence() {}
+MT_RT inline void __threadfence_block() {}
+
+template <typename T>
+MT_RT inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = 32) {
+    const int src = mt_emu::segment(width) + (src_lane & (width - 1));
+    return mt_emu::from_bits<T>(mt_emu::warp_meet("__shfl_sync", mt_emu::OP_SHFL, mask, mt_emu::to_bits(var), src));
+}
+template <typename T>
+MT_RT inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+    const int lane = mt_emu::lane_id();
+    const int src = (lane & (width - 1)) >= static_cast<int>(delta) ? lane - static_cast<int>(delta) : lane;
+    return mt_emu::from_bits<T>(mt_emu::warp_meet("__shfl_up_sync", mt_emu::OP_SHFL, mask, mt_emu::to_bits(var), src));
+}
+template <typename T>
+MT_RT inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = 32) {
+    const int lane = mt_emu::lane_id();
+    const int src = (lane & (width - 1)) + static_cast<int>(delta) < width ? lane + static_cast<int>(delta) : lane;
+    return mt_emu::from_bits<T>(
+        mt_emu::warp_meet("__shfl_down_sync", mt_emu::OP_SHFL, mask, mt_emu::to_bits(var), src));
+}
+template <typename T>
+MT_RT inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = 32) {
+    const int lane = mt_emu::lane_id();
+    int src = lane ^ lane_mask;
+    if ((src & ~(width - 1)) > (lane & ~(width - 1)) || src >= 32) src = lane;  // a later group: own value
+    return mt_emu::from_bits<T>(mt_emu::warp_meet("__shfl_xor_sync", mt_emu::OP_SHFL, mask, mt_emu::to_bits(var), src));
+}
+MT_RT inline unsigned __ballot_sync(unsigned mask, int predicate) {
+    return static_cast<unsigned>(mt_emu::warp_meet("__ballot_sync", mt_emu::OP_VOTE, mask, predicate != 0, 0));
+}
+MT_RT inline int __all_sync(unsigned mask, int predicate) {
+    return static_cast<unsigned>(mt_emu::warp_meet("__all_sync", mt_emu::OP_VOTE, mask, predicate != 0, 0)) == mask;
+}
+MT_RT inline int __any_sync(unsigned mask, int predicate) {
+    return mt_emu::warp_meet("__any_sync", mt_emu::OP_VOTE, mask, predicate != 0, 0) != 0;
+}
+
+// Blocks run one at a time and a thread runs until it waits, so a read-modify-write is atomic.
+template <typename T>
+MT_RT inline T atomicAdd(T* address, T value) {
+    const T old = *address;
+    *address = old + value;
+    return old;
+}
+
+// bit casts
+MT_RT inline float __int_as_float(int v) { return mt_emu::from_bits<float>(static_cast<unsigned>(v)); }
+MT_RT inline float __uint_as_float(unsigned v) { return mt_emu::from_bits<float>(v); }
+MT_RT inline int __float_as_int(float v) { return static_cast<int>(mt_emu::to_bits(v)); }
+MT_RT inline unsigned __float_as_uint(float v) { return static_cast<unsigned>(mt_emu::to_bits(v)); }
+MT_RT inline double __longlong_as_double(long long v) { return mt_emu::from_bits<double>(static_cast<unsigned long long>(v)); }
+MT_RT inline long long __double_as_longlong(double v) { return static_cast<long long>(mt_emu::to_bits(v)); }
+
+// The fast float intrinsics, built as the GPU builds them: __expf(x) = 2^(x·log2 e) and
+// __logf(x) = log2(x)·ln 2 (ex2.approx / lg2.approx), rsqrtf = 1/√x (rsqrt.approx). The
+// GPU's approximations are within 2 ulp of the correctly rounded values used here.
+MT_RT inline float __expf(float x) { return std::exp2(x * 1.4426950408889634f); }
+MT_RT inline float __logf(float x) { return std::log2(x) * 0.6931471805599453f; }
+MT_RT inline float __fdividef(float a, float b) { return a / b; }
+MT_RT inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+MT_RT inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+MT_RT inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
+using std::exp;
+using std::fmax;
+using std::fmaxf;
+using std::fmin;
+using std::fminf;
+using std::log;
+using std::sqrt;
+
+namespace mt_emu {
+
+// ---------------------------------------------------------------- parameters
+template <typename T>
+constexpr int kind_of() {
+    if constexpr (std::is_pointer_v<T>) return K_POINTER;
+    else if constexpr (std::is_same_v<T, bool>) return K_BOOL;
+    else if constexpr (std::is_floating_point_v<T>) return K_FLOAT;
+    else if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) return K_SIGNED;
+    else if constexpr (std::is_integral_v<T>) return K_UNSIGNED;
+    else if constexpr (std::is_class_v<T>) return K_STRUCT;
+    else return K_OTHER;
+}
+
+template <typename T>
+constexpr ParamInfo info_of() {
+    ParamInfo p{static_cast<unsigned>(sizeof(T)), kind_of<T>(), 0, K_OTHER, 0};
+    if constexpr (std::is_pointer_v<T>) {
+        using E = std::remove_pointer_t<T>;
+        if constexpr (!std::is_void_v<E>) p.pointee_size = static_cast<unsigned>(sizeof(E));
+        p.pointee_kind = kind_of<std::remove_cv_t<E>>();
+        p.pointee_const = std::is_const_v<E> ? 1 : 0;
+    }
+    return p;
+}
+
+template <typename... A>
+MT_RT int param_count(void (*)(A...)) {
+    return static_cast<int>(sizeof...(A));
+}
+
+template <typename... A>
+MT_RT void param_info(void (*)(A...), ParamInfo* out) {
+    int i = 0;
+    ((out[i++] = info_of<A>()), ...);
+    (void)out;
+    (void)i;
+}
+
+// cuLaunchKernel's contract: args[i] points at the bytes of parameter i, sizeof(A_i) of them.
+template <typename T>
+MT_RT inline T unpack(void* p) {
+    T v;
+    std::memcpy(static_cast<void*>(&v), p, sizeof(T));
+    return v;
+}
+
+template <typename... A, size_t... I>
+MT_RT inline void call_with(void (*f)(A...), void** args, std::index_sequence<I...>) {
+    f(unpack<A>(args[I])...);
+}
+
+template <typename F> struct Arity;
+template <typename... A> struct Arity<void (*)(A...)> { static constexpr size_t value = sizeof...(A); };
+
+// the fiber's entry point: unpack the arguments and call the kernel
+template <auto F>
+MT_RT void entry(void** args) {
+    call_with(F, args, std::make_index_sequence<Arity<decltype(F)>::value>{});
+}
+
+// ---------------------------------------------------------------- the scheduler
+MT_RT inline void fault_handler(int sig, siginfo_t* info, void*) {
+    if (!rt.in_kernel) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    report("%s: %s at address %p (an access out of bounds? run it with check=\"memory\" to find out)", where(),
+           sig == SIGFPE ? "arithmetic fault (integer division by zero?)" : "segmentation fault", info->si_addr);
+    rt.in_kernel = 0;
+    siglongjmp(rt.fault_jump, 1);
+}
+
+MT_RT inline void rangelist(char* out, size_t cap, const int* ids, int n) {
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && ids[j + 1] == ids[j] + 1) ++j;
+        const int w = j > i ? snprintf(out + used, cap - used, "%s%d-%d", used ? ", " : "", ids[i], ids[j])
+                            : snprintf(out + used, cap - used, "%s%d", used ? ", " : "", ids[i]);
+        if (w < 0 || used + w >= cap) return;
+        used += w;
+        i = j + 1;
+    }
+}
+
+// No thread can run and not all have exited: say who waits where, and who left.
+MT_RT inline void report_deadlock() {
+    static int ids[kMaxThreads];
+    static char a[2048], b[2048], c[2048], msg[8192];
+    size_t used = 0;
+    auto add = [&](const char* fmt, auto... xs) {
+        const int w = snprintf(msg + used, sizeof msg - used, fmt, xs...);
+        if (w > 0 && used + w < sizeof msg) used += w;
+    };
+    add("deadlock in %s, block (%u, %u, %u) (%d threads):", rt.kernel, rt.block_idx.x, rt.block_idx.y, rt.block_idx.z,
+        rt.nthreads);
+    int n = 0;
+    for (int i = 0; i < rt.nthreads; ++i)
+        if (rt.threads[i].state == AT_BARRIER) ids[n++] = i;
+    if (n) {
+        rangelist(a, sizeof a, ids, n);
+        int m = 0;
+        for (int i = 0; i < rt.nthreads; ++i)
+            if (rt.threads[i].state != AT_BARRIER) ids[m++] = i;
+        rangelist(b, sizeof b, ids, m);
+        add(" threads %s wait at __syncthreads, which threads %s never reach;", a, b);
+    }
+    for (int w = 0; w * kWarp < rt.nthreads; ++w) {
+        const Warp& warp = rt.warps[w];
+        if (warp.arrived == 0) continue;
+        int nw = 0, ne = 0, no = 0, other[kWarp], exited[kWarp], waiting[kWarp];
+        for (int l = 0; l < kWarp && w * kWarp + l < rt.nthreads; ++l) {
+            if (!((warp.mask >> l) & 1u)) continue;
+            const Thread& t = rt.threads[w * kWarp + l];
+            if (t.state == AT_WARP) waiting[nw++] = l;
+            else if (t.state == EXITED) exited[ne++] = l;
+            else other[no++] = l;
+        }
+        rangelist(a, sizeof a, waiting, nw);
+        add(" in warp %d, lanes %s wait at %s (mask 0x%08x)", w, a, warp.op, warp.mask);
+        if (ne) {
+            rangelist(b, sizeof b, exited, ne);
+            add(", but lanes %s exited without reaching it", b);
+        }
+        if (no) {
+            rangelist(c, sizeof c, other, no);
+            add("%s lanes %s wait at __syncthreads instead", ne ? " and" : ", but", c);
+        }
+        add(";");
+    }
+    if (used && msg[used - 1] == ';') msg[used - 1] = '.';
+    report("%s", msg);
+}
+
+// Runs every block of the launch, one after the other. Returns 0, or 1 with rt.err set.
+MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch* cfg, void** args, char* err,
+                        size_t errlen) {
+    rt.kernel = name;
+    rt.err = err;
+    rt.errlen = errlen;
+    rt.failed = false;
+    err[0] = 0;
+    rt.grid = dim3{cfg->grid[0], cfg->grid[1], cfg->grid[2]};
+    rt.block = dim3{cfg->block[0], cfg->block[1], cfg->block[2]};
+    rt.nthreads = static_cast<int>(cfg->block[0] * cfg->block[1] * cfg->block[2]);
+    rt.entry = entry_fn;
+    rt.args = args;
+    const int nwarps = (rt.nthreads + kWarp - 1) / kWarp;
+    if (!ensure_stacks(rt.nthreads)) {
+        report("%s: could not map %d fiber stacks", name, rt.nthreads);
+        return 1;
+    }
+    rt.threads = static_cast<Thread*>(calloc(rt.nthreads, sizeof(Thread)));
+    rt.warps = static_cast<Warp*>(calloc(nwarps, sizeof(Warp)));
+    rt.dyn_size = cfg->dynamic_shared;
+    rt.dyn = rt.dyn_size ? static_cast<unsigned char*>(malloc(rt.dyn_size)) : nullptr;
+    rt.nshared = cfg->nshared;
+    rt.shared = cfg->shared;
+    rt.shared_bytes = 0;
+    for (int r = 0; r < rt.nshared; ++r) rt.shared_bytes += rt.shared[2 * r + 1];
+    const size_t sbytes = rt.shared_bytes;
+    rt.track = cfg->track_races != 0;
+    rt.shadow_static = rt.track && sbytes ? static_cast<Cell*>(malloc(sbytes * sizeof(Cell))) : nullptr;
+    rt.shadow_dyn = rt.track && rt.dyn_size ? static_cast<Cell*>(malloc(rt.dyn_size * sizeof(Cell))) : nullptr;
+
+    struct sigaction act, old_segv, old_bus, old_fpe;
+    std::memset(&act, 0, sizeof act);
+    act.sa_sigaction = fault_handler;
+    act.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&act.sa_mask);
+    static char altstack_mem[64 * 1024];
+    stack_t alt, old_alt;
+    alt.ss_sp = altstack_mem;
+    alt.ss_size = sizeof altstack_mem;
+    alt.ss_flags = 0;
+#ifndef MT_EMU_RUNNER  // under AddressSanitizer its own handler reports the fault
+    sigaltstack(&alt, &old_alt);
+    sigaction(SIGSEGV, &act, &old_segv);
+    sigaction(SIGBUS, &act, &old_bus);
+    sigaction(SIGFPE, &act, &old_fpe);
+#endif
+
+    if (sigsetjmp(rt.fault_jump, 1) == 0) {
+        for (unsigned bz = 0; bz < rt.grid.z && !rt.failed; ++bz)
+            for (unsigned by = 0; by < rt.grid.y && !rt.failed; ++by)
+                for (unsigned bx = 0; bx < rt.grid.x && !rt.failed; ++bx) {
+                    rt.block_idx = uint3{bx, by, bz};
+                    rt.barrier_arrived = 0;
+                    rt.barrier_gen = 0;
+                    std::memset(static_cast<void*>(rt.warps), 0, nwarps * sizeof(Warp));
+                    for (int r = 0; r < rt.nshared; ++r)  // NaN in every float, as nobody wrote it
+                        std::memset(reinterpret_cast<void*>(rt.shared[2 * r]), 0xff, rt.shared[2 * r + 1]);
+                    if (rt.dyn_size) std::memset(rt.dyn, 0xff, rt.dyn_size);
+                    if (rt.shadow_static) std::memset(static_cast<void*>(rt.shadow_static), 0, sbytes * sizeof(Cell));
+                    if (rt.shadow_dyn) std::memset(static_cast<void*>(rt.shadow_dyn), 0, rt.dyn_size * sizeof(Cell));
+                    for (int i = 0; i < rt.nthreads; ++i) {
+                        Thread& t = rt.threads[i];
+                        t.id = i;
+                        t.idx = uint3{static_cast<unsigned>(i % rt.block.x),
+                                      static_cast<unsigned>((i / rt.block.x) % rt.block.y),
+                                      static_cast<unsigned>(i / (rt.block.x * rt.block.y))};
+                        t.state = RUNNABLE;
+                        getcontext(&t.ctx);
+                        t.ctx.uc_stack.ss_sp = stack_of(i);
+                        t.ctx.uc_stack.ss_size = kStackBytes;
+                        t.ctx.uc_link = nullptr;
+                        makecontext(&t.ctx, fiber_main, 0);
+                    }
+                    int exited = 0;
+                    while (exited < rt.nthreads && !rt.failed) {
+                        bool ran = false;
+                        for (int i = 0; i < rt.nthreads && !rt.failed; ++i) {
+                            Thread& t = rt.threads[i];
+                            if (t.state != RUNNABLE) continue;
+                            ran = true;
+                            rt.current = &t;
+                            rt.in_kernel = 1;
+#if defined(__SANITIZE_ADDRESS__)
+                            void* fake = nullptr;
+                            __sanitizer_start_switch_fiber(&fake, stack_of(i), kStackBytes);
+                            swapcontext(&rt.scheduler, &t.ctx);
+                            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+                            swapcontext(&rt.scheduler, &t.ctx);
+#endif
+                            rt.in_kernel = 0;
+                            rt.current = nullptr;
+                            if (t.state == EXITED) ++exited;
+                        }
+                        if (!ran && exited < rt.nthreads && !rt.failed) report_deadlock();
+                    }
+                }
+    }
+    rt.in_kernel = 0;
+    rt.current = nullptr;
+#ifndef MT_EMU_RUNNER
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+    sigaction(SIGFPE, &old_fpe, nullptr);
+    sigaltstack(&old_alt, nullptr);
+#endif
+    free(rt.threads);
+    free(rt.warps);
+    free(rt.dyn);
+    free(rt.shadow_static);
+    free(rt.shadow_dyn);
+    rt.threads = nullptr;
+    rt.warps = nullptr;
+    rt.dyn = nullptr;
+    rt.shadow_static = rt.shadow_dyn = nullptr;
+    return rt.failed ? 1 : 0;
+}
+
+}  // namespace mt_emu
+
+// ---------------------------------------------------------------- check="memory": one launch per process
+// emulator.py writes the launch to a file: the buffers (each copied into a malloc of exactly
+// its size, so AddressSanitizer guards both ends), the arguments, grid, block and dynamic
+// shared memory; this main() runs it and writes the buffers back. On a fault, ASan calls
+// __asan_on_error first, which prints where in the grid it happened.
+#ifdef MT_EMU_RUNNER
+extern "C" {
+void* __asan_get_report_address();
+int __asan_get_report_access_type();
+size_t __asan_get_report_access_size();
+}
+namespace mt_emu {
+struct Region {
+    unsigned char* base;
+    unsigned long long size;
+};
+inline Region* regions = nullptr;
+inline unsigned nregions = 0;
+
+MT_RT inline bool read_exact(FILE* f, void* p, size_t n) { return n == 0 || fread(p, 1, n, f) == n; }
+
+MT_RT inline int runner_main(int argc, char** argv, void (*entry_fn)(void**), const char* name) {
+    if (argc != 3) {
+        fprintf(stderr, "MT_EMU_ERROR: usage: %s REQUEST RESPONSE\n", argv[0]);
+        return 2;
+    }
+    FILE* in = fopen(argv[1], "rb");
+    char magic[8];
+    Launch cfg{};
+    unsigned nargs = 0;
+    if (!in || !read_exact(in, magic, 8) || std::memcmp(magic, "MTEMU01", 8) != 0 || !read_exact(in, cfg.grid, 12) ||
+        !read_exact(in, cfg.block, 12) || !read_exact(in, &cfg.dynamic_shared, 8) || !read_exact(in, &nregions, 4)) {
+        fprintf(stderr, "MT_EMU_ERROR: %s: unreadable launch request %s\n", name, argv[1]);
+        return 2;
+    }
+    regions = static_cast<Region*>(calloc(nregions ? nregions : 1, sizeof(Region)));
+    for (unsigned r = 0; r < nregions; ++r) {
+        read_exact(in, &regions[r].size, 8);
+        regions[r].base = static_cast<unsigned char*>(malloc(regions[r].size ? regions[r].size : 1));
+        read_exact(in, regions[r].base, regions[r].size);
+    }
+    read_exact(in, &nargs, 4);
+    void** args = static_cast<void**>(calloc(nargs ? nargs : 1, sizeof(void*)));
+    for (unsigned i = 0; i < nargs; ++i) {
+        unsigned char kind = 0;
+        read_exact(in, &kind, 1);
+        if (kind == 0) {  // bytes
+            unsigned len = 0;
+            read_exact(in, &len, 4);
+            args[i] = malloc(len ? len : 1);
+            read_exact(in, args[i], len);
+        } else {          // a pointer into a region (or null)
+            unsigned region = 0;
+            unsigned long long offset = 0;
+            read_exact(in, &region, 4);
+            read_exact(in, &offset, 8);
+            void** slot = static_cast<void**>(malloc(sizeof(void*)));
+            *slot = region == 0xffffffffu ? nullptr : static_cast<void*>(regions[region].base + offset);
+            args[i] = slot;
+        }
+    }
+    fclose(in);
+    static char err[8192];
+    if (launch(entry_fn, name, &cfg, args, err, sizeof err) != 0) {
+        fprintf(stderr, "MT_EMU_ERROR: %s\n", err);
+        return 3;
+    }
+    FILE* out = fopen(argv[2], "wb");
+    for (unsigned r = 0; r < nregions; ++r) fwrite(regions[r].base, 1, regions[r].size, out);
+    fclose(out);
+    return 0;
+}
+}  // namespace mt_emu
+
+extern "C" __attribute__((visibility("default"))) MT_RT void __asan_on_error() {
+    using namespace mt_emu;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(__asan_get_report_address());
+    fprintf(stderr, "MT_EMU_FAULT kernel=%s", rt.kernel);
+    if (rt.current)
+        fprintf(stderr, " block=%u,%u,%u thread=%u,%u,%u", rt.block_idx.x, rt.block_idx.y, rt.block_idx.z,
+                rt.current->idx.x, rt.current->idx.y, rt.current->idx.z);
+    fprintf(stderr, " access=%s size=%zu", __asan_get_report_access_type() ? "write" : "read",
+            __asan_get_report_access_size());
+    long best = -1;
+    long long best_off = 0, best_dist = 0;
+    for (unsigned r = 0; r < nregions; ++r) {  // the nearest buffer: the access is just outside it
+        const long long off = static_cast<long long>(a - reinterpret_cast<uintptr_t>(regions[r].base));
+        const long long size = static_cast<long long>(regions[r].size);
+        const long long dist = off < 0 ? -off : (off >= size ? off - size + 1 : 0);
+        if (dist <= 4096 && (best < 0 || dist < best_dist)) {
+            best = r;
+            best_off = off;
+            best_dist = dist;
+        }
+    }
+    if (best >= 0) fprintf(stderr, " region=%ld offset=%lld", best, best_off);
+    fprintf(stderr, "\n");
+}
+#endif
+
+// ---------------------------------------------------------------- race tracker hooks
+// -fsanitize=thread makes the compiler call these around every memory access of the
+// kernel; we define them (and link no ThreadSanitizer runtime) to watch shared memory.
+#ifdef MT_EMU_RACE
+extern "C" {
+MT_RT void __tsan_init() {}
+MT_RT void __tsan_func_entry(void*) {}
+MT_RT void __tsan_func_exit() {}
+MT_RT void __tsan_ignore_thread_begin() {}
+MT_RT void __tsan_ignore_thread_end() {}
+MT_RT void __tsan_vptr_update(void**, void*) {}
+MT_RT void __tsan_vptr_read(void**) {}
+#define MT_EMU_TSAN_ACCESS(n)                                                               \
+    MT_RT void __tsan_read##n(void* p) { mt_emu::track(p, n, false); }                      \
+    MT_RT void __tsan_write##n(void* p) { mt_emu::track(p, n, true); }                      \
+    MT_RT void __tsan_unaligned_read##n(void* p) { mt_emu::track(p, n, false); }            \
+    MT_RT void __tsan_unaligned_write##n(void* p) { mt_emu::track(p, n, true); }            \
+    MT_RT void __tsan_volatile_read##n(void* p) { mt_emu::track(p, n, false); }             \
+    MT_RT void __tsan_volatile_write##n(void* p) { mt_emu::track(p, n, true); }             \
+    MT_RT void __tsan_unaligned_volatile_read##n(void* p) { mt_emu::track(p, n, false); }   \
+    MT_RT void __tsan_unaligned_volatile_write##n(void* p) { mt_emu::track(p, n, true); }
+MT_EMU_TSAN_ACCESS(1)
+MT_EMU_TSAN_ACCESS(2)
+MT_EMU_TSAN_ACCESS(4)
+MT_EMU_TSAN_ACCESS(8)
+MT_EMU_TSAN_ACCESS(16)
+MT_RT void __tsan_read_range(void* p, unsigned long n) { mt_emu::track(p, n, false); }
+MT_RT void __tsan_write_range(void* p, unsigned long n) { mt_emu::track(p, n, true); }
+}
+#endif

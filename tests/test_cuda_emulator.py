@@ -1,0 +1,491 @@
+"""The CPU emulator of CUDA (minitensor.cuda.emulator): CUDA's semantics (built-ins, warp
+shuffles and votes, shared memory, FMA contraction, 16-bit conversions bit for bit), CuPy's
+calling convention, and every check it makes, each shown to catch a deliberately broken
+kernel: a deadlock, a race, an out-of-bounds access, a wrong argument, a launch limit, an
+unwritten output. The real kernels also pass the race and memory checks.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+from minitensor import cuda
+from minitensor.cuda import build, emulator
+from minitensor.cuda import flash_attention as flash_kernels
+from minitensor.cuda import layer_norm as ln_kernels
+from minitensor.cuda import softmax as softmax_kernels
+from minitensor.cuda.emulator import EmulatorError, compile_source
+from minitensor.ops.norm import LayerNorm
+
+from .helpers import require
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_the_emulator():
+    ok, why = emulator.available()
+    require(ok, f"the CUDA emulator cannot run here: {why}")
+
+
+def broken(filename: str, old: str, new: str) -> str:
+    """The text of one of our kernels with ``old`` replaced by ``new`` (which must occur)."""
+    text = build.source(filename)
+    assert text.count(old) == 1, f"{old!r} is not (once) in {filename}"
+    return text.replace(old, new)
+
+
+def _ln_args(rows=4, d=8, rows_dtype=np.int64):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, d)).astype(np.float32)
+    w, b = np.ones(d, np.float32), np.zeros(d, np.float32)
+    y, mean, rstd = emulator.arrays.empty_like(x), emulator.arrays.empty(rows, np.float32), emulator.arrays.empty(
+        rows, np.float32)
+    return (x, w, b, y, mean, rstd, rows_dtype(rows), np.int32(d), np.float64(1e-5))
+
+
+# ---------------------------------------------------------------- CUDA semantics
+IDS = r'''
+__global__ void ids(int* out) {
+    const int block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const int thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    int* o = out + 6 * (block * blockDim.x * blockDim.y * blockDim.z + thread);
+    o[0] = threadIdx.x; o[1] = threadIdx.y; o[2] = threadIdx.z;
+    o[3] = blockIdx.x; o[4] = blockIdx.y; o[5] = blockIdx.z;
+}
+'''
+
+
+def test_builtins_number_threads_and_blocks_as_cuda_does():
+    grid, block = (2, 3, 2), (4, 2, 3)
+    out = emulator.arrays.empty((2 * 3 * 2 * 4 * 2 * 3, 6), np.int32)
+    compile_source(IDS, "ids")(grid, block, (out,))
+    bz, by, bx, tz, ty, tx = np.meshgrid(*[np.arange(n) for n in grid[::-1] + block[::-1]], indexing="ij")
+    expected = np.stack([tx, ty, tz, bx, by, bz], axis=-1).reshape(-1, 6)
+    np.testing.assert_array_equal(out, expected)
+
+
+SHUFFLES = r'''
+__global__ void shuffles(const int* in, int* out, int delta, int width) {
+    const int t = threadIdx.x, n = blockDim.x;
+    const int v = in[t];
+    out[0 * n + t] = __shfl_sync(0xffffffffu, v, delta, width);
+    out[1 * n + t] = __shfl_up_sync(0xffffffffu, v, delta, width);
+    out[2 * n + t] = __shfl_down_sync(0xffffffffu, v, delta, width);
+    out[3 * n + t] = __shfl_xor_sync(0xffffffffu, v, delta, width);
+    out[4 * n + t] = static_cast<int>(__ballot_sync(0xffffffffu, v & 1));
+    out[5 * n + t] = __all_sync(0xffffffffu, v >= 0);
+    out[6 * n + t] = __any_sync(0xffffffffu, v > 1000);
+}
+'''
+
+
+def _shuffle_model(v, delta, width):
+    """CUDA's documented shuffle results, lane by lane, for one 64-thread block (2 warps)."""
+    out = np.zeros((7, v.size), np.int64)
+    for t in range(v.size):
+        lane, base = t % 32, t - t % 32
+        seg = lane & ~(width - 1)
+        out[0, t] = v[base + seg + (delta & (width - 1))]
+        out[1, t] = v[t - delta] if (lane & (width - 1)) >= delta else v[t]
+        out[2, t] = v[t + delta] if (lane & (width - 1)) + delta < width else v[t]
+        src = lane ^ delta
+        out[3, t] = v[base + src] if (src & ~(width - 1)) <= seg and src < 32 else v[t]
+        out[4, t] = np.int32(np.uint32(sum(1 << i for i in range(32) if v[base + i] & 1)).view(np.int32))
+        out[5, t] = int(all(v[base:base + 32] >= 0))
+        out[6, t] = int(any(v[base:base + 32] > 1000))
+    return out
+
+
+@pytest.mark.parametrize("delta,width", [(1, 32), (5, 32), (3, 16), (2, 8), (17, 32), (6, 4)])
+def test_warp_shuffles_and_votes_follow_cudas_rules(delta, width):
+    v = np.random.default_rng(delta * 100 + width).integers(0, 1000, 64).astype(np.int32)
+    out = emulator.arrays.empty(7 * 64, np.int32)
+    compile_source(SHUFFLES, "shuffles")((1,), (64,), (v, out, np.int32(delta), np.int32(width)))
+    np.testing.assert_array_equal(out.reshape(7, 64), _shuffle_model(v, delta, width))
+
+
+REVERSE = r'''
+#include "common.cuh"
+template <typename T>
+__global__ void reverse_in_block(const T* in, T* out) {
+    MT_DYNAMIC_SHARED(T, buf);
+    const int n = blockDim.x, t = threadIdx.x, base = blockIdx.x * n;
+    buf[t] = in[base + t];
+    __syncthreads();
+    out[base + t] = buf[n - 1 - t];
+}
+'''
+
+
+def test_dynamic_shared_memory_and_barriers_let_threads_exchange_values():
+    x = np.arange(3 * 96, dtype=np.float64)
+    out = emulator.arrays.empty_like(x)
+    compile_source(REVERSE, "reverse_in_block<double>")((3,), (96,), (x, out), shared_mem=96 * 8)
+    np.testing.assert_array_equal(out, x.reshape(3, 96)[:, ::-1].ravel())
+
+
+FMA = r'''
+__global__ void axpy(const float* a, const float* b, const float* c, float* out) {
+    out[threadIdx.x] = a[threadIdx.x] * b[threadIdx.x] + c[threadIdx.x];
+}
+'''
+
+
+@pytest.mark.skipif(not emulator._cpu_has_fma(), reason="this CPU has no FMA instruction")
+def test_a_times_b_plus_c_is_contracted_into_one_rounding_as_on_the_gpu():
+    """(1 + 2⁻¹²)² - (1 + 2⁻¹¹) = 2⁻²⁴ exactly. Rounding the product first loses it (0);
+    a fused multiply-add, which nvcc and NVRTC emit, keeps it."""
+    a = np.full(1, 1 + 2.0**-12, np.float32)
+    c = np.full(1, -(1 + 2.0**-11), np.float32)
+    assert (a * a + c)[0] == 0.0                        # NumPy: two roundings
+    out = emulator.arrays.empty(1, np.float32)
+    compile_source(FMA, "axpy")((1,), (1,), (a, a, c, out))
+    assert out[0] == np.float32(2.0**-24)
+
+
+CONVERT = r'''
+#include "common.cuh"
+template <typename H>
+__global__ void convert(const H* h, float* widened, const float* f, H* narrowed, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        widened[i] = widen(h[i]);
+        narrowed[i] = narrow<H>(f[i]);
+    }
+}
+'''
+
+
+def _conversion_inputs():
+    """Every 16-bit pattern, and floats that probe rounding: random bits, halfway cases
+    between neighbouring halves (normal and subnormal), the overflow edge, tiny values."""
+    rng = np.random.default_rng(0)
+    h = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    halves = h.view(np.float16).astype(np.float32)
+    finite = np.isfinite(halves)
+    mids = ((halves[finite][:-1].astype(np.float64) + halves[finite][1:]) / 2).astype(np.float32)
+    edges = np.array([65504, 65519.996, 65520, 65536, 2.0**-24, 2.0**-25, 3 * 2.0**-26, 2.0**-14, 1e-10, 0.0, -0.0,
+                      np.inf, -np.inf], np.float32)
+    rand = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    f = np.concatenate([edges, mids, -mids, rand, halves])
+    f = np.concatenate([f, np.zeros(65536 * 7 - f.size % 65536, np.float32)])[: 65536 * 7]
+    return h, f
+
+
+def _run_convert(t: str, storage, h_bits, f):
+    n = f.size
+    h = np.resize(h_bits, n).view(storage)
+    widened, narrowed = emulator.arrays.empty(n, np.float32), emulator.arrays.empty(n, storage)
+    compile_source(CONVERT, f"convert<{t}>")(((n + 255) // 256,), (256,), (h, widened, f, narrowed, np.int32(n)))
+    return h, widened, narrowed
+
+
+def _same_bits_or_both_nan(got, want):
+    nan = np.isnan(want.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint16 if got.itemsize == 2 else np.uint32),
+                                  want[~nan].view(np.uint16 if want.itemsize == 2 else np.uint32))
+
+
+def test_float16_conversions_round_bit_for_bit_as_ptx_cvt():
+    """cvt.f32.f16 is exact and cvt.rn.f16.f32 rounds to nearest, ties to even, keeping
+    subnormals: IEEE 754's conversions, which NumPy implements; every non-NaN bit agrees."""
+    h_bits, f = _conversion_inputs()
+    h, widened, narrowed = _run_convert("f16", np.float16, h_bits, f)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _same_bits_or_both_nan(widened, h.astype(np.float32))
+        _same_bits_or_both_nan(narrowed, f.astype(np.float16))
+
+
+def test_bfloat16_conversions_round_bit_for_bit_as_ml_dtypes():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    h_bits, f = _conversion_inputs()
+    h, widened, narrowed = _run_convert("bf16", bf16, h_bits, f)
+    with np.errstate(over="ignore", invalid="ignore"):
+        _same_bits_or_both_nan(widened, h.astype(np.float32))
+        _same_bits_or_both_nan(narrowed, f.astype(bf16))
+
+
+# ---------------------------------------------------------------- CuPy's calling convention
+def test_arguments_are_marshalled_as_cupy_marshals_them():
+    k = emulator.kernel("layer_norm.cu", "layer_norm_forward<float, 1>")
+    args = _ln_args()
+    k((1,), (128,), args)                                        # numpy scalars of the right widths
+    with pytest.raises(TypeError, match="must be tuples"):
+        k([1], (128,), args)                                     # CuPy's Function takes tuples only
+    with pytest.raises(EmulatorError, match=r"argument 7 `D` \(int, 4 bytes\).*Python int.*8 bytes"):
+        k((1,), (128,), args[:7] + (8,) + args[8:])              # a Python int is an int64
+    k((0,), (128,), args)                                        # a 0 in the grid becomes 1, as in CuPy
+    with pytest.raises(TypeError, match="Unsupported type"):
+        k((1,), (128,), args[:8] + ("1e-5",))
+
+
+def test_fresh_device_arrays_read_as_nan_so_unwritten_entries_show():
+    assert np.isnan(emulator.arrays.empty((3, 4), np.float32)).all()
+    assert np.isnan(emulator.arrays.empty_like(np.zeros(5, np.float16))).all()
+    assert (emulator.arrays.empty(4, np.int32) == -1).all()
+
+
+# ---------------------------------------------------------------- each check catches a broken kernel
+EARLY_EXIT = r'''
+#include "common.cuh"
+template <typename T>
+__global__ void early_exit(T* out) {
+    const int lane = threadIdx.x % MT_WARP;
+    if (lane >= 16) return;                       // half the warp leaves...
+    out[threadIdx.x] = warp_sum(T(1));            // ...and the other half waits for it here
+}
+template <typename T>
+__global__ void skips_barrier(T* out) {
+    if (threadIdx.x == 5) return;                 // one thread never reaches the barrier
+    __syncthreads();
+    out[threadIdx.x] = T(1);
+}
+__global__ void wrong_mask(int* out) {
+    out[threadIdx.x] = __shfl_sync(threadIdx.x < 16 ? 0xffffffffu : 0xfffffffeu, 1, 1);
+}
+__global__ void wild_pointer(float* out) {
+    out[threadIdx.x] = *reinterpret_cast<const float*>(static_cast<unsigned long long>(64));
+}
+'''
+
+
+def test_an_early_return_before_a_shuffle_is_a_reported_deadlock_not_a_hang():
+    out = emulator.arrays.empty(64, np.float32)
+    with pytest.raises(EmulatorError) as e:
+        compile_source(EARLY_EXIT, "early_exit<float>")((2,), (64,), (out,))
+    msg = str(e.value)
+    assert "deadlock in early_exit<float>, block (0, 0, 0)" in msg
+    assert "lanes 0-15 wait at __shfl_xor_sync (mask 0xffffffff), but lanes 16-31 exited without reaching it" in msg
+
+
+def test_a_barrier_that_one_thread_skips_is_a_reported_deadlock():
+    out = emulator.arrays.empty(64, np.float32)
+    with pytest.raises(EmulatorError, match=r"skips_barrier<float>, block \(0, 0, 0\).*threads 0-4, 6-63 wait at "
+                                            r"__syncthreads, which threads 5 never reach"):
+        compile_source(EARLY_EXIT, "skips_barrier<float>")((1,), (64,), (out,))
+
+
+def test_lanes_that_disagree_on_a_shuffles_mask_are_reported():
+    out = emulator.arrays.empty(32, np.int32)
+    with pytest.raises(EmulatorError, match=r"wrong_mask, block \(0, 0, 0\), thread \(16, 0, 0\): lane 16 calls "
+                                            r"__shfl_sync with mask 0xfffffffe while other lanes of warp 0 wait at __shfl_sync with mask 0xffffffff"):
+        compile_source(EARLY_EXIT, "wrong_mask")((1,), (32,), (out,))
+
+
+def test_a_wild_pointer_is_an_error_naming_the_thread_and_the_process_survives():
+    out = emulator.arrays.empty(32, np.float32)
+    with pytest.raises(EmulatorError, match=r"wild_pointer, block \(0, 0, 0\), thread \(0, 0, 0\): segmentation "
+                                            r"fault at address 0x40"):
+        compile_source(EARLY_EXIT, "wild_pointer")((1,), (32,), (out,))
+    test_builtins_number_threads_and_blocks_as_cuda_does()      # and the next launch runs as usual
+
+
+LN_WITHOUT_BARRIER = ("layer_norm.cu", "    __syncthreads();\n", "")
+
+
+def _ln_backward_args(rows=16, d=8):
+    rng = np.random.default_rng(1)
+    x, dy = rng.standard_normal((2, rows, d)).astype(np.float32)
+    mean, rstd = x.mean(-1).astype(np.float32), np.ones(rows, np.float32)
+    dx = emulator.arrays.empty_like(x)
+    pg, pb = emulator.arrays.empty((4, d), np.float32), emulator.arrays.empty((4, d), np.float32)
+    return (dy, x, np.ones(d, np.float32), mean, rstd, dx, pg, pb, np.int64(rows), np.int32(d), np.int64(4)), pg
+
+
+def test_a_removed_syncthreads_is_reported_as_a_shared_memory_race():
+    """LayerNorm's backward combines its warps' partial dγ in shared memory after a barrier.
+    Without the barrier, warp 0 reads rows the other warps have not written yet."""
+    args, _ = _ln_backward_args()
+    name = "layer_norm_backward<float, 1, 4>"
+    emulator.kernel("layer_norm.cu", name, "race")((4,), (128,), args, shared_mem=2 * 4 * 8 * 4)  # intact: no race
+    kernel = emulator.EmulatedKernel(broken(*LN_WITHOUT_BARRIER), name, "race")
+    with pytest.raises(EmulatorError, match=r"shared-memory race in layer_norm_backward<float, 1, 4>, block "
+                                            r"\(0, 0, 0\), thread \(\d+, 0, 0\): it writes byte \d+ of dynamic shared "
+                                            r"memory, which thread \d+ read since the last __syncthreads"):
+        kernel((4,), (128,), args, shared_mem=2 * 4 * 8 * 4)
+
+
+def test_without_the_race_check_the_same_bug_still_shows_as_nan_from_unwritten_shared_memory():
+    args, pg = _ln_backward_args()
+    emulator.EmulatedKernel(broken(*LN_WITHOUT_BARRIER), "layer_norm_backward<float, 1, 4>")(
+        (4,), (128,), args, shared_mem=2 * 4 * 8 * 4)
+    assert np.isnan(pg).any()
+
+
+def test_a_static_shared_race_names_the_array():
+    """Flash attention's forward stages K and V tiles between two barriers; without the
+    second, the next tile overwrites Ks while other threads still read it."""
+    src = broken("flash_attention.cu", "            }\n        }\n        __syncthreads();\n    }\n    if (has_row) {\n"
+                 "        const S inv", "            }\n        }\n    }\n    if (has_row) {\n        const S inv")
+    B, H, T, d = 1, 1, 70, 16
+    q = np.random.default_rng(2).standard_normal((B, H, T, d)).astype(np.float32)
+    out, lse = emulator.arrays.empty_like(q), emulator.arrays.empty((B, H, T), np.float32)
+    args = (q, q, q, out, lse, None, np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int32(H), np.int32(T),
+            np.int32(T), np.int32(d), np.float64(0.25))
+    name = flash_kernels.names("float", d)[0]
+    with pytest.raises(EmulatorError, match=r"shared-memory race in flash_attention_forward<float, 16, 64, 32>.* "
+                                            r"byte \d+ of `[KV]s` \(static shared memory\)"):
+        emulator.EmulatedKernel(src, name, "race")((1, 2), (64,), args)
+
+
+def test_an_index_past_the_end_of_an_argument_is_caught_by_the_memory_check():
+    """LayerNorm's forward with each row's output shifted by one: the last row writes one
+    float past the end of y. AddressSanitizer catches it, and the report names the thread
+    and the argument."""
+    src = broken("layer_norm.cu", "T* yr = y + row * D;", "T* yr = y + row * D + 1;")
+    args = _ln_args()
+    with pytest.raises(EmulatorError) as e:
+        emulator.EmulatedKernel(src, "layer_norm_forward<float, 1>", "memory")((1,), (128,), args)
+    msg = str(e.value)
+    assert msg.startswith("out-of-bounds write of 4 bytes in layer_norm_forward<float, 1>, block (0, 0, 0), thread (")
+    assert "argument 3 `y`" in msg and "0 bytes past its end" in msg
+
+
+def test_an_index_past_the_end_of_a_shared_array_is_caught_by_the_memory_check():
+    src = broken("flash_attention.cu", "for (int e = threadIdx.x; e < ROWS * D; e += THREADS)",
+                 "for (int e = threadIdx.x; e <= ROWS * D; e += THREADS)")
+    q = np.ones((1, 1, 4, 16), np.float32)
+    out, lse = emulator.arrays.empty_like(q), emulator.arrays.empty((1, 1, 4), np.float32)
+    args = (q, q, q, out, lse, None, np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int32(1), np.int32(4),
+            np.int32(4), np.int32(16), np.float64(0.25))
+    with pytest.raises(EmulatorError, match=r"out-of-bounds write of 4 bytes in flash_attention_forward.*thread "
+                                            r"\(0, 0, 0\).*0 bytes to the right of global variable 'Ks'"):
+        emulator.EmulatedKernel(src, flash_kernels.names("float", 16)[0], "memory")((1, 1), (64,), args)
+
+
+def test_an_argument_of_the_wrong_width_is_caught_before_the_launch():
+    k = emulator.kernel("layer_norm.cu", "layer_norm_forward<float, 1>")
+    with pytest.raises(EmulatorError, match=r"layer_norm_forward<float, 1>: argument 6 `rows` \(long long, 8 bytes\): "
+                                            r"the launch passes numpy.int32, 4 bytes; cuLaunchKernel would read 8"):
+        k((1,), (128,), _ln_args(rows_dtype=np.int32))
+
+
+def test_wrong_argument_counts_kinds_and_element_types_are_caught():
+    k = emulator.kernel("layer_norm.cu", "layer_norm_forward<float, 1>")
+    args = _ln_args()
+    with pytest.raises(EmulatorError, match=r"takes 9 arguments \(x, gamma, beta, y, mean_out, rstd_out, rows, D, eps\)"
+                                            r"; the launch passes 8"):
+        k((1,), (128,), args[:8])
+    with pytest.raises(EmulatorError, match=r"argument 0 `x` .* points to 4-byte float values, but the launch passes "
+                                            r"a float64 array"):
+        k((1,), (128,), (args[0].astype(np.float64),) + args[1:])
+    with pytest.raises(EmulatorError, match=r"argument 8 `eps` .* is a value, but the launch passes a float32 array"):
+        k((1,), (128,), args[:8] + (np.zeros(1, np.float32),))
+    with pytest.raises(EmulatorError, match=r"argument 8 `eps` \(double, 8 bytes\) is a float value, but the launch "
+                                            r"passes numpy.int64"):
+        k((1,), (128,), args[:8] + (np.int64(1),))
+    with pytest.raises(EmulatorError, match=r"argument 3 `y` .* is a pointer, but the launch passes numpy.float64"):
+        k((1,), (128,), args[:3] + (np.float64(0),) + args[4:])
+
+
+BIG_SHARED = r'''
+__global__ void big_static(float* out) {
+    __shared__ float tile[13000];                 // 52,000 bytes: over the 48 KB a kernel may declare
+    tile[threadIdx.x] = 1.0f;
+    __syncthreads();
+    out[threadIdx.x] = tile[threadIdx.x];
+}
+'''
+
+
+def test_launch_limits_of_an_h100_are_enforced():
+    k = compile_source(REVERSE, "reverse_in_block<float>")
+    x = np.zeros(2048, np.float32)
+    out = emulator.arrays.empty_like(x)
+    with pytest.raises(EmulatorError, match=r"1025 threads per block \(1025, 1, 1\); an H100 allows at most 1024"):
+        k((1,), (1025,), (x, out), shared_mem=1025 * 4)
+    with pytest.raises(EmulatorError, match="block dimension z is 65; the limit is 64"):
+        k((1,), (1, 1, 65), (x, out), shared_mem=4)
+    with pytest.raises(EmulatorError, match="grid dimension y is 65536; the limit is 65535"):
+        k((1, 65536), (1,), (x, out), shared_mem=4)
+    with pytest.raises(EmulatorError, match=r"49156 bytes of dynamic shared memory, more than the 49152 allowed; above "
+                                            r"48 KiB a kernel must opt in"):
+        k((1,), (32,), (x, out), shared_mem=48 * 1024 + 4)
+    k.max_dynamic_shared_size_bytes = 100 * 1024               # opting in, as with a CuPy RawKernel
+    k((1,), (32,), (x, out), shared_mem=64 * 1024)
+    with pytest.raises(EmulatorError, match=r"more than the 102400 allowed"):
+        k((1,), (32,), (x, out), shared_mem=101 * 1024)
+    k.max_dynamic_shared_size_bytes = 300 * 1024
+    with pytest.raises(EmulatorError, match=r"0 \+ 240640 bytes of shared memory per block; an H100 has at most 232448"):
+        k((1,), (32,), (x, out), shared_mem=235 * 1024)
+    with pytest.raises(EmulatorError, match=r"big_static declares 52000 bytes of static shared memory; a kernel may "
+                                            r"declare at most 49152"):
+        compile_source(BIG_SHARED, "big_static")((1,), (32,), (out,))
+
+
+def test_an_output_entry_the_kernel_forgets_to_write_is_nan():
+    """LayerNorm's parameter-gradient stage with its last column skipped: dγ[-1] keeps the
+    NaN that fresh emulated memory holds, and a test comparing outputs fails on it."""
+    src = broken("layer_norm.cu", "if (j >= D) return;", "if (j >= D - 1) return;")
+    d, blocks = 40, 3
+    partial = np.ones((blocks, d), np.float32)
+    dg, db = emulator.arrays.empty(d, np.float32), emulator.arrays.empty(d, np.float32)
+    emulator.EmulatedKernel(src, "layer_norm_param_grads<float>")((1,), (128,), (partial, partial, dg, db,
+                                                                                 np.int32(blocks), np.int32(d)))
+    assert np.isnan(dg[-1]) and np.isnan(db[-1]) and (dg[:-1] == 3).all()
+
+
+# ---------------------------------------------------------------- the real kernels pass the strict checks
+def _small_cases():
+    """One small launch of every kernel, through its launcher (the memory/race check is the
+    emulator's setting while it runs)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((9, 33)).astype(np.float32)
+    w, b = rng.standard_normal(33).astype(np.float32), rng.standard_normal(33).astype(np.float32)
+    y, mean, rstd = ln_kernels.forward(x, w, b, 1e-5)
+    grads = ln_kernels.backward(x, x, w, mean, rstd)
+    s = rng.standard_normal((2, 2, 5, 40)).astype(np.float32)
+    mask = rng.random((2, 1, 1, 40)) > 0.3
+    p = softmax_kernels.forward(s, mask, 0.5)
+    ds = softmax_kernels.backward(p, s, 0.5)
+    q = rng.standard_normal((1, 2, 70, 24)).astype(np.float32)
+    causal = np.tril(np.ones((70, 70), bool))
+    out, lse = flash_kernels.forward(q, q, q, causal, 0.2)
+    dq = flash_kernels.backward(q, q, q, q, out, lse, causal, 0.2)
+    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq)
+
+
+@pytest.mark.parametrize("check", ["race", "memory"])
+def test_every_real_kernel_passes_the_race_and_memory_checks(check):
+    items = [("layer_norm.cu", n) for n in ln_kernels.names("float", 33)]
+    items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
+    items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24)]
+    emulator.precompile(items, check)
+    with cuda.emulate(True, check=check):
+        checked = _small_cases()
+    plain = _small_cases()
+    for a, b in zip(checked, plain):   # the checked builds use -O1, which contracts other FMAs than -O2
+        assert np.isfinite(a).all()
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the switch
+def test_emulate_routes_numpy_ops_through_the_kernels_and_restores_the_setting():
+    x = mt.tensor(np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32))
+    w, b = mt.ones(8), mt.zeros(8)
+    assert not cuda.emulating()
+    with cuda.emulate():
+        assert cuda.emulating() and cuda.emulator_check() is None
+        _, ctx = LayerNorm.apply_with_context(x, w, b, eps=1e-5)
+        assert ctx.kernel
+    assert not cuda.emulating()
+    _, ctx = LayerNorm.apply_with_context(x, w, b, eps=1e-5)
+    assert not ctx.kernel
+    with pytest.raises(ValueError, match="check must be one of"):
+        cuda.emulate(True, check="asan")
+
+
+def test_the_environment_variable_turns_the_emulator_on():
+    code = ("import numpy as np, minitensor as mt\nfrom minitensor.ops.norm import LayerNorm\n"
+            "_, ctx = LayerNorm.apply_with_context(mt.ones(2, 8), mt.ones(8), mt.zeros(8), eps=1e-5)\n"
+            "print(mt.cuda.emulating(), mt.cuda.emulator_check(), ctx.kernel)")
+    env = {**os.environ, "MINITENSOR_CUDA": "emulate", "MINITENSOR_EMULATOR_CHECK": "race"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "race", "True"], out.stderr
+    env["MINITENSOR_CUDA"] = "emulator"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert "MINITENSOR_CUDA must be 'emulate' or unset" in out.stderr
