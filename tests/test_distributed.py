@@ -59,3 +59,14 @@ def test_a_rank_that_never_joins_makes_the_others_exit_with_a_clear_error():
     assert proc.returncode != 0
     assert "did not complete within 3 s" in proc.stderr + proc.stdout
     assert seconds < 60
+
+
+@needs_mpi
+def test_the_nccl_unique_id_reaches_every_rank_as_bytes(tmp_path):
+    """Rank 0 makes the id (CuPy 14: 128 bytes) and MPI carries it; every rank gets the same
+    bytes, ready for NcclCommunicator, and only rank 0 made one."""
+    proc, _ = launch(2, "nccl-id", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    expected = "bytes 128 " + bytes(range(128, 256)).hex()
+    assert (tmp_path / "rank0.txt").read_text() == expected + " made=[0]"
+    assert (tmp_path / "rank1.txt").read_text() == expected + " made=[]"

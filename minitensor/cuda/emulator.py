@@ -500,6 +500,7 @@ class EmulatedKernel:
         self._load()
         grid, block = self._check_launch(grid, block, int(shared_mem))
         packed = self._check_args(tuple(args))
+        launches[self.expression] = launches.get(self.expression, 0) + 1
         if self.check == "memory":
             self._run_subprocess(grid, block, int(shared_mem), packed)
             return
@@ -611,6 +612,7 @@ class EmulatedKernel:
 
 
 _launch_lock = threading.Lock()   # the runtime of one library is one block at a time
+launches: dict[str, int] = {}      # how many times each instantiation was launched (for tests and lessons)
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,232 @@
+"""The CuPy code paths, checked on the CPU against what CuPy 14.2's source says its API
+does: stand-in modules that offer exactly the calls CuPy offers (and fail where CuPy
+fails) show that each GPU-only branch makes only calls CuPy accepts.
+
+Each test here would have caught a bug that a line-by-line reading of the GPU code against
+CuPy 14.2 found: a generator method CuPy lacks, a deprecated scatter, a cuRAND generator
+built every update, bfloat16 batched products sent to an integer GEMM, a kernel cache shared
+between devices, an NCCL id of the wrong type, extras that installed no NCCL.
+"""
+import sys
+import tomllib
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import minitensor as mt
+from minitensor import backend, distributed, nn
+from minitensor import random as mt_random
+from minitensor.cuda import build
+from minitensor.ops import linalg
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- random numbers
+class FakeCupyRandomState:
+    """cupy.random.RandomState as in cupy/random/_generator.py (14.2): seed(seed),
+    random_sample(size, dtype), standard_normal(size, dtype), uniform(low, high, size, dtype);
+    backed by NumPy so that draws are real. Counts how many were ever made."""
+
+    made = 0
+
+    def __init__(self, seed=None, method=None):
+        FakeCupyRandomState.made += 1
+        self.method = method
+        self.seed(seed)
+
+    def seed(self, seed=None):
+        if not 0 <= int(seed) < 2**64:
+            raise ValueError("Seed must be an integer between 0 and 2**64 - 1")
+        self._rs = np.random.RandomState(int(seed) % 2**32)
+
+    def random_sample(self, size=None, dtype=float):
+        return self._rs.random_sample(size).astype(dtype)
+
+    def standard_normal(self, size=None, dtype=float):
+        return self._rs.standard_normal(size).astype(dtype)
+
+    def uniform(self, low=0.0, high=1.0, size=None, dtype=float):
+        return self._rs.uniform(low, high, size).astype(dtype)
+
+
+def fake_cupy():
+    cp = types.SimpleNamespace(__name__="cupy")
+    cp.random = types.SimpleNamespace(RandomState=FakeCupyRandomState)
+    cp.cuda = types.SimpleNamespace(curand=types.SimpleNamespace(CURAND_RNG_PSEUDO_PHILOX4_32_10=105))
+    return cp
+
+
+def test_one_cuda_generator_is_kept_and_reseeded_in_place(monkeypatch):
+    """The trainer reseeds before every update. A new cuRAND generator each time allocates
+    and initialises a state per GPU thread; the kept Philox generator only takes a new seed."""
+    monkeypatch.setattr(mt_random, "_generators", {})
+    cp = fake_cupy()
+    FakeCupyRandomState.made = 0
+    gen = mt_random.generator(cp)
+    first = gen.random(5, dtype=np.float32)
+    for step in range(10):
+        mt_random.manual_seed(1000 + step)
+        assert mt_random.generator(cp) is gen
+    mt_random.manual_seed(mt_random._seed)
+    assert FakeCupyRandomState.made == 1 and gen._state.method == 105  # Philox4x32-10
+    mt_random.manual_seed(0)
+    np.testing.assert_array_equal(gen.random(5, dtype=np.float32), first)  # reseeding restarts the stream
+
+
+def test_the_numpy_generator_reseeded_in_place_draws_what_a_fresh_one_would():
+    gen = mt_random.generator(np)
+    mt_random.manual_seed(123)
+    assert mt_random.generator(np) is gen
+    np.testing.assert_array_equal(gen.standard_normal(4), np.random.default_rng(123).standard_normal(4))
+
+
+class SharedMethodsOnly:
+    """A generator with only the methods NumPy's Generator and our CuPy generator share."""
+
+    def __init__(self, seed=0):
+        self._g = np.random.default_rng(seed)
+
+    def random(self, size=None, dtype=np.float64):
+        return self._g.random(size, dtype=dtype)
+
+    def standard_normal(self, size=None, dtype=np.float64):
+        return self._g.standard_normal(size, dtype=dtype)
+
+    def uniform(self, low=0.0, high=1.0, size=None, dtype=np.float64):
+        return self._g.uniform(low, high, size).astype(dtype)
+
+
+def test_initialisers_dropout_and_sampling_use_only_methods_cupys_generator_has(monkeypatch):
+    """cupy.random.Generator has no normal(): normal_ must not call one. Every draw in the
+    package goes through a generator that offers random, standard_normal and uniform only."""
+    fake = SharedMethodsOnly()
+    monkeypatch.setattr(mt_random, "generator", lambda xp: fake)
+    monkeypatch.setattr("minitensor.nn.init.generator", lambda xp: fake)
+    monkeypatch.setattr("minitensor.ops.dropout.generator", lambda xp: fake)
+    t = mt.zeros(400, 50)
+    nn.init.normal_(t, mean=2.0, std=0.5)
+    assert abs(t.numpy().mean() - 2.0) < 0.01 and abs(t.numpy().std() - 0.5) < 0.01
+    nn.init.uniform_(t, -1, 1)
+    nn.init.xavier_uniform_(t)
+    mt.randn(3, 4)
+    mt.rand(3, 4)
+    mt.functional.dropout(mt.ones(10, 10), 0.5, training=True)
+    nn.Linear(4, 3)
+    nn.Embedding(10, 4)
+
+
+def test_cupy_generator_calls_match_cupy_randomstate():
+    gen = mt_random.CupyGenerator(fake_cupy(), 7)
+    assert gen.random((2, 3), dtype=np.float32).dtype == np.float32
+    assert gen.standard_normal((4,), dtype=np.float32).shape == (4,)
+    assert gen.uniform(-1, 1, size=(5,)).min() >= -1
+    gen.seed(2**63)  # within CuPy's 0 .. 2**64-1
+
+
+# ---------------------------------------------------------------- scatter add
+def test_scatter_add_uses_ufunc_at_on_cupy_not_the_deprecated_cupyx_call(monkeypatch):
+    calls = []
+    fake = types.SimpleNamespace(__name__="cupy", add=types.SimpleNamespace(at=lambda *a: calls.append(a)))
+    monkeypatch.setitem(sys.modules, "cupyx", None)  # importing it would now fail
+    target, ids, rows = np.zeros((5, 2)), np.array([1, 1, 3]), np.ones((3, 2))
+    backend.index_add_rows(fake, target, ids, rows)
+    assert len(calls) == 1 and calls[0][0] is target
+    backend.scatter_add(np, target, ids, rows)            # the same call on NumPy adds repeats up
+    np.testing.assert_array_equal(target[:, 0], [0, 2, 0, 1, 0])
+
+
+# ---------------------------------------------------------------- bfloat16 products
+def test_bfloat16_batched_products_on_cupy_are_computed_in_float32():
+    bf16 = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    assert linalg.product_in_float32("cupy", bf16, bf16, 4)                  # CuPy 14: integer GEMM, fails
+    assert linalg.product_in_float32("cupy._core.core", np.float32, bf16, 3)
+    assert not linalg.product_in_float32("cupy", bf16, bf16, 2)              # 2-D goes to cuBLAS: fine
+    assert not linalg.product_in_float32("cupy", np.float16, np.float16, 4)
+    assert not linalg.product_in_float32("numpy", bf16, bf16, 4)
+
+
+def test_the_float32_detour_gives_a_bfloat16_result_close_to_the_exact_product():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3, 4, 8)).astype(bf16), rng.standard_normal((2, 3, 8, 5)).astype(bf16)
+
+    class CupyLike(np.ndarray):  # a NumPy array that says it comes from cupy, to take the detour
+        pass
+
+    CupyLike.__module__ = "cupy"
+    out = linalg.product(a.view(CupyLike), b.view(CupyLike))
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert out.dtype == bf16
+    np.testing.assert_allclose(out.astype(np.float64), exact, rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------- kernel modules per device
+def test_each_gpu_gets_its_own_compiled_kernel_module(monkeypatch):
+    modules = []
+    state = {"device": 0}
+
+    class RawModule:
+        def __init__(self, code, name_expressions):
+            self.device = state["device"]
+            modules.append(self)
+
+        def get_function(self, expression):
+            return (self.device, expression)
+
+    class Device:
+        def __init__(self, i):
+            self.i = i
+
+        def __enter__(self):
+            self.prev, state["device"] = state["device"], self.i
+
+        def __exit__(self, *exc):
+            state["device"] = self.prev
+
+    cp = types.SimpleNamespace(__name__="cupy", RawModule=RawModule,
+                               cuda=types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(
+                                   getDevice=lambda: state["device"])))
+    monkeypatch.setattr(backend, "cupy", lambda: cp)
+    build._gpu_kernel.cache_clear()
+    try:
+        expr = "layer_norm_forward<float, 1>"
+        assert build.kernel("layer_norm.cu", expr, cp) == (0, expr)
+        assert build.kernel("layer_norm.cu", expr, cp) == (0, expr) and len(modules) == 1  # cached
+        state["device"] = 1
+        assert build.kernel("layer_norm.cu", expr, cp) == (1, expr) and len(modules) == 2  # compiled for GPU 1
+    finally:
+        build._gpu_kernel.cache_clear()
+
+
+# ---------------------------------------------------------------- NCCL
+def test_missing_nccl_is_a_clear_error():
+    with pytest.raises(distributed.DistributedError, match=r"NCCL is not available to CuPy.*pip install nvidia-nccl"):
+        distributed.load_nccl(types.SimpleNamespace(available=False))
+    ok = types.SimpleNamespace(available=True)
+    assert distributed.load_nccl(ok) is ok
+
+
+def test_the_nccl_id_travels_as_the_bytes_ncclcommunicator_takes():
+    """CuPy 14's get_unique_id returns 128 bytes and NcclCommunicator(ndev, commId, rank)
+    takes bytes; bytes above 127 broke the old int8 conversion."""
+    uid = bytes(range(128, 256))
+    got = distributed.share_unique_id(distributed.SingleProcess(), lambda: uid)
+    assert isinstance(got, bytes) and got == uid
+    with pytest.raises(distributed.DistributedError, match="128-byte NCCL unique id"):
+        distributed.share_unique_id(distributed.SingleProcess(), lambda: tuple(uid))
+
+
+# ---------------------------------------------------------------- what the GPU extras install
+def test_gpu_extras_bring_cupy_14_its_cuda_libraries_nccl_and_a_numpy_it_supports():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for cuda, nccl in (("cuda12", "nvidia-nccl-cu12"), ("cuda13", "nvidia-nccl-cu13")):
+        deps = extras[cuda]
+        assert f"cupy-{cuda}x[ctk]>=14" in deps
+        assert nccl in deps and "numpy>=2.1.2" in deps and any(d.startswith("ml_dtypes") for d in deps)
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {p.name for pattern in package_data["minitensor.cuda"] for p in build.FOLDER.glob(pattern)}
+    assert {"common.cuh", "emulator.h", *build.SOURCES} <= shipped   # an installed package compiles too
