@@ -7,8 +7,9 @@
 # "cuda" ones, so `model.to("cuda")` is all it takes to train on a GPU. On CuPy arrays some
 # ops go further and call kernels we wrote ourselves (`minitensor/cuda/*.cu`): LayerNorm,
 # a fused scale + mask + softmax for attention scores, and FlashAttention-style attention.
-# This lesson reads them, replays the idea behind flash attention in NumPy (so it runs
-# anywhere), and tries mixed precision. Without a GPU the GPU parts say so and are skipped.
+# This lesson reads them, runs two of them on the CPU through an emulator of CUDA, replays the
+# idea behind flash attention in NumPy (so it runs anywhere), and tries mixed precision.
+# Without a GPU the GPU-only parts say so and are skipped.
 
 # %%
 import time
@@ -83,7 +84,64 @@ print(source[start:source.index("// Stage 1", start)])
 # `with mt.cuda.use_kernels(False):`) turns the kernels off to compare.
 
 # %% [markdown]
-# ## 3. Flash attention, replayed in NumPy
+# ## 3. Running the kernels without a GPU: the emulator
+#
+# A kernel is just C++ with a few extra words (`__global__`, `threadIdx`, `__shared__`,
+# `__syncthreads`, `__shfl_xor_sync`). `minitensor/cuda/emulator.h` defines those words for
+# the CPU, and `emulator.py` compiles the very same `.cu` text with the system's C++ compiler.
+# Every CUDA thread becomes a fiber; the threads of a block take turns at each barrier and
+# each warp shuffle, exactly where a GPU would make them wait for one another. It is slow
+# (a fiber per thread), and it is strict: a barrier some thread never reaches, a race in
+# shared memory, an argument of the wrong width are errors, where a GPU would hang or give
+# wrong numbers. The launchers do not know the difference: they get NumPy arrays and an
+# emulated kernel where they would get CuPy arrays and a compiled one.
+
+# %%
+from minitensor.cuda import emulator  # noqa: E402
+from minitensor.cuda import layer_norm as ln_kernel  # noqa: E402
+from minitensor.cuda import softmax as softmax_kernel  # noqa: E402
+from minitensor.ops.attention import masked_softmax_reference  # noqa: E402
+from minitensor.ops.norm import LayerNorm, layer_norm_reference  # noqa: E402
+
+EMULATOR, why_not = emulator.available()
+if EMULATOR:
+    x = (rng.standard_normal((6, 48)) * 3 + 1).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 1.5, 48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    y, mean, rstd = ln_kernel.forward(x, gamma, beta, 1e-5)        # 2 blocks x 4 warps: one warp per row
+    y_ref, _, _ = layer_norm_reference(np, x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), 1e-5)
+    print("LayerNorm kernel vs NumPy (float64): max |difference| =", float(np.abs(y - y_ref).max()))
+    assert np.abs(y - y_ref).max() < 1e-5
+
+    scores = rng.standard_normal((2, 4, 5, 5)).astype(np.float32) * 3
+    causal = np.tril(np.ones((5, 5), dtype=bool))
+    p = softmax_kernel.forward(scores, causal, 1 / np.sqrt(16))  # scale, mask and softmax in one pass
+    p_ref = masked_softmax_reference(np, scores.astype(np.float64), causal, 1 / np.sqrt(16))
+    print("fused softmax kernel vs NumPy: max |difference| =", float(np.abs(p - p_ref).max()),
+          "| weights above the diagonal:", float(p[..., ~causal].max()))
+    assert np.abs(p - p_ref).max() < 1e-6 and p[..., ~causal].max() == 0.0
+
+    # the whole op, routed to the kernel: mt.cuda.emulate() (or MINITENSOR_CUDA=emulate)
+    with mt.cuda.emulate():
+        _, ctx = LayerNorm.apply_with_context(mt.tensor(x), mt.tensor(gamma), mt.tensor(beta), eps=1e-5)
+    print("LayerNorm op under mt.cuda.emulate() took the kernel:", ctx.kernel)
+    assert ctx.kernel
+
+    # a classic bug, caught: the backward's __syncthreads removed, so warp 0 reads partial
+    # sums the other warps have not written yet
+    buggy = emulator.EmulatedKernel(mt.cuda.build.source("layer_norm.cu").replace("    __syncthreads();\n", "", 1),
+                                    ln_kernel.names("float", 48)[1], check="race")
+    dx, pg, pb = (emulator.arrays.empty(shape, np.float32) for shape in ((6, 48), (2, 48), (2, 48)))
+    try:
+        buggy((2,), (128,), (x, x, gamma, mean, rstd, dx, pg, pb, np.int64(6), np.int32(48), np.int64(3)),
+              shared_mem=2 * 4 * 48 * 4)
+        raise AssertionError("the race went unnoticed")
+    except emulator.EmulatorError as e:
+        print("without its barrier:", str(e)[:150], "...")
+else:
+    print("(no C++ compiler here, so the emulator is skipped:", why_not, ")")
+
+# %% [markdown]
+# ## 4. Flash attention, replayed in NumPy
 #
 # Attention forms a Tq x Tk matrix of weights. FlashAttention never stores it: it walks over
 # tiles of keys and keeps, per query, a running maximum m, a running denominator l and an
@@ -168,10 +226,11 @@ else:
     print("(no GPU here: timing the kernels is skipped; benchmarks/kernels.py does it on a GPU)")
 
 # %% [markdown]
-# ## 4. Mixed precision
+# ## 5. Mixed precision
 #
 # Half-precision numbers (float16) are 2 bytes and tensor cores multiply them many times
-# faster, but they keep 11 bits of mantissa and underflow below about 6e-8. The recipe of
+# faster, but they store 10 mantissa bits (11 bits of precision with the implicit leading 1)
+# and underflow below about 6e-8. The recipe of
 # Micikevicius et al. (2018), in `minitensor/amp.py`: matrix products in 16-bit inside
 # `amp.autocast`, reductions (layer norm, softmax, cross entropy) in float32, parameters kept
 # in float32 ("master weights"), and the loss multiplied by a scale S before backward so

@@ -16,6 +16,15 @@ def close(tensor, expected, atol=1e-10, rtol=1e-7):
     np.testing.assert_allclose(tensor.numpy() if isinstance(tensor, mt.Tensor) else tensor, expected, atol=atol, rtol=rtol)
 
 
+def translation_batch(rng, B=5, S=11, T=9, V=37):
+    """(src, tgt_in, tgt_out) token ids for a vocabulary of V, with some padding (id 0)."""
+    src = rng.integers(3, V, (B, S))
+    tgt = rng.integers(3, V, (B, T + 1))
+    src[1, 7:] = 0
+    tgt[2, 6:] = 0
+    return src, tgt[:, :-1], tgt[:, 1:]
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip the test when ``condition`` is false, except in CI (``MINITENSOR_STRICT_TESTS=1``,
     set by .ci/run), where what CI installs must be there: there it fails instead."""

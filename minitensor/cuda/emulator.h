@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <type_traits>
@@ -142,6 +143,8 @@ struct Runtime {
     // signals (segmentation faults inside a kernel become errors)
     sigjmp_buf fault_jump;
     volatile sig_atomic_t in_kernel = 0;
+    pthread_t launcher;                   // the thread running the launch
+    struct sigaction previous[3];         // SIGSEGV, SIGBUS, SIGFPE handlers before the launch
     // AddressSanitizer's view of the main stack (check="memory")
     const void* main_bottom = nullptr;
     size_t main_size = 0;
@@ -602,10 +605,14 @@ MT_RT void entry(void** args) {
 }
 
 // ---------------------------------------------------------------- the scheduler
+MT_RT inline int signal_index(int sig) { return sig == SIGSEGV ? 0 : (sig == SIGBUS ? 1 : 2); }
+
+// A fault in a kernel thread ends the launch with an error naming the thread; any other
+// fault (another Python thread, the runtime itself) goes to the handler that was there
+// before: it is restored, and the faulting instruction runs again under it.
 MT_RT inline void fault_handler(int sig, siginfo_t* info, void*) {
-    if (!rt.in_kernel) {
-        signal(sig, SIG_DFL);
-        raise(sig);
+    if (!rt.in_kernel || !pthread_equal(pthread_self(), rt.launcher)) {
+        sigaction(sig, &rt.previous[signal_index(sig)], nullptr);
         return;
     }
     report("%s: %s at address %p (an access out of bounds? run it with check=\"memory\" to find out)", where(),
@@ -708,7 +715,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     rt.shadow_static = rt.track && sbytes ? static_cast<Cell*>(malloc(sbytes * sizeof(Cell))) : nullptr;
     rt.shadow_dyn = rt.track && rt.dyn_size ? static_cast<Cell*>(malloc(rt.dyn_size * sizeof(Cell))) : nullptr;
 
-    struct sigaction act, old_segv, old_bus, old_fpe;
+    struct sigaction act;
     std::memset(&act, 0, sizeof act);
     act.sa_sigaction = fault_handler;
     act.sa_flags = SA_SIGINFO | SA_ONSTACK;
@@ -719,10 +726,11 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     alt.ss_size = sizeof altstack_mem;
     alt.ss_flags = 0;
 #ifndef MT_EMU_RUNNER  // under AddressSanitizer its own handler reports the fault
+    rt.launcher = pthread_self();
     sigaltstack(&alt, &old_alt);
-    sigaction(SIGSEGV, &act, &old_segv);
-    sigaction(SIGBUS, &act, &old_bus);
-    sigaction(SIGFPE, &act, &old_fpe);
+    sigaction(SIGSEGV, &act, &rt.previous[0]);
+    sigaction(SIGBUS, &act, &rt.previous[1]);
+    sigaction(SIGFPE, &act, &rt.previous[2]);
 #endif
 
     if (sigsetjmp(rt.fault_jump, 1) == 0) {
@@ -779,9 +787,9 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     rt.in_kernel = 0;
     rt.current = nullptr;
 #ifndef MT_EMU_RUNNER
-    sigaction(SIGSEGV, &old_segv, nullptr);
-    sigaction(SIGBUS, &old_bus, nullptr);
-    sigaction(SIGFPE, &old_fpe, nullptr);
+    sigaction(SIGSEGV, &rt.previous[0], nullptr);
+    sigaction(SIGBUS, &rt.previous[1], nullptr);
+    sigaction(SIGFPE, &rt.previous[2], nullptr);
     sigaltstack(&old_alt, nullptr);
 #endif
     free(rt.threads);

@@ -57,6 +57,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -136,8 +137,15 @@ def _compiler_identity(cxx: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else cxx
 
 
+def _x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+
 @lru_cache(maxsize=None)
 def _cpu_has_fma() -> bool:
+    """Whether the CPU has a fused multiply-add (every 64-bit ARM does; x86 from Haswell on)."""
+    if not _x86():
+        return platform.machine().lower() in ("aarch64", "arm64")
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -147,8 +155,8 @@ def _cpu_has_fma() -> bool:
 
 def _flags(check: str | None) -> list[str]:
     f = ["-std=c++17", "-fPIC", "-fvisibility=hidden", "-ffp-contract=fast", "-fno-strict-aliasing",
-         "-Wno-unknown-pragmas"]
-    if _cpu_has_fma():
+         "-Wno-unknown-pragmas", "-pthread"]
+    if _cpu_has_fma() and _x86():
         f.append("-mfma")   # contract a*b + c into one rounding, as the GPU does
     if check == "memory":
         return f + ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address", "-DMT_EMU_RUNNER"]

@@ -13,7 +13,7 @@ from minitensor.cuda import emulator
 from transformer import Transformer, TransformerConfig
 from transformer.loss import label_smoothed_loss
 
-from ..helpers import require
+from ..helpers import require, translation_batch
 
 
 def _step(cfg, batch, emulate: bool):
@@ -28,21 +28,13 @@ def _step(cfg, batch, emulate: bool):
     return loss.item(), {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
 
 
-def _batch(rng, B=5, S=11, T=9, V=37):
-    src = rng.integers(3, V, (B, S))
-    tgt = rng.integers(3, V, (B, T + 1))
-    src[1, 7:] = 0  # padding
-    tgt[2, 6:] = 0
-    return src, tgt[:, :-1], tgt[:, 1:]
-
-
 @pytest.mark.parametrize("attention,dropout", [("fused", 0.1), ("flash", 0.0)])
 def test_one_emulated_kernel_step_matches_the_numpy_path(attention, dropout):
     ok, why = emulator.available()
     require(ok, f"the CUDA emulator cannot run here: {why}")
     cfg = TransformerConfig(vocab_size=37, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
                             dropout=dropout, max_len=64)
-    batch = _batch(np.random.default_rng(0))
+    batch = translation_batch(np.random.default_rng(0))
     cuda.set_attention(attention)
     try:
         before = dict(emulator.launches)

@@ -12,6 +12,7 @@ from minitensor import amp, backend
 from transformer import Transformer, TransformerConfig
 from transformer.loss import label_smoothed_loss
 
+from ..helpers import translation_batch
 from .test_training import losses, small, tiny_settings  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.gpu
@@ -27,18 +28,10 @@ def _tiny_pair(seed=0):
     return cfg, cpu, gpu.to("cuda")
 
 
-def _batch(rng, B=5, S=11, T=9, V=37):
-    src = rng.integers(3, V, (B, S))
-    tgt = rng.integers(3, V, (B, T + 1))
-    src[1, 7:] = 0  # padding
-    tgt[2, 6:] = 0
-    return src, tgt[:, :-1], tgt[:, 1:]
-
-
 @pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "plain-cupy"])
 def test_cpu_and_gpu_give_the_same_loss_and_gradients(kernels):
     cfg, cpu, gpu = _tiny_pair()
-    src, tgt_in, tgt_out = _batch(np.random.default_rng(0))
+    src, tgt_in, tgt_out = translation_batch(np.random.default_rng(0))
     with mt.cuda.use_kernels(kernels):
         results = []
         for model, dev in ((cpu, "cpu"), (gpu, "cuda")):
@@ -87,7 +80,7 @@ def test_a_training_step_never_waits_for_the_device():
 
     cfg, _, gpu = _tiny_pair()
     opt = mt.optim.Adam(gpu.parameters(), lr=1e-3)
-    src, tgt_in, tgt_out = (mt.tensor(a, device="cuda") for a in _batch(np.random.default_rng(1)))
+    src, tgt_in, tgt_out = (mt.tensor(a, device="cuda") for a in translation_batch(np.random.default_rng(1)))
     for _ in range(2):
         with cupyx.allow_synchronize(False):
             opt.zero_grad()
