@@ -81,12 +81,14 @@ grid = row * col  # (n, n) from (1, n) and (n, 1)
 cot = np.zeros((n, n))
 cot[2, 3] = 1.0
 grid.backward(mt.tensor(cot))
-fig, axes = plt.subplots(1, 2, figsize=(6, 3))
-axes[0].imshow(row.grad.numpy(), cmap="viridis")
-axes[0].set_title("d grid[2,3] / d row")
-axes[1].imshow(col.grad.numpy(), cmap="viridis")
-axes[1].set_title("d grid[2,3] / d col")
-fig.tight_layout()
-fig.savefig(figure_dir("02") / "broadcast_gradient.png")
+fig, axes = plt.subplots(1, 2, figsize=(7, 3), gridspec_kw={"width_ratios": [3, 1]})
+for ax, g, title in ((axes[0], row.grad.numpy(), "d grid[2,3] / d row (1 x n)"),
+                     (axes[1], col.grad.numpy(), "d grid[2,3] / d col (n x 1)")):
+    im = ax.imshow(g, cmap="viridis", vmin=0, vmax=1)
+    ax.set_title(title, fontsize=9)
+    ax.set_xticks(range(g.shape[1]))
+    ax.set_yticks(range(g.shape[0]))
+fig.colorbar(im, ax=axes, label="gradient", shrink=0.8)
+fig.savefig(figure_dir("02") / "broadcast_gradient.png", bbox_inches="tight")
 assert row.grad.numpy()[0, 3] == 1 and row.grad.numpy().sum() == 1
 print("saved", figure_dir("02") / "broadcast_gradient.png")

@@ -30,3 +30,25 @@ def test_lesson_is_literate_and_imports_the_package(lesson):
     assert "sys.path" not in text
     if not lesson.name.startswith("01_"):  # lesson 1 builds its own scalar engine first, on purpose
         assert "import minitensor" in text or "from transformer" in text
+
+
+def _run_all():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_all", LESSONS[0].parent / "run_all.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_lessons_readme_shows_exactly_the_recorded_full_runs():
+    """The generated part of lessons/README.md (run times, findings with their numbers) is what
+    `run_all.py --full --update` renders from lessons/results/: nothing typed by hand, nothing stale."""
+    run_all = _run_all()
+    assert run_all.README.read_text() == run_all.rendered_readme(), "regenerate: python lessons/run_all.py --full --update"
+    records = run_all.recorded()
+    assert [r["lesson"] for r in records] == [p.name[:2] for p in LESSONS], "every lesson has a recorded full run"
+    assert all(r["mode"] == "full" for r in records)
+    for r in records:   # findings come only from lessons that record what they measure
+        if 'Results("' not in (LESSONS[0].parent / r["file"]).read_text():
+            assert not r["findings"] and not r["numbers"], r["file"]

@@ -51,12 +51,13 @@ def plot_attention(path: str | Path, weights: np.ndarray, src_tokens: Sequence[s
         if i >= h:
             ax.axis("off")
             continue
-        ax.imshow(weights[i], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        im = ax.imshow(weights[i], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
         ax.set_xticks(range(len(src_tokens)), src_tokens, fontsize=6, rotation=90)
         ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=6)
         ax.set_title(f"head {i}", fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
+    fig.colorbar(im, ax=axes, label="attention weight", shrink=0.8)
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
