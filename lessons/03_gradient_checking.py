@@ -95,3 +95,10 @@ fig.tight_layout()
 fig.savefig(figure_dir("03") / "finite_difference_error.png")
 assert min(err) < 1e-9 and err[-1] > 1e-4
 print("saved", figure_dir("03") / "finite_difference_error.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `numerical_gradient` yourself (numerical gradients by central differences): the stub and what it must
+# do are in `lessons/exercises/03_numerical_gradient.py`. Then `python lessons/check.py 03` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

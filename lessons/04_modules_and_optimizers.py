@@ -122,3 +122,10 @@ ax.legend()
 fig.tight_layout()
 fig.savefig(figure_dir("04") / "sgd_vs_adam.png")
 print("saved", figure_dir("04") / "sgd_vs_adam.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `adam_update` yourself (one Adam update, written out): the stub and what it must
+# do are in `lessons/exercises/04_adam_update.py`. Then `python lessons/check.py 04` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

@@ -83,3 +83,10 @@ ax.legend()
 fig.tight_layout()
 fig.savefig(figure_dir("05") / "label_smoothing_logit_gap.png")
 print("saved", figure_dir("05") / "label_smoothing_logit_gap.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `softmax_backward` yourself (the backward of softmax): the stub and what it must
+# do are in `lessons/exercises/05_softmax_backward.py`. Then `python lessons/check.py 05` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

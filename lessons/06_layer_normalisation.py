@@ -148,3 +148,10 @@ axes[1].legend(fontsize=8)
 fig.tight_layout()
 fig.savefig(figure_dir("06") / "activation_scale.png")
 print("saved", figure_dir("06") / "activation_scale.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `layer_norm_backward` yourself (the backward of LayerNorm): the stub and what it must
+# do are in `lessons/exercises/06_layer_norm_backward.py`. Then `python lessons/check.py 06` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

@@ -89,3 +89,10 @@ ax.legend()
 fig.tight_layout()
 fig.savefig(figure_dir("07") / "scaling_and_gradients.png")
 print("saved", figure_dir("07"))
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `causal_mask`, `attention` yourself (the causal mask, and attention with it): the stub and what it must
+# do are in `lessons/exercises/07_causal_mask_and_attention.py`. Then `python lessons/check.py 07` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

@@ -134,3 +134,10 @@ axes[1].set_ylabel("query position")
 fig.colorbar(im, ax=axes[1:], label="attention weight", shrink=0.9)
 fig.savefig(figure_dir("08") / "heads.png", bbox_inches="tight")
 print("saved", figure_dir("08") / "heads.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `split_heads`, `merge_heads` yourself (splitting into heads and merging them back): the stub and what it must
+# do are in `lessons/exercises/08_split_and_merge_heads.py`. Then `python lessons/check.py 08` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

@@ -155,3 +155,10 @@ axes[1].legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(figure_dir("09") / "positions_and_extrapolation.png")
 print("saved", figure_dir("09") / "positions_and_extrapolation.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `sinusoidal_table` yourself (the sinusoidal positional encoding): the stub and what it must
+# do are in `lessons/exercises/09_sinusoidal_table.py`. Then `python lessons/check.py 09` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

@@ -53,3 +53,10 @@ fig.tight_layout()
 fig.savefig(figure_dir("13") / "length_penalty.png")
 assert length_penalty(7, 0.6) == 2**0.6
 print("saved", figure_dir("13") / "length_penalty.png", "| smoke" if smoke() else "")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `rank_extensions` yourself (one step of beam search): the stub and what it must
+# do are in `lessons/exercises/13_beam_step.py`. Then `python lessons/check.py 13` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

@@ -126,3 +126,10 @@ axes[2].legend(fontsize=7)
 fig.tight_layout()
 fig.savefig(figure_dir("15") / "schedule.png")
 print("saved", figure_dir("15") / "schedule.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Write `noam_lr` yourself (the learning-rate schedule of equation (3)): the stub and what it must
+# do are in `lessons/exercises/15_noam_schedule.py`. Then `python lessons/check.py 15` grades it with the
+# package's own checks, and shows the smallest input it gets wrong, if any.

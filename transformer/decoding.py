@@ -66,6 +66,22 @@ class Hypothesis:
 
 
 @mt.no_grad()
+def rank_extensions(scores, logp, n: int):
+    """One step of beam search: rank every one-token extension of every beam by its total log
+    probability, prefix score plus the token's, and keep the ``n`` best.
+
+    scores (B, K): the beams' log probabilities so far (-inf for an unused beam);
+    logp (B, K, V): each beam's next-token log probabilities. Returns (beam, token, score),
+    each (B, n), best first: extension j of sentence b appends ``token[b, j]`` to beam
+    ``beam[b, j]`` and scores ``score[b, j]``.
+    """
+    B, K, V = logp.shape
+    cand = (scores[:, :, None] + logp).reshape(B, K * V)
+    xp = mt.backend.array_module(cand)
+    top = xp.argsort(-cand, axis=1, kind="stable")[:, :n]
+    return top // V, top % V, xp.take_along_axis(cand, top, axis=1)
+
+
 def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int | None = None,
                 use_cache: bool = True, n_best: int = 1):
     """Batched beam search. Returns, per source sentence, its ``n_best`` hypotheses best first
@@ -95,10 +111,7 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int
     for t in range(1, max_len + 1):
         logp = _step_logits(model, ys, memory, src_mask, cache).astype(np.float64)   # (B*K, V)
         V = logp.shape[-1]
-        cand = (scores[:, :, None] + logp.reshape(B, K, V)).reshape(B, K * V)
-        top = xp.argsort(-cand, axis=1)[:, : 2 * K]                                 # enough to refill K
-        top_scores = xp.take_along_axis(cand, top, axis=1)
-        beam_of, token_of = top // V, top % V
+        beam_of, token_of, top_scores = rank_extensions(scores, logp.reshape(B, K, V), 2 * K)  # enough to refill K
         top_scores_h, beam_h, token_h = (a.get() if hasattr(a, "get") else a for a in (top_scores, beam_of, token_of))
         ys_h = ys.get() if hasattr(ys, "get") else ys
         new_rows = np.zeros((B, K), dtype=np.int64)
