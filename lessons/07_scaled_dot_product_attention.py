@@ -1,11 +1,13 @@
 # %% [markdown]
 # # Lesson 7 — Scaled dot-product attention and masks (Section 3.2.1, equation 1)
 #
-# Attention(Q, K, V) = softmax(Q Kᵀ / √d_k) V. Each query takes a weighted average of the
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\left(\frac{QK^\top}{\sqrt{d_k}}\right) V$$
+#
+# Each query takes a weighted average of the
 # values; the weights say how well the query matches each key. Masks (bool, True = may attend)
 # remove keys: padding (keys that are not real tokens) and causal (keys in the future).
 #
-# Why divide by √d_k? Footnote 4 works out that for random q, k with independent unit-variance
+# Why divide by $\sqrt{d_k}$? Footnote 4 works out that for random q, k with independent unit-variance
 # entries, q·k = Σ q_i k_i has variance d_k. Section 3.2.1 draws the consequence: for large d_k
 # the dot products grow large, "pushing the softmax function into regions where it has
 # extremely small gradients". Dividing by √d_k brings the variance back to 1. We measure it.

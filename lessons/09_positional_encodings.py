@@ -2,7 +2,10 @@
 # # Lesson 9 — Positional encodings (Section 3.5) and the extrapolation hypothesis
 #
 # Attention is blind to order: permute the inputs and the outputs permute the same way. The
-# paper adds PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)),
+# paper adds
+#
+# $$PE_{(pos, 2i)} = \sin\left(pos / 10000^{2i/d}\right), \qquad PE_{(pos, 2i+1)} = \cos\left(pos / 10000^{2i/d}\right),$$
+#
 # wavelengths from 2π to 10000·2π. Section 3.5 makes two separate claims about it:
 #
 # 1. For any fixed offset k, PE(pos + k) is a linear function of PE(pos) (each (sin, cos) pair

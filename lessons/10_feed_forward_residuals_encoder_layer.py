@@ -1,7 +1,9 @@
 # %% [markdown]
 # # Lesson 10 — Feed-forward, residuals and the encoder layer (Sections 3.1, 3.3)
 #
-# FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (equation 2): the same two-layer network at every
+# $$\mathrm{FFN}(x) = \max(0,\ x W_1 + b_1) W_2 + b_2 \qquad (2)$$
+#
+# the same two-layer network at every
 # position (d_model → d_ff → d_model, 512 → 2048 → 512 in the base model).
 # An encoder layer is two sub-layers, each wrapped as LayerNorm(x + Dropout(Sublayer(x))):
 # self-attention, then the FFN. Pre-norm, x + Sublayer(LayerNorm(x)), is an option

@@ -12,17 +12,15 @@
 # signature says exactly how.
 
 # %%
-import os
-from pathlib import Path
 
 import numpy as np
 
 from transformer import data
 from transformer.evaluate import bleu
-from transformer.lesson import figure_dir, smoke
+from transformer.lesson import figure_dir, multi30k_dir, smoke
 from transformer.tokenizer import Tokenizer
 
-root = Path(os.environ.get("MULTI30K_DIR", Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"))
+root = multi30k_dir()
 en, de = data.multi30k("train", root=root if root.exists() else None)
 n = 3000 if smoke() else 29000
 out = figure_dir("14")

@@ -1,7 +1,9 @@
 # %% [markdown]
 # # Lesson 15 — The learning-rate schedule (Section 5.3, equation 3)
 #
-# lrate = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5): a linear warm-up for `warmup`
+# $$\mathit{lrate} = d_{\mathrm{model}}^{-0.5} \cdot \min\left(\mathit{step}^{-0.5},\ \mathit{step} \cdot \mathit{warmup}^{-1.5}\right)$$
+#
+# a linear warm-up for `warmup`
 # steps (4000 in the paper), then decay with the inverse square root of the step. Adam's
 # second-moment estimates are poor at the start, and post-norm Transformers are known to
 # diverge with a large learning rate early on; warm-up is meant to avoid both.

@@ -8,17 +8,15 @@
 # measured BLEU on test2016 is in the project's README).
 
 # %%
-import os
-from pathlib import Path
 
 import numpy as np
 
 from transformer import data
-from transformer.lesson import figure_dir, smoke
+from transformer.lesson import figure_dir, multi30k_dir, smoke
 from transformer.tokenizer import Tokenizer, encode_cached
 from transformer.train import ParallelData, Trainer, TrainSettings
 
-root = Path(os.environ.get("MULTI30K_DIR", Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"))
+root = multi30k_dir()
 root = root if root.exists() else None          # None: download into the cache on first use
 en, de = data.multi30k("train", root=root)
 ven, vde = data.multi30k("val", root=root)
@@ -51,4 +49,4 @@ from transformer.evaluate import translate
 
 for s, h in zip(ven[:3], translate(trainer.model, tok, ven[:3], beam_size=4, progress=False)):
     print(f"{s}\n  -> {h}")
-print("figures:", sorted(p.name for p in (out / "run").glob("*.png")))
+print("saved", out / "run")  # the trainer's figures: loss.png, lr.png (and bleu.png in the full run)

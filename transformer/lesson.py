@@ -30,6 +30,14 @@ def figure_dir(lesson: str) -> Path:
     return path
 
 
+def multi30k_dir() -> Path:
+    """Where the lessons read Multi30k from: ``$MULTI30K_DIR``, else the checkout's
+    ``../shared/data/multi30k`` when it is there (a notebook has no ``__file__`` to start from)."""
+    if os.environ.get("MULTI30K_DIR"):
+        return Path(os.environ["MULTI30K_DIR"])
+    return Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
 def _plain(value):
     """JSON-ready: NumPy scalars and arrays to Python numbers and lists."""
     if isinstance(value, dict):
