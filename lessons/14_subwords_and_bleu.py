@@ -39,6 +39,13 @@ assert avg_len[sizes[0]] > avg_len[sizes[-1]]
 
 # %% [markdown]
 # ## BLEU, and why its settings matter
+#
+# The paper's BLEU scores (Tables 2 and 3) are *tokenized* BLEU: computed on tokenized text
+# with a script of its own (Post, 2018, "A Call for Clarity in Reporting BLEU Scores", uses
+# them as the example), not on detokenized output with a standard tool. We report sacreBLEU, which
+# scores detokenized output with one fixed tokenizer and prints a signature of every
+# setting, so that two numbers are comparable when their signatures are. The two are not the
+# same measurement; tokenized scores usually come out higher. Case is another setting:
 
 # %%
 ref = ["Ein Mann fährt mit dem Fahrrad durch den Park."]

@@ -166,6 +166,7 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
     info = catalogue()
     chosen = [p for p in lessons() if not only or p.name[:2] in only]
     items = [{"number": p.name[:2], "file": p, "page": f"{p.stem}.html",
+              "title": info.get(p.name[:2], {}).get("title", p.stem),
               "label": f"{int(p.name[:2])}. {info.get(p.name[:2], {}).get('title', p.stem)}"} for p in chosen]
     exporter = HTMLExporter(template_name="book", extra_template_basedirs=[str(TEMPLATES)])
     env = dict(os.environ)
@@ -205,7 +206,7 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
 
 def write_index(out: Path, items: list[dict], info: dict) -> None:
     rows = "\n".join(
-        f'<li><a href="{it["page"]}">{html.escape(it["label"])}</a> <span class="paper">paper: '
+        f'<li><a href="{it["page"]}">{html.escape(it["title"])}</a> <span class="paper">paper: '
         f'{html.escape(info.get(it["number"], {}).get("paper", "—"))}</span> <span class="time">{it["seconds"]} s '
         f'({it["mode"]} mode)</span></li>' for it in items)
     (out / "index.html").write_text(f"""<!DOCTYPE html>
