@@ -261,24 +261,28 @@ MT_RT inline bool ordered(int a, unsigned long long a_wgen, int b, unsigned long
     return a == b || (a / kWarp == b / kWarp && a_wgen != b_wgen);
 }
 
-MT_RT inline void race(const char* region, size_t offset, int other, const char* other_did, bool write) {
+// region >= 0: static shared array `region`; -1: dynamic shared memory
+MT_RT inline void race(int region, size_t offset, int other, const char* other_did, bool write) {
+    char name[64];
+    if (region >= 0) snprintf(name, sizeof name, "static shared array %d", region);
+    else snprintf(name, sizeof name, "dynamic shared memory");
     fail("shared-memory race in %s: it %s byte %zu of %s, which thread %d %s since the last __syncthreads "
          "(barrier %llu of the block); add a __syncthreads between the two accesses",
-         where(), write ? "writes" : "reads", offset, region, other, other_did,
+         where(), write ? "writes" : "reads", offset, name, other, other_did,
          static_cast<unsigned long long>(rt.barrier_gen));
 }
 
 MT_RT inline void track(const void* p, size_t n, bool write) {
     if (!rt.track || rt.current == nullptr || !rt.in_kernel) return;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    static char region[64];
+    int region = -2;
     Cell* cells = nullptr;
     size_t offset = 0, size = 0, before = 0;
     for (int r = 0; r < rt.nshared && !cells; ++r) {
         const uintptr_t start = rt.shared[2 * r];
         const size_t bytes = rt.shared[2 * r + 1];
         if (a - start < bytes) {
-            snprintf(region, sizeof region, "static shared array %d", r);
+            region = r;
             cells = rt.shadow_static + before;
             offset = a - start;
             size = bytes;
@@ -286,7 +290,7 @@ MT_RT inline void track(const void* p, size_t n, bool write) {
         before += bytes;
     }
     if (!cells && rt.shadow_dyn && a - reinterpret_cast<uintptr_t>(rt.dyn) < rt.dyn_size) {
-        snprintf(region, sizeof region, "dynamic shared memory");
+        region = -1;
         cells = rt.shadow_dyn;
         offset = a - reinterpret_cast<uintptr_t>(rt.dyn);
         size = rt.dyn_size;

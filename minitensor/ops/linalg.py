@@ -23,6 +23,8 @@ def product_in_float32(module: str, a_dtype, b_dtype, ndim: int) -> bool:
 def product(a, b):
     """``a @ b`` on raw arrays, with bfloat16 batched products on CuPy computed in float32
     (accumulating in float32, as a bfloat16 GEMM does) and rounded back to bfloat16."""
+    if type(a) is np.ndarray:  # NumPy: the common case, no detour to consider
+        return a @ b
     if product_in_float32(type(a).__module__, a.dtype, b.dtype, max(a.ndim, b.ndim)):
         out = np.promote_types(a.dtype, b.dtype)
         return (a.astype(np.float32) @ b.astype(np.float32)).astype(out)
