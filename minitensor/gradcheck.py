@@ -25,6 +25,23 @@ def _dot(y: Tensor, v) -> float:
     return float((y.data * v).sum())
 
 
+def numerical_gradient(f: Callable, x, eps: float = 1e-6) -> np.ndarray:
+    """Central differences (f(x + eps·e_i) - f(x - eps·e_i)) / (2 eps) for every entry i of
+    ``x``, a contiguous array that ``f(x) -> float`` reads; entries are changed in place one at
+    a time and put back. Returns a NumPy array shaped like ``x``."""
+    flat = x.reshape(-1)
+    numeric = np.empty(flat.size)
+    for j in range(flat.size):
+        orig = flat[j].item()
+        flat[j] = orig + eps
+        plus = f(x)
+        flat[j] = orig - eps
+        minus = f(x)
+        flat[j] = orig
+        numeric[j] = (plus - minus) / (2 * eps)
+    return numeric.reshape(x.shape)
+
+
 def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Tensor] | Tensor, eps: float = 1e-6,
               atol: float = 1e-5, rtol: float = 1e-4, raise_exception: bool = True, seed: int = 0) -> bool:
     """Check backward against central differences, in float64, for every input entry.
@@ -68,16 +85,7 @@ def gradcheck(fn: Callable[..., Tensor], inputs: Sequence[Tensor] | Tensor, eps:
             t = inputs[i]
             if not t.data.flags.c_contiguous:
                 t.data = xp.ascontiguousarray(t.data)
-            flat = t.data.reshape(-1)
-            numeric = np.empty(flat.size)
-            for j in range(flat.size):
-                orig = flat[j].item()
-                flat[j] = orig + eps
-                plus = _dot(fn(*inputs), v)
-                flat[j] = orig - eps
-                minus = _dot(fn(*inputs), v)
-                flat[j] = orig
-                numeric[j] = (plus - minus) / (2 * eps)
+            numeric = numerical_gradient(lambda _: _dot(fn(*inputs), v), t.data, eps).reshape(-1)
             a = analytic[i].reshape(-1)
             excess = np.abs(a - numeric) - (atol + rtol * np.abs(numeric))
             if numeric.size and (excess.max() > 0 or not np.all(np.isfinite(a))):

@@ -12,7 +12,8 @@ import numpy as np
 import minitensor as mt
 
 
-def _softmax(s, axis=-1):
+def np_softmax(s, axis=-1):
+    """Softmax in plain NumPy: the independent reference the checks compare against."""
     e = np.exp(s - s.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 
@@ -29,7 +30,7 @@ def heads_are_concatenated(mha, x: np.ndarray) -> None:
     for i in range(mha.n_heads):
         c = slice(i * dk, (i + 1) * dk)
         Q, K, V = x @ Wq[:, c] + bq[c], x @ Wk[:, c] + bk[c], x @ Wv[:, c] + bv[c]
-        heads.append(_softmax(Q @ K.swapaxes(-1, -2) / np.sqrt(dk)) @ V)
+        heads.append(np_softmax(Q @ K.swapaxes(-1, -2) / np.sqrt(dk)) @ V)
     expected = np.concatenate(heads, -1) @ Wo + bo
     err = np.abs(out - expected).max()
     assert err < 1e-9, f"multi-head attention differs from Concat(head_i) W^O by {err:.2e}"
@@ -100,7 +101,7 @@ def cross_entropy_gradient_is_softmax_minus_onehot(cross_entropy, seed: int = 0)
     logits = mt.tensor(rng.standard_normal((4, 6)), requires_grad=True)
     target = rng.integers(0, 6, 4)
     cross_entropy(logits, mt.tensor(target)).sum().backward()
-    expected = _softmax(logits.numpy()) - np.eye(6)[target]
+    expected = np_softmax(logits.numpy()) - np.eye(6)[target]
     err = np.abs(logits.grad.numpy() - expected).max()
     assert err < 1e-9, f"the cross-entropy gradient is off by {err:.2e} from softmax - onehot"
 

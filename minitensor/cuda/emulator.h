@@ -79,8 +79,6 @@ struct Thread {
     uint3 idx;
     int id;                    // linear index in the block
     int state;                 // Wait
-    const char* op;            // the warp operation it waits at
-    unsigned mask;             // ... and that operation's mask
     int src;                   // the lane it reads (shuffles)
     unsigned long long result; // what the warp operation gave it
 #if defined(__SANITIZE_ADDRESS__)
@@ -364,8 +362,6 @@ MT_RT inline unsigned long long warp_meet(const char* op, WarpOp kind, unsigned 
     if (kind == OP_SHFL && !((mask >> src) & 1u))
         fail("%s: %s reads lane %d, which is not in the mask 0x%08x (its value is undefined)", where(), op, src, mask);
     warp.bits[lane] = bits;
-    t->op = op;
-    t->mask = mask;
     t->src = src;
     if (++warp.arrived == __builtin_popcount(mask)) {
         unsigned ballot = 0;
