@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 import minitensor as mt
+from transformer import checks
 from transformer.lesson import figure_dir, smoke
 
 
@@ -96,8 +97,9 @@ t = {k: mt.tensor(v.data, dtype=np.float64, requires_grad=True) for k, v in dict
 ty = (t["w1"] * t["x1"] + t["w2"] * t["x2"] + t["b"]).tanh()
 tz = t["x1"] * t["x1"] + ty
 tz.backward()
-for name, v in dict(x1=x1, x2=x2, w1=w1, w2=w2, b=b).items():
-    assert abs(t[name].grad.item() - v.grad) < 1e-12, name
+leaves = dict(x1=x1, x2=x2, w1=w1, w2=w2, b=b)
+checks.agree({k: t[k].grad.item() for k in leaves}, {k: v.grad for k, v in leaves.items()},
+             "minitensor vs the scalar engine", atol=1e-12)
 print("minitensor agrees with the scalar engine on every gradient")
 
 # %% [markdown]
@@ -107,18 +109,23 @@ print("minitensor agrees with the scalar engine on every gradient")
 # error O(h²). If backward is right, the two agree to many digits.
 
 # %%
-def f(a):
-    a = Value(a)
-    return ((a * a + a).tanh() * a).data
+def z_of(p):
+    """The neuron's z at the point p, through the engine's forward only."""
+    v = {k: Value(x) for k, x in p.items()}
+    return (v["x1"] * v["x1"] + (v["w1"] * v["x1"] + v["w2"] * v["x2"] + v["b"]).tanh()).data
 
 
-a0, h = 0.3, 1e-6
-va = Value(a0)
-out = (va * va + va).tanh() * va
-out.backward()
-numeric = (f(a0 + h) - f(a0 - h)) / (2 * h)
-print(f"backward {va.grad:.10f}  finite difference {numeric:.10f}")
-assert abs(va.grad - numeric) < 1e-8
+point = {k: v.data for k, v in leaves.items()}
+worst = checks.matches_finite_differences(z_of, point, {k: v.grad for k, v in leaves.items()}, h=1e-6, tol=1e-8)
+for k, v in leaves.items():
+    up, down = dict(point, **{k: point[k] + 1e-6}), dict(point, **{k: point[k] - 1e-6})
+    print(f"dz/d{k}: backward {v.grad:+.10f}  finite difference {(z_of(up) - z_of(down)) / 2e-6:+.10f}")
+print(f"largest difference {worst:.1e}")
+
+# %% [markdown]
+# The `+=` matters: if `__mul__`'s backward *assigned* its gradients instead, `x1` would keep
+# only the last of its three contributions, and this check would name it
+# (`tests/test_lesson_checks.py` does exactly that).
 
 # %% [markdown]
 # ## A deep chain
@@ -133,7 +140,7 @@ w = v
 for _ in range(depth):
     w = w * 1.0001
 w.backward()
-assert abs(v.grad - 1.0001**depth) / 1.0001**depth < 1e-9
+checks.agree(v.grad, 1.0001**depth, f"the gradient through a {depth}-deep chain", atol=0, rtol=1e-9)
 print(f"depth {depth}: dv = {v.grad:.6f} (expected {1.0001**depth:.6f})")
 
 # %% [markdown]
@@ -158,5 +165,5 @@ ax.legend()
 ax.grid(alpha=0.3)
 fig.tight_layout()
 fig.savefig(figure_dir("01") / "tanh_and_gradient.png")
-assert np.allclose(grads, 1 - np.tanh(xs) ** 2)
+checks.agree(grads, 1 - np.tanh(xs) ** 2, "backward of tanh vs 1 - tanh²", atol=1e-12)
 print("saved", figure_dir("01") / "tanh_and_gradient.png")

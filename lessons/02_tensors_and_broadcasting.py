@@ -13,6 +13,7 @@ import numpy as np
 import minitensor as mt
 import minitensor.functional as F
 from minitensor.autograd import sum_to
+from transformer import checks
 from transformer.lesson import figure_dir, smoke
 
 x = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)   # (2, 3)
@@ -23,8 +24,9 @@ print("y =\n", y.numpy())
 y.sum().backward()
 print("dL/db =", b.grad.numpy(), " (each b_j was used in 2 rows, scaled by c)")
 print("dL/dc =", c.grad.numpy().ravel(), " (row sums of x + b)")
-assert np.allclose(b.grad.numpy(), c.numpy().sum())
-assert np.allclose(c.grad.numpy().ravel(), (x.numpy() + b.numpy()).sum(1))
+checks.agree(b.grad.numpy(), np.full(3, c.numpy().sum()), "dL/db", atol=1e-12)
+checks.agree(c.grad.numpy().ravel(), (x.numpy() + b.numpy()).sum(1), "dL/dc", atol=1e-12)
+checks.broadcast_gradient_is_summed(lambda u, v: u + v)  # the same with a random cotangent
 
 # %% [markdown]
 # ## `sum_to`: undoing a broadcast

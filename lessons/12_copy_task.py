@@ -12,7 +12,7 @@
 import numpy as np
 
 import minitensor as mt
-from transformer import NoamSchedule, Transformer, TransformerConfig, label_smoothed_loss, paper_adam
+from transformer import NoamSchedule, Transformer, TransformerConfig, checks, label_smoothed_loss, paper_adam
 from transformer.copytask import BOS, EOS, PAD, CopyTaskSettings, make_batch, score
 from transformer.decoding import greedy_decode
 from transformer.lesson import Results, figure_dir, smoke
@@ -35,7 +35,7 @@ task = CopyTaskSettings(vocab=13, min_length=4, max_length=6, batch=64) if smoke
 src, tgt_in, tgt_out = make_batch(np.random.default_rng(0), 2, task)
 for name, a in (("src", src), ("tgt_in", tgt_in), ("tgt_out", tgt_out)):
     print(f"{name:>8} {a.tolist()}")
-assert (tgt_in[:, 1:] == tgt_out[:, :-1])[tgt_in[:, 1:] != PAD].all() and (tgt_in[:, 0] == BOS).all()  # the shift
+checks.target_is_shifted(tgt_in, tgt_out, BOS, PAD)
 
 # %% [markdown]
 # ## The model and the loop
@@ -81,17 +81,13 @@ for step in range(1, steps + 1):
 # %%
 test = make_batch(np.random.default_rng(12345), 100, task)
 pred = greedy_decode(model, test[0], max_len=test[2].shape[1])
-exact, tokens = score(pred, test[2])
+exact, tokens = checks.copies(model, test[0], test[2], at_least=0.5 if smoke() else 0.99, exact=not smoke())
 results["updates"] = step
 results["test_exact_match"] = exact
 results["test_token_accuracy"] = tokens
 for i in range(3):
     out = pred[i].tolist()
     print("source", test[0][i].tolist(), "-> output", out[:out.index(EOS)] if EOS in out else out)
-if smoke():
-    assert tokens > 0.5, "the small model learned too little of the task"
-else:
-    assert exact >= 0.99, "the model does not copy"
 results.finding(f"d_model {d_model}, {layers}+{layers} layers: greedy decoding copies {exact:.0%} of 100 fresh "
                 f"sequences exactly ({tokens:.1%} of tokens) after {step} updates.")
 

@@ -8,10 +8,9 @@
 # lp(Y) = ((5 + |Y|) / 6)^α. The paper uses beam 4, α = 0.6, maximum length input + 50.
 
 # %%
-import itertools
-
 import numpy as np
 
+from transformer import checks
 from transformer.decoding import beam_search, greedy_decode, length_penalty
 from transformer.lesson import figure_dir, smoke
 from transformer.toy import TableModel
@@ -21,14 +20,27 @@ from transformer.toy import TableModel
 # after nothing, A is likelier (0.6); but after A every continuation is poor, after B eos is 0.9.
 table = {(): [0, 0, 0.0, 0.6, 0.4], (3,): [0, 0, 0.3, 0.35, 0.35], (4,): [0, 0, 0.9, 0.05, 0.05]}
 m = TableModel(table, [0, 0, 0.98, 0.01, 0.01], vocab_size=5)
-greedy = greedy_decode(m, np.array([[3]]), max_len=4)[0].tolist()
-beam = beam_search(m, np.array([[3]]), beam_size=2, alpha=0.0, max_len=4)[0][0]
 name = {2: "eos", 3: "A", 4: "B", 0: "."}
-print("greedy:", [name[t] for t in greedy], " beam:", [name[t] for t in beam.tokens], f"log P {beam.log_prob:.3f}")
-best = max((sum(np.log(max(m.probs(s[:i])[s[i]], 1e-12)) for i in range(len(s))), s)
-           for n in range(1, 5) for s in (list(b) + [2] for b in itertools.product([3, 4], repeat=n - 1)))
-assert beam.tokens == best[1] == [4, 2] and greedy[0] == 3
-print("beam search found the best sequence by exhaustive search; greedy did not")
+
+
+def beam_of_2(model):
+    return beam_search(model, np.array([[3]]), beam_size=2, alpha=0.0, max_len=4)[0][0].tokens
+
+
+def greedy(model):
+    out = greedy_decode(model, np.array([[3]]), max_len=4)[0].tolist()
+    return out[:out.index(2) + 1] if 2 in out else out
+
+
+print("greedy:", [name[t] for t in greedy(m)], " beam of 2:", [name[t] for t in beam_of_2(m)])
+# the check scores every sequence of at most 4 tokens ending in eos, and compares
+best = checks.finds_the_most_likely(beam_of_2, m, symbols=[3, 4], eos=2, max_len=4)
+print("beam search found the most likely sequence,", [name[t] for t in best])
+try:
+    checks.finds_the_most_likely(greedy, m, symbols=[3, 4], eos=2, max_len=4)
+    raise SystemExit("greedy should have missed it")
+except AssertionError as e:
+    print("greedy did not:", e)
 
 # %% [markdown]
 # ## The length penalty
@@ -51,7 +63,7 @@ ax.set_ylabel("lp(Y)")
 ax.legend()
 fig.tight_layout()
 fig.savefig(figure_dir("13") / "length_penalty.png")
-assert length_penalty(7, 0.6) == 2**0.6
+checks.length_penalty_is_gnmt(length_penalty)
 print("saved", figure_dir("13") / "length_penalty.png", "| smoke" if smoke() else "")
 
 # %% [markdown]

@@ -15,7 +15,7 @@
 
 import numpy as np
 
-from transformer import data
+from transformer import checks, data
 from transformer.evaluate import bleu
 from transformer.lesson import figure_dir, multi30k_dir, smoke
 from transformer.tokenizer import Tokenizer
@@ -32,10 +32,10 @@ for v in sizes:
     avg_len[v] = np.mean([len(x) for x in ids])
     if v == sizes[-1]:
         print("pieces:", tok.pieces("Ein Fahrradfahrer springt über eine Rampe."))
-        assert tok.decode(tok.encode(de[0])) == " ".join(de[0].split())
+        checks.round_trips(tok, de[:200])
 print("mean German sentence length in pieces:", {v: round(a, 1) for v, a in avg_len.items()},
       "| in words:", round(np.mean([len(s.split()) for s in de[:500]]), 1))
-assert avg_len[sizes[0]] > avg_len[sizes[-1]]
+checks.always_lower([avg_len[sizes[-1]]], [avg_len[sizes[0]]], "pieces per sentence, largest vs smallest vocabulary")
 
 # %% [markdown]
 # ## BLEU, and why its settings matter

@@ -32,7 +32,7 @@ results = Results("15")
 steps = np.arange(1, 100_001)
 lr = [noam_lr(s, 512, 4000) for s in steps[::100]]
 print(f"base model: peak {max(lr):.2e} at step 4000; {noam_lr(100_000, 512, 4000):.2e} at step 100k")
-assert abs(noam_lr(4000, 512) - 512**-0.5 * 4000**-0.5) < 1e-15
+checks.follows_equation_3(noam_lr, [(1, 512, 4000), (4000, 512, 4000), (4001, 512, 4000), (100_000, 512, 4000)])
 
 # %% [markdown]
 # The experiment: the copy task (lesson 12) with Adam as the paper sets it, warm-up w = 100,

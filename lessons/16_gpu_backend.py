@@ -21,7 +21,7 @@ import numpy as np
 import minitensor as mt
 import minitensor.functional as F
 from minitensor import amp
-from transformer import Transformer, TransformerConfig, label_smoothed_loss
+from transformer import Transformer, TransformerConfig, checks, label_smoothed_loss
 from transformer.lesson import Results, figure_dir, smoke
 
 results = Results("16")
@@ -57,9 +57,8 @@ if GPU:
                                mt.tensor(tgt[:, 1:], device="cuda"), 0)
     loss.backward()
     print(f"gpu loss {loss.item():.6f} (with the kernels on)")
-    assert abs(loss.item() - cpu_loss) < 1e-4
-    for n, p in model.named_parameters():
-        assert np.allclose(p.grad.numpy(), cpu_grads[n], atol=1e-4), n
+    checks.agree(loss.item(), cpu_loss, "GPU vs CPU loss", atol=1e-4)
+    checks.agree({n: p.grad.numpy() for n, p in model.named_parameters()}, cpu_grads, "GPU vs CPU gradients", atol=1e-4)
     print("gradients agree to float32 tolerance")
 else:
     print("(no GPU here: the GPU half of this section is skipped)")
@@ -113,7 +112,7 @@ if EMULATOR:
     y_ref, _, _ = layer_norm_reference(np, x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), 1e-5)
     print("LayerNorm kernel vs NumPy (float64): max |difference| =", float(np.abs(y - y_ref).max()))
     results["emulated_layer_norm_max_difference"] = float(np.abs(y - y_ref).max())
-    assert np.abs(y - y_ref).max() < 1e-5
+    checks.agree(y, y_ref, "LayerNorm kernel vs NumPy", atol=1e-5)
 
     scores = rng.standard_normal((2, 4, 5, 5)).astype(np.float32) * 3
     causal = np.tril(np.ones((5, 5), dtype=bool))
@@ -121,7 +120,8 @@ if EMULATOR:
     p_ref = masked_softmax_reference(np, scores.astype(np.float64), causal, 1 / np.sqrt(16))
     print("fused softmax kernel vs NumPy: max |difference| =", float(np.abs(p - p_ref).max()),
           "| weights above the diagonal:", float(p[..., ~causal].max()))
-    assert np.abs(p - p_ref).max() < 1e-6 and p[..., ~causal].max() == 0.0
+    checks.agree(p, p_ref, "fused softmax kernel vs NumPy", atol=1e-6)
+    checks.agree(p[..., ~causal], 0.0 * p[..., ~causal], "weights above the causal diagonal", atol=0.0)
     results["emulated_softmax_max_difference"] = float(np.abs(p - p_ref).max())
     results.finding(f"on the CPU emulator of CUDA the LayerNorm kernel matches NumPy's float64 LayerNorm to "
                     f"{results['emulated_layer_norm_max_difference']:.2g} and the fused softmax kernel the masked "
@@ -181,10 +181,10 @@ ref = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).n
 print("max |tiled - op| =", np.abs(out - ref).max())
 results.finding(f"the tiled (online-softmax) attention replayed in NumPy equals the op to {np.abs(out - ref).max():.2g} "
                 f"in float64, for {T} keys in tiles of 32.")
-assert np.allclose(out, ref, atol=1e-12)
+checks.agree(out, ref, "tiled attention vs the op", atol=1e-12)
 # the backward needs only lse: every weight is exp(score - lse), recomputed tile by tile
 weights = np.exp(q @ k.T / 4.0 - lse[:, None])
-assert np.allclose(weights.sum(axis=1), 1.0)
+checks.agree(weights.sum(axis=1), np.ones(T), "weights recomputed from lse, summed over keys", atol=1e-12)
 
 # %% [markdown]
 # The memory it saves: the weights are Tq·Tk numbers per head, the log-sum-exp Tq.

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 import minitensor as mt
-from transformer import Transformer, TransformerConfig, label_smoothed_loss
+from transformer import Transformer, TransformerConfig, checks
 from transformer.lesson import figure_dir, smoke
 
 rng = np.random.default_rng(0)
@@ -26,25 +26,26 @@ model = Transformer(cfg).astype(np.float64)
 src = rng.integers(3, 20, (6, 5))
 tgt = rng.integers(3, 20, (6, 7))
 tgt[3:, 4:] = 0                          # the second half has padding: uneven token counts
-tokens = int((tgt[:, 1:] != 0).sum())
+shards = [slice(0, 3), slice(3, 6)]   # two ranks, three sentences each
 
 
-def grads_of(rows, scale):
-    model.zero_grad()
-    loss = label_smoothed_loss(model(src[rows], tgt[rows, :-1]), mt.tensor(tgt[rows, 1:]), 0, reduction="sum")
-    (loss * scale).backward()
-    return [p.grad.numpy().copy() for p in model.parameters()]
+def all_reduce_then_divide(grads, tokens):
+    """What DistributedTrainer does: sum the ranks' summed-loss gradients, divide by all tokens."""
+    return [(a + b) / sum(tokens) for a, b in zip(*grads)]
 
 
-whole = grads_of(slice(0, 6), 1 / tokens)
-rank0, rank1 = grads_of(slice(0, 3), 1.0), grads_of(slice(3, 6), 1.0)
-summed = [(a + b) / tokens for a, b in zip(rank0, rank1)]          # the all-reduce, then / global tokens
-assert all(np.allclose(w, s) for w, s in zip(whole, summed))
-t0, t1 = int((tgt[:3, 1:] != 0).sum()), int((tgt[3:, 1:] != 0).sum())
-wrong = [(a / t0 + b / t1) / 2 for a, b in zip(rank0, rank1)]    # averaging per-rank means
-err = max(np.abs(w - x).max() for w, x in zip(whole, wrong))
-print(f"tokens per rank {t0} and {t1}: summing then dividing by {tokens} is exact; averaging per-rank means is off by {err:.2e}")
-assert err > 1e-6
+def average_of_means(grads, tokens):
+    """The tempting mistake: each rank's per-token mean, then the mean over ranks."""
+    return [(a / tokens[0] + b / tokens[1]) / 2 for a, b in zip(*grads)]
+
+
+err = checks.sharded_gradients_match(model, src, tgt, 0, shards, all_reduce_then_divide)
+print(f"summing then dividing by all the tokens equals the whole batch's gradient to {err:.1e}")
+try:
+    checks.sharded_gradients_match(model, src, tgt, 0, shards, average_of_means)
+    raise SystemExit("averaging per-rank means should differ")
+except AssertionError as e:
+    print("averaging the ranks' means does not:", e)
 
 # %% [markdown]
 # ## The real thing: two MPI processes
@@ -73,6 +74,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+whole, per_rank, tokens = checks.shard_gradients(model, src, tgt, 0, shards)
+summed, wrong = all_reduce_then_divide(per_rank, tokens), average_of_means(per_rank, tokens)
 fig, ax = plt.subplots(figsize=(5, 3))
 flat_whole = np.concatenate([w.ravel() for w in whole])
 ax.scatter(flat_whole, np.concatenate([s.ravel() for s in summed]), s=4, label="sum, / global tokens")

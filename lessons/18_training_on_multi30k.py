@@ -11,7 +11,7 @@
 
 import numpy as np
 
-from transformer import data
+from transformer import checks, data
 from transformer.lesson import figure_dir, multi30k_dir, smoke
 from transformer.tokenizer import Tokenizer, encode_cached
 from transformer.train import ParallelData, Trainer, TrainSettings
@@ -42,7 +42,7 @@ history = trainer.history
 first, last = np.mean([r["loss"] for r in history[:5]]), np.mean([r["loss"] for r in history[-5:]])
 print(f"training loss {first:.2f} -> {last:.2f}; validation:",
       [(r["step"], round(r["valid_nll"], 2), r.get("valid_bleu")) for r in history if "valid_nll" in r])
-assert last < first
+checks.always_lower([last], [first], "training loss, last 5 logged steps vs first 5")
 
 # %%
 from transformer.evaluate import translate

@@ -178,3 +178,194 @@ def test_lesson_11_token_level_check_on_the_whole_model():
     checks.sees_only(changes.T, np.tril(np.ones((5, 5), dtype=bool)), "decoder")
     with pytest.raises(AssertionError):  # the same measurement read the wrong way round is caught
         checks.sees_only(changes, np.tril(np.ones((5, 5), dtype=bool)), "decoder, transposed")
+
+
+# ---------------------------------------------------------------- lesson 1
+def _neuron(p):
+    return p["x1"] * p["x1"] + np.tanh(p["w1"] * p["x1"] + p["w2"] * p["x2"] + p["b"])
+
+
+def _neuron_grads(p, accumulate=True):
+    """∂z/∂leaf for lesson 1's z = x1·x1 + tanh(w1 x1 + w2 x2 + b); without ``accumulate``
+    x1 keeps only its last contribution, as a backward that assigns instead of adding would."""
+    s = 1 - np.tanh(p["w1"] * p["x1"] + p["w2"] * p["x2"] + p["b"]) ** 2
+    dx1 = (2 * p["x1"] if accumulate else 0.0) + s * p["w1"]
+    return dict(x1=dx1, x2=s * p["w2"], w1=s * p["x1"], w2=s * p["x2"], b=s)
+
+
+def test_lesson_1_finite_difference_check_catches_a_backward_that_assigns_instead_of_adding():
+    p = dict(x1=0.5, x2=-1.5, w1=2.0, w2=0.7, b=0.1)
+    assert checks.matches_finite_differences(_neuron, p, _neuron_grads(p)) < 1e-8
+    with pytest.raises(AssertionError, match="∂f/∂x1"):
+        checks.matches_finite_differences(_neuron, p, _neuron_grads(p, accumulate=False))
+
+
+def test_agree_names_the_entry_that_differs_and_accepts_what_is_within_tolerance():
+    assert checks.agree({"a": [1.0, 2.0]}, {"a": [1.0, 2.0 + 1e-13]}, "x") <= 1e-12
+    with pytest.raises(AssertionError, match=r"x \[b\]: off by 0.001"):
+        checks.agree({"a": 1.0, "b": np.ones(3)}, {"a": 1.0, "b": np.ones(3) + 1e-3}, "x", atol=1e-6)
+    with pytest.raises(AssertionError, match="shape"):
+        checks.agree(np.ones(3), np.ones(4), "x")
+
+
+# ---------------------------------------------------------------- lesson 2
+class AddMeaningTheBias(mt.autograd.Function):
+    """a + b whose backward averages the broadcast operand's gradient over the rows instead of
+    summing it."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad.mean(0)
+
+
+def test_lesson_2_broadcast_check_catches_a_gradient_averaged_instead_of_summed():
+    checks.broadcast_gradient_is_summed(lambda x, b: x + b)
+    with pytest.raises(AssertionError, match="summed over rows"):
+        checks.broadcast_gradient_is_summed(AddMeaningTheBias.apply)
+
+
+# ---------------------------------------------------------------- lesson 3
+class HalfForgottenSoftmax(mt.autograd.Function):
+    """Softmax whose backward drops the −y yᵀ part of the Jacobian."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = checks.np_softmax(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved
+        return grad * y
+
+
+def test_lesson_3_rejection_check_fails_when_the_backward_is_right():
+    x = mt.tensor(np.random.default_rng(0).standard_normal((3, 5)), requires_grad=True)
+    assert "input 0" in checks.gradcheck_rejects(HalfForgottenSoftmax.apply, [x], "half a Jacobian")
+    with pytest.raises(AssertionError, match="gradcheck accepted the real softmax"):
+        checks.gradcheck_rejects(lambda t: F.softmax(t, axis=-1), [x], "the real softmax")
+
+
+# ---------------------------------------------------------------- lesson 12
+def test_lesson_12_shift_check_catches_a_decoder_input_that_holds_the_answer():
+    from transformer.copytask import BOS, PAD, CopyTaskSettings, make_batch
+
+    _, tgt_in, tgt_out = make_batch(np.random.default_rng(0), 8, CopyTaskSettings(vocab=13, min_length=3, max_length=6))
+    checks.target_is_shifted(tgt_in, tgt_out, BOS, PAD)
+    with pytest.raises(AssertionError, match="not the target shifted"):
+        checks.target_is_shifted(np.concatenate([tgt_in[:, :1], tgt_out[:, :-1] * 0 + tgt_out[:, 1:]], 1),
+                                 tgt_out, BOS, PAD)
+    with pytest.raises(AssertionError, match="start with <s>"):
+        checks.target_is_shifted(tgt_out, tgt_out, BOS, PAD)
+
+
+def test_lesson_12_copy_check_passes_a_model_that_copies_and_fails_an_untrained_one():
+    from transformer.toy import TableModel
+
+    src, tgt_out = np.array([[3, 4]]), np.array([[3, 4, 2]])
+    copier = TableModel({(): [0, 0, 0, 1, 0], (3,): [0, 0, 0, 0, 1], (3, 4): [0, 0, 1, 0, 0]}, [0, 0, 1, 0, 0], 5)
+    assert checks.copies(copier, src, tgt_out, at_least=1.0) == (1.0, 1.0)
+    mt.manual_seed(0)
+    untrained = Transformer(TransformerConfig(5, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                              n_decoder_layers=1, dropout=0.0))
+    with pytest.raises(AssertionError, match="the model copies 0.0% of sequences"):
+        checks.copies(untrained, src, tgt_out, at_least=0.5)
+
+
+# ---------------------------------------------------------------- lesson 13
+def _lesson_13_model():
+    from transformer.toy import TableModel
+
+    table = {(): [0, 0, 0.0, 0.6, 0.4], (3,): [0, 0, 0.3, 0.35, 0.35], (4,): [0, 0, 0.9, 0.05, 0.05]}
+    return TableModel(table, [0, 0, 0.98, 0.01, 0.01], vocab_size=5)
+
+
+def test_lesson_13_search_check_catches_greedy_decoding_and_passes_beam_search():
+    from transformer.decoding import beam_search, greedy_decode
+
+    def greedy(m):
+        out = greedy_decode(m, np.array([[3]]), max_len=4)[0].tolist()
+        return out[:out.index(2) + 1]
+
+    m = _lesson_13_model()
+    beam = lambda mm: beam_search(mm, np.array([[3]]), beam_size=2, alpha=0.0, max_len=4)[0][0].tokens  # noqa: E731
+    assert checks.finds_the_most_likely(beam, m, [3, 4], eos=2, max_len=4) == [4, 2]
+    with pytest.raises(AssertionError, match=r"returned \[3, 3, 2\]"):
+        checks.finds_the_most_likely(greedy, m, [3, 4], eos=2, max_len=4)
+
+
+def test_lesson_13_length_penalty_check_catches_a_missing_divisor():
+    from transformer.decoding import length_penalty
+
+    checks.length_penalty_is_gnmt(length_penalty)
+    with pytest.raises(AssertionError, match="lp"):
+        checks.length_penalty_is_gnmt(lambda n, a: (5.0 + n) ** a)
+
+
+# ---------------------------------------------------------------- lesson 14
+def test_lesson_14_round_trip_check_catches_a_tokenizer_that_loses_case(tmp_path):
+    from transformer.tokenizer import Tokenizer
+
+    words = "ein Mann fährt mit dem Fahrrad durch den Park und eine Frau liest ein Buch am See".split()
+    rng = np.random.default_rng(0)
+    sentences = [" ".join(rng.choice(words, 8)) for _ in range(300)]
+    tok = Tokenizer.train(sentences, tmp_path / "spm", vocab_size=60)
+    checks.round_trips(tok, sentences[:50] + ["ein  Mann   fährt  "])
+
+    class Lowercasing:
+        encode = staticmethod(tok.encode)
+
+        @staticmethod
+        def decode(ids):
+            return tok.decode(ids).lower()
+
+    with pytest.raises(AssertionError, match="came back as"):
+        checks.round_trips(Lowercasing, sentences[:50])
+
+
+# ---------------------------------------------------------------- lesson 15
+def test_lesson_15_equation_3_check_catches_a_schedule_one_step_off():
+    from transformer import noam_lr
+
+    points = [(1, 512, 4000), (4000, 512, 4000), (100_000, 512, 4000)]
+    checks.follows_equation_3(noam_lr, points)
+    with pytest.raises(AssertionError, match=r"lr\(1, 512, 4000\)"):
+        checks.follows_equation_3(lambda s, d, w: noam_lr(s + 1, d, w), points)
+
+
+# ---------------------------------------------------------------- lesson 16
+def test_lesson_16_kernel_check_catches_swapped_scale_and_shift_on_the_emulator():
+    from minitensor.cuda import emulator
+    from minitensor.cuda import layer_norm as ln_kernel
+    from minitensor.ops.norm import layer_norm_reference
+    from tests.helpers import require
+
+    ok, why = emulator.available()
+    require(ok, f"the CUDA emulator needs a C++ compiler: {why}")
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((6, 48)) * 3 + 1).astype(np.float32)
+    gamma, beta = rng.uniform(0.5, 1.5, 48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    ref, _, _ = layer_norm_reference(np, x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), 1e-5)
+    checks.agree(ln_kernel.forward(x, gamma, beta, 1e-5)[0], ref, "LayerNorm kernel", atol=1e-5)
+    with pytest.raises(AssertionError, match="LayerNorm kernel: off by"):
+        checks.agree(ln_kernel.forward(x, beta, gamma, 1e-5)[0], ref, "LayerNorm kernel", atol=1e-5)
+
+
+# ---------------------------------------------------------------- lesson 17
+def test_lesson_17_data_parallel_check_catches_averaging_the_ranks_means():
+    rng = np.random.default_rng(0)
+    mt.manual_seed(0)
+    model = Transformer(TransformerConfig(20, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                          n_decoder_layers=1, dropout=0.0)).astype(np.float64)
+    src, tgt = rng.integers(3, 20, (6, 5)), rng.integers(3, 20, (6, 7))
+    tgt[3:, 4:] = 0
+    shards = [slice(0, 3), slice(3, 6)]
+    checks.sharded_gradients_match(model, src, tgt, 0, shards, lambda g, n: [(a + b) / sum(n) for a, b in zip(*g)])
+    with pytest.raises(AssertionError, match="combined shards"):
+        checks.sharded_gradients_match(model, src, tgt, 0, shards,
+                                       lambda g, n: [(a / n[0] + b / n[1]) / 2 for a, b in zip(*g)])

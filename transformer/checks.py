@@ -174,3 +174,151 @@ def sees_only(inf: np.ndarray, allowed: np.ndarray, what: str) -> None:
     assert leaks.size == 0, f"{what}: output {leaks[0][0]} depends on input {leaks[0][1]}, which it must not see"
     blind = np.argwhere((inf == 0) & allowed)
     assert blind.size == 0, f"{what}: output {blind[0][0]} does not depend on input {blind[0][1]}"
+
+
+# ---------------------------------------------------------------- shared: two results agree
+def agree(got, expected, what: str, atol: float = 1e-12, rtol: float = 0.0) -> float:
+    """``got`` and ``expected`` (numbers, arrays, or lists / dicts of them with the same keys)
+    agree to ``atol + rtol·|expected|`` everywhere. Returns the largest difference."""
+    if isinstance(expected, dict):
+        assert set(got) == set(expected), f"{what}: names {sorted(got)} vs {sorted(expected)}"
+        pairs = [(got[k], expected[k], f"{what} [{k}]") for k in expected]
+    elif isinstance(expected, (list, tuple)):
+        assert len(got) == len(expected), f"{what}: {len(got)} results, expected {len(expected)}"
+        pairs = [(g, e, f"{what} [{i}]") for i, (g, e) in enumerate(zip(got, expected))]
+    else:
+        g, e = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+        assert g.shape == e.shape, f"{what}: shape {g.shape}, expected {e.shape}"
+        diff = np.abs(g - e)
+        bad = diff > atol + rtol * np.abs(e)
+        assert not bad.any(), f"{what}: off by {diff.max():.3g} (allowed {atol:.1g} + {rtol:.1g}·|expected|)"
+        return float(diff.max()) if diff.size else 0.0
+    return max((agree(g, e, w, atol, rtol) for g, e, w in pairs), default=0.0)
+
+
+# ---------------------------------------------------------------- lesson 1: a scalar engine
+def matches_finite_differences(f, point: dict, grads: dict, h: float = 1e-6, tol: float = 1e-7) -> float:
+    """``grads[name]`` is ∂f/∂name at ``point`` (a dict of floats) to ``tol``, against the
+    central difference (f(x + h) − f(x − h)) / 2h. Returns the largest difference."""
+    worst = 0.0
+    for name, x in point.items():
+        up, down = dict(point, **{name: x + h}), dict(point, **{name: x - h})
+        numeric = (f(up) - f(down)) / (2 * h)
+        diff = abs(grads[name] - numeric)
+        assert diff < tol, f"∂f/∂{name}: backward gives {grads[name]:.10g}, finite differences {numeric:.10g}"
+        worst = max(worst, diff)
+    return worst
+
+
+# ---------------------------------------------------------------- lesson 2: broadcasting
+def broadcast_gradient_is_summed(add, seed: int = 0) -> None:
+    """For ``add(x, b)`` with x of shape (4, 3) and b of shape (3,) broadcast over the rows:
+    b's gradient is the cotangent summed over the rows it was copied to, x's is the cotangent."""
+    rng = np.random.default_rng(seed)
+    x = mt.tensor(rng.standard_normal((4, 3)), requires_grad=True)
+    b = mt.tensor(rng.standard_normal(3), requires_grad=True)
+    cot = rng.standard_normal((4, 3))
+    add(x, b).backward(mt.tensor(cot))
+    assert b.grad is not None and b.grad.shape == (3,), f"b's gradient has shape {None if b.grad is None else b.grad.shape}, b has (3,)"
+    agree(b.grad.numpy(), cot.sum(0), "the broadcast operand's gradient vs the cotangent summed over rows", 1e-12)
+    agree(x.grad.numpy(), cot, "x's gradient vs the cotangent", 1e-12)
+
+
+# ---------------------------------------------------------------- lesson 3: a checker that catches
+def gradcheck_rejects(fn, inputs, what: str) -> str:
+    """``mt.gradcheck`` finds ``fn``'s backward wrong; returns its message."""
+    try:
+        ok = mt.gradcheck(fn, inputs)
+    except mt.GradcheckError as e:
+        return str(e)
+    raise AssertionError(f"gradcheck accepted {what} (returned {ok})")
+
+
+# ---------------------------------------------------------------- lesson 12: the copy task
+def target_is_shifted(tgt_in: np.ndarray, tgt_out: np.ndarray, bos: int, pad: int) -> None:
+    """The decoder's input is its target shifted right by one, behind ``bos``: position i
+    reads tgt_out[:i] and must predict tgt_out[i], never see it."""
+    assert (tgt_in[:, 0] == bos).all(), "the decoder input does not start with <s>"
+    real = tgt_in[:, 1:] != pad
+    assert (tgt_in[:, 1:] == tgt_out[:, :-1])[real].all(), \
+        "the decoder input is not the target shifted right: tgt_in[i + 1] != tgt_out[i]"
+
+
+def copies(model, src: np.ndarray, tgt_out: np.ndarray, at_least: float, exact: bool = True) -> tuple[float, float]:
+    """Greedy decoding of ``src`` reproduces ``tgt_out``: the share of whole sequences copied
+    exactly (or, with ``exact=False``, of tokens) is at least ``at_least``.
+    Returns (exact match, token accuracy)."""
+    from .copytask import score  # noqa: PLC0415
+    from .decoding import greedy_decode  # noqa: PLC0415
+
+    em, tokens = score(greedy_decode(model, src, max_len=tgt_out.shape[1]), tgt_out)
+    measured = em if exact else tokens
+    assert measured >= at_least, f"the model copies {measured:.1%} of {'sequences' if exact else 'tokens'}, " \
+                                 f"less than {at_least:.0%}"
+    return em, tokens
+
+
+# ---------------------------------------------------------------- lesson 13: search
+def finds_the_most_likely(decode, model, symbols, eos: int, max_len: int) -> list[int]:
+    """``decode(model)`` returns the most probable sequence ending in ``eos`` of at most
+    ``max_len`` tokens, found here by scoring every such sequence. Returns it."""
+    import itertools  # noqa: PLC0415
+
+    def log_prob(seq):
+        return sum(np.log(max(model.probs(seq[:i])[seq[i]], 1e-300)) for i in range(len(seq)))
+
+    candidates = [list(p) + [eos] for n in range(max_len) for p in itertools.product(symbols, repeat=n)]
+    best = max(candidates, key=log_prob)
+    got = list(decode(model))
+    assert got == best, f"the search returned {got} (log P {log_prob(got):.4f}); the most likely is {best} " \
+                        f"(log P {log_prob(best):.4f})"
+    return best
+
+
+def length_penalty_is_gnmt(lp) -> None:
+    """``lp(length, alpha)`` = ((5 + |Y|) / 6)^α (Wu et al., 2016), the penalty of Section 6.1."""
+    for n in (1, 2, 7, 30):
+        for a in (0.0, 0.6, 1.0):
+            agree(lp(n, a), ((5 + n) / 6) ** a, f"lp({n}, α={a})", 1e-12, 1e-12)
+
+
+# ---------------------------------------------------------------- lesson 14: subwords
+def round_trips(tokenizer, sentences) -> None:
+    """decode(encode(s)) gives every sentence back, up to runs of whitespace."""
+    for s in sentences:
+        back = tokenizer.decode(tokenizer.encode(s))
+        assert back == " ".join(s.split()), f"{s!r} came back as {back!r}"
+
+
+# ---------------------------------------------------------------- lesson 15: equation (3)
+def follows_equation_3(lr, points) -> None:
+    """``lr(step, d_model, warmup)`` = d_model^−0.5 · min(step^−0.5, step · warmup^−1.5) at
+    every (step, d_model, warmup) in ``points``."""
+    for step, d_model, warmup in points:
+        want = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        got = lr(step, d_model, warmup)
+        assert abs(got - want) <= 1e-12 * want, f"lr({step}, {d_model}, {warmup}) = {got}, equation (3) gives {want}"
+
+
+# ---------------------------------------------------------------- lesson 17: data parallelism
+def shard_gradients(model, src, tgt, pad: int, shards):
+    """(whole, per_shard, tokens): the gradients of the whole batch's per-token loss, of each
+    shard's summed loss (``shards``: row slices), and each shard's real target tokens."""
+    from .loss import label_smoothed_loss  # noqa: PLC0415
+
+    def grads(rows, scale=1.0):
+        model.zero_grad()
+        loss = label_smoothed_loss(model(src[rows], tgt[rows, :-1]), mt.tensor(tgt[rows, 1:]), pad, reduction="sum")
+        (loss * scale).backward()
+        return [p.grad.numpy().copy() for p in model.parameters()]
+
+    tokens = [int((tgt[rows, 1:] != pad).sum()) for rows in shards]
+    return grads(slice(None), 1.0 / sum(tokens)), [grads(rows) for rows in shards], tokens
+
+
+def sharded_gradients_match(model, src, tgt, pad: int, shards, combine) -> float:
+    """Gradients of the per-token loss over the whole batch equal ``combine(grads, tokens)``
+    of the shards' summed-loss gradients and their real-token counts. Returns the largest
+    difference."""
+    whole, per_shard, tokens = shard_gradients(model, src, tgt, pad, shards)
+    return agree(combine(per_shard, tokens), whole, "whole-batch gradients vs the combined shards'", 1e-12, 1e-9)
