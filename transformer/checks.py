@@ -322,3 +322,11 @@ def sharded_gradients_match(model, src, tgt, pad: int, shards, combine) -> float
     difference."""
     whole, per_shard, tokens = shard_gradients(model, src, tgt, pad, shards)
     return agree(combine(per_shard, tokens), whole, "whole-batch gradients vs the combined shards'", 1e-12, 1e-9)
+
+
+# ---------------------------------------------------------------- shared: a measured range
+def between(values, low: float, high: float, what: str) -> None:
+    """Every value (every seed's) lies in [low, high]."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    bad = v[(v < low) | (v > high) | np.isnan(v)]
+    assert bad.size == 0, f"{what}: {bad[0]:.4g} is outside [{low:.4g}, {high:.4g}] (all: {', '.join(f'{x:.4g}' for x in v)})"
