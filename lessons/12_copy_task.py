@@ -6,7 +6,10 @@
 # (target = source) can only be solved by looking the right source position up through
 # encoder-decoder attention, so when it trains, the architecture works end to end.
 # `examples/copy_task.py` runs the same thing with progress bars and plots; here the loop is
-# written out.
+# written out. Three details of the model are taken on trust here and measured later: why
+# its weights start where they do, why the embeddings are multiplied by √d_model and shared,
+# and where dropout goes (lesson 20); lesson 23 shows what to check when a loop like this one
+# does not train.
 
 # %%
 import numpy as np

@@ -219,6 +219,8 @@ results.finding(f"timed on this CPU (d = {width}, batch 8, forward + backward), 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
 for name, t in times.items():
     axes[0].loglog(time_lengths, np.array(t) * 1e3, marker="o", label=name)
+axes[0].set_xticks(time_lengths, [str(n) for n in time_lengths])
+axes[0].minorticks_off()
 axes[0].set_xlabel("sequence length n")
 axes[0].set_ylabel("ms, forward + backward")
 axes[0].legend(fontsize=8)

@@ -369,3 +369,42 @@ def test_lesson_17_data_parallel_check_catches_averaging_the_ranks_means():
     with pytest.raises(AssertionError, match="combined shards"):
         checks.sharded_gradients_match(model, src, tgt, 0, shards,
                                        lambda g, n: [(a / n[0] + b / n[1]) / 2 for a, b in zip(*g)])
+
+
+# ---------------------------------------------------------------- lessons 20-23
+def test_the_range_check_names_a_value_outside_and_fails_on_nan():
+    checks.between([0.5, 1.9], 0.5, 2.0, "std")
+    with pytest.raises(AssertionError, match=r"std: 2.1 is outside \[0.5, 2\]"):
+        checks.between([1.0, 2.1], 0.5, 2.0, "std")
+    with pytest.raises(AssertionError, match="nan"):
+        checks.between([np.nan], 0, 1, "loss")
+
+
+class DecoderLayerWithoutCrossAttention(DecoderLayer):
+    """Computes the encoder-decoder attention and then discards it: the encoder is cut off."""
+
+    def forward(self, y, memory, tgt_mask=None, src_mask=None, cache=None):
+        y = self.sub1(y, lambda h: self.self_attn(h, h, h, tgt_mask))
+        self.sub2(y, lambda h: self.cross_attn(h, memory, memory, src_mask))
+        return self.sub3(y, self.ffn)
+
+
+def test_lesson_23_silent_parameter_check_catches_a_decoder_cut_off_from_the_encoder():
+    from transformer.copytask import CopyTaskSettings, make_batch
+
+    mt.manual_seed(0)
+    model = Transformer(TransformerConfig(13, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                          n_decoder_layers=1, dropout=0.0, max_len=12))
+    src, tgt_in, tgt_out = make_batch(np.random.default_rng(0), 8, CopyTaskSettings(vocab=13, min_length=3, max_length=8))
+
+    def backward():
+        model.zero_grad()
+        label_smoothed_loss(model(src, tgt_in), mt.tensor(tgt_out), 0).backward()
+
+    backward()
+    silent = checks.only_these_are_silent(model, ("w_k.bias",))
+    assert len(silent) == 3          # the key biases of the encoder's and the decoder's two attentions
+    model.decoder.layers[0].__class__ = DecoderLayerWithoutCrossAttention
+    backward()
+    with pytest.raises(AssertionError, match="get no gradient: encoder"):
+        checks.only_these_are_silent(model, ("w_k.bias",))

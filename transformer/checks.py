@@ -330,3 +330,23 @@ def between(values, low: float, high: float, what: str) -> None:
     v = np.asarray(values, dtype=np.float64).ravel()
     bad = v[(v < low) | (v > high) | np.isnan(v)]
     assert bad.size == 0, f"{what}: {bad[0]:.4g} is outside [{low:.4g}, {high:.4g}] (all: {', '.join(f'{x:.4g}' for x in v)})"
+
+
+# ---------------------------------------------------------------- lesson 23: debugging
+def silent_parameters(model, rel: float = 1e-6) -> list[str]:
+    """Names of the parameters whose gradient (after a backward) is below ``rel`` times the
+    largest parameter gradient: parts of the model the loss does not reach."""
+    norms = {n: float(np.linalg.norm(p.grad.numpy())) if p.grad is not None else 0.0
+             for n, p in model.named_parameters()}
+    top = max(norms.values())
+    return [n for n, g in norms.items() if g <= rel * top]
+
+
+def only_these_are_silent(model, allowed_suffixes: tuple, rel: float = 1e-6) -> list[str]:
+    """Every parameter gets a gradient except those whose names end with ``allowed_suffixes``
+    (the key biases, lesson 8); returns the silent ones."""
+    silent = silent_parameters(model, rel)
+    unexpected = [n for n in silent if not n.endswith(allowed_suffixes)]
+    assert not unexpected, f"{len(unexpected)} parameters get no gradient: {', '.join(unexpected[:6])}" + \
+                           (" …" if len(unexpected) > 6 else "")
+    return silent
