@@ -37,7 +37,7 @@ checks.broadcast_gradient_is_summed(lambda u, v: u + v)  # the same with a rando
 # %%
 g = np.ones((4, 2, 3))
 print(sum_to(g, (2, 1)))
-assert sum_to(g, (2, 1)).shape == (2, 1) and np.all(sum_to(g, (2, 1)) == 12)
+checks.agree(sum_to(g, (2, 1)), np.full((2, 1), 12.0), "sum_to of a (4, 2, 3) array of ones onto (2, 1)", atol=0)
 
 # %% [markdown]
 # ## Batched matrix products
@@ -51,10 +51,10 @@ rng = np.random.default_rng(0)
 h = mt.tensor(rng.standard_normal((5, 7, 4)), requires_grad=True)
 W = mt.tensor(rng.standard_normal((4, 3)), requires_grad=True)
 out = h @ W
-assert out.shape == (5, 7, 3)
+checks.agree(out.shape, (5, 7, 3), "the shape of (5, 7, 4) @ (4, 3)", atol=0)
 out.sum().backward()
-assert W.grad.shape == (4, 3)  # summed over the 5 x 7 positions it was applied to
-assert mt.gradcheck(F.matmul, [h, W])
+checks.agree(W.grad.numpy(), (h.numpy().reshape(35, 4).T @ np.ones((35, 3))), "dW: summed over the 5 x 7 positions it was applied to", atol=1e-10)
+checks.passes_gradcheck(F.matmul, [h, W], "batched matmul")
 print("batched matmul:", h.shape, "@", W.shape, "->", out.shape, "and gradcheck passes")
 
 # %% [markdown]
@@ -92,5 +92,5 @@ for ax, g, title in ((axes[0], row.grad.numpy(), "d grid[2,3] / d row (1 x n)"),
     ax.set_yticks(range(g.shape[0]))
 fig.colorbar(im, ax=axes, label="gradient", shrink=0.8)
 fig.savefig(figure_dir("02") / "broadcast_gradient.png", bbox_inches="tight")
-assert row.grad.numpy()[0, 3] == 1 and row.grad.numpy().sum() == 1
+checks.agree(row.grad.numpy(), np.eye(1, row.grad.shape[1], 3), "d grid[2,3] / d row: 1 at column 3, 0 elsewhere", atol=0)
 print("saved", figure_dir("02") / "broadcast_gradient.png")

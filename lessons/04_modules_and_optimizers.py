@@ -91,7 +91,7 @@ for name, (make, rates) in optimisers.items():
             best = (lr, losses, acc, net)
     lr, losses, acc, net = best
     curves[f"{name}, lr {lr}"] = losses
-    assert losses[-1] < losses[0] / 2  # training works at all
+    checks.always_lower([losses[-1]], [losses[0] / 2], f"{name}: final loss vs half the first")  # training works at all
     print(f"  best: lr {lr}")
 
 # %% [markdown]
@@ -102,7 +102,7 @@ for name, (make, rates) in optimisers.items():
 # %%
 clone = MLP(2, 32, 3)
 clone.load_state_dict(net.state_dict())
-assert np.allclose(clone(X).numpy(), net(X).numpy())
+checks.agree(clone(X).numpy(), net(X).numpy(), "the loaded clone vs the original", atol=0)
 message = checks.load_is_refused(MLP(2, 16, 3), net.state_dict())  # a narrower model must refuse these weights
 print("shape mismatch is reported:", message[:90], "...")
 

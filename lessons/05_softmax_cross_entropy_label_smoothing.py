@@ -51,9 +51,10 @@ for eps in (0.0, 0.1):
     results[eps] = gaps
     nll[eps] = -np.log(p)
     print(f"eps={eps}: p(true) = {p:.4f}, logit gap {gaps[-1]:.2f}, -log p(true) = {nll[eps]:.4f}")
-assert abs(F.softmax(z).numpy()[0, 2] - (1 - 0.1 + 0.1 / V)) < 1e-3   # the smoothed optimum
-assert results[0.0][-1] > results[0.1][-1] + 1                        # without smoothing the gap keeps growing
-assert nll[0.1] > -np.log(1 - 0.1 + 0.1 / V) - 1e-3 > nll[0.0]         # and smoothing keeps a likelihood cost
+checks.agree(F.softmax(z).numpy()[0, 2], 1 - 0.1 + 0.1 / V, "p(true) with ε = 0.1 vs the smoothed optimum", atol=1e-3)
+checks.always_lower([results[0.1][-1] + 1], [results[0.0][-1]], "logit gap: smoothed + 1 vs unsmoothed")  # the gap keeps growing
+checks.always_lower([nll[0.0]], [-np.log(1 - 0.1 + 0.1 / V) - 1e-3], "−log p(true): unsmoothed vs the smoothed floor")
+checks.always_lower([-np.log(1 - 0.1 + 0.1 / V) - 1e-3], [nll[0.1]], "−log p(true): the smoothed floor vs smoothed")  # a likelihood cost
 
 # %% [markdown]
 # ## The loss the Transformer trains with

@@ -24,7 +24,7 @@ rng = np.random.default_rng(0)
 B, T, d = 2, 5, 8
 q, k, v = (mt.tensor(rng.standard_normal((B, T, d)), requires_grad=True) for _ in range(3))
 out, w = F.scaled_dot_product_attention(q, k, v, return_weights=True)
-assert np.allclose(w.numpy().sum(-1), 1)
+checks.agree(w.numpy().sum(-1), np.ones((B, T)), "attention weights summed over the keys", atol=1e-12)
 print("weights sum to 1 over the keys:", w.numpy().sum(-1)[0].round(6))
 
 causal = mt.tensor(np.tril(np.ones((T, T), bool)))
@@ -43,7 +43,7 @@ checks.attention_respects_mask(attend, causal.numpy())    # no weight on the fut
 checks.attention_respects_mask(attend, padding.numpy())   # none on sequence 1's two pad keys
 print("masked keys get exactly 0 and the allowed ones sum to 1, for both masks")
 for name, m in (("none", None), ("causal", causal), ("padding", padding)):
-    assert mt.gradcheck(lambda a, b_, c: F.scaled_dot_product_attention(a, b_, c, mask=m), [q, k, v])
+    checks.passes_gradcheck(lambda a, b_, c: F.scaled_dot_product_attention(a, b_, c, mask=m), [q, k, v], f"attention, mask {name}")
 print("gradcheck passes with no mask, a causal mask and a padding mask")
 
 # %% [markdown]
@@ -65,7 +65,7 @@ for dk, scaled, sd, pmax, jac in rows:
     print(f"d_k={dk:5d} {'scaled  ' if scaled else 'unscaled'} score std {sd:6.2f}  mean max weight {pmax:.3f}  |Jacobian| {jac:.3f}")
 unscaled_big = [r for r in rows if r[0] == dims[-1] and not r[1]][0]
 scaled_big = [r for r in rows if r[0] == dims[-1] and r[1]][0]
-assert unscaled_big[4] < scaled_big[4] / 2
+checks.always_lower([unscaled_big[4]], [scaled_big[4] / 2], f"|Jacobian| at d_k = {dims[-1]}: unscaled vs half of scaled")
 
 # %%
 import matplotlib

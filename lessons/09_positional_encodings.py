@@ -116,7 +116,7 @@ for k in acc:
     results[f"{k}_accuracy_positions_15_19"] = far[k]
     results[f"{k}_greedy_symbols_written"] = free_length[k]
 checks.always_lower(list(beyond["learned"]), list(beyond["sinusoidal"]), "learned vs sinusoidal beyond the trained lengths")
-assert beyond["sinusoidal"].min() > 0.15, "sinusoids no better than guessing beyond the trained lengths"
+checks.between(beyond["sinusoidal"], 0.15, 1, "sinusoids: accuracy beyond the trained lengths (guessing: 0.1)")
 results.finding(
     f"Trained on lengths 4-10 ({steps} updates, {len(seeds)} seeds, d_model {size}), tested at length {L} with "
     f"teacher forcing and the end token forbidden: at positions 10-14 sinusoidal models get "

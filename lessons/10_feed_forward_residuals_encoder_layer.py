@@ -24,7 +24,7 @@ ffn = PositionwiseFeedForward(8, 32).astype(np.float64)
 x = mt.tensor(rng.standard_normal((2, 5, 8)), requires_grad=True)
 # position-wise: each position's output depends on that position's input only
 checks.sees_only(checks.influence(ffn, x.numpy()[:1]), np.eye(5, dtype=bool), "FFN")
-assert mt.gradcheck(lambda a, *ps: ffn(a), [x] + ffn.parameters())
+checks.passes_gradcheck(lambda a, *ps: ffn(a), [x] + ffn.parameters(), "FFN")
 print("FFN is position-wise and passes gradcheck")
 
 for norm_first in (False, True):
@@ -32,7 +32,7 @@ for norm_first in (False, True):
     ids = mt.tensor(np.array([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]]))
     mask = padding_mask(ids, 0)
     xs = mt.tensor(rng.standard_normal((2, 5, 8))[:, :4], requires_grad=True)
-    assert mt.gradcheck(lambda a, *ps: layer(a, mask[..., :4]), [xs] + layer.parameters())
+    checks.passes_gradcheck(lambda a, *ps: layer(a, mask[..., :4]), [xs] + layer.parameters(), "encoder layer")
     print(f"encoder layer ({'pre' if norm_first else 'post'}-norm) passes gradcheck")
 
 # %% [markdown]

@@ -38,7 +38,7 @@ y = mt.tensor(rng.standard_normal((2, 4, 8)), requires_grad=True)
 mem = mt.tensor(rng.standard_normal((2, 3, 8)), requires_grad=True)
 tm = target_mask(mt.tensor(np.array([[4, 5, 6, 7], [4, 5, 0, 0]])), 0)
 sm = padding_mask(mt.tensor(np.array([[4, 5, 6], [4, 0, 0]])), 0)
-assert mt.gradcheck(lambda a, m, *ps: layer(a, m, tm, sm), [y, mem] + layer.parameters())
+checks.passes_gradcheck(lambda a, m, *ps: layer(a, m, tm, sm), [y, mem] + layer.parameters(), "decoder layer")
 print("decoder layer passes gradcheck (target and memory masks in place)")
 
 # %% [markdown]
@@ -53,7 +53,7 @@ sm = padding_mask(mt.tensor(src), 0)
 full = model.decode(tgt, memory, sm).numpy()
 cache = model.new_cache()
 steps = [model.decode(tgt[:, t:t + 1], memory, sm, cache=cache).numpy() for t in range(7)]
-assert np.allclose(np.concatenate(steps, 1), full, atol=1e-5)
+checks.agree(np.concatenate(steps, 1), full, "cached one-token steps vs the whole target at once", atol=1e-5)
 print("one token at a time with a cache == the whole target at once")
 
 # %%

@@ -132,7 +132,7 @@ if EMULATOR:
     with mt.cuda.emulate():
         _, ctx = LayerNorm.apply_with_context(mt.tensor(x), mt.tensor(gamma), mt.tensor(beta), eps=1e-5)
     print("LayerNorm op under mt.cuda.emulate() took the kernel:", ctx.kernel)
-    assert ctx.kernel
+    checks.agree(float(bool(ctx.kernel)), 1.0, "the LayerNorm op took the kernel under emulate()", atol=0)
 
     # a classic bug, caught: the backward's __syncthreads removed, so warp 0 reads partial
     # sums the other warps have not written yet
@@ -231,7 +231,7 @@ if GPU:
         cuda.set_attention("auto")
         rows.append(row)
         print("T={}: flash {:.2f} ms {:.0f} MiB | fused {:.2f} ms {:.0f} MiB | plain CuPy {:.2f} ms {:.0f} MiB".format(*row))
-    assert rows[-1][2] < rows[-1][4]  # flash needs less memory than the fused path at the longest length
+    checks.always_lower([rows[-1][2]], [rows[-1][4]], "MiB at the longest length: flash vs fused")
 else:
     print("(no GPU here: timing the kernels is skipped; benchmarks/kernels.py does it on a GPU)")
 
@@ -254,7 +254,8 @@ with amp.autocast("float16"):
 print("inside autocast the product is", y.dtype, "; the weight stays", w.dtype)
 tiny = np.float32(1e-8)
 print("a gradient of 1e-8 in float16:", np.float16(tiny), "| scaled by 2**15 first:", np.float16(tiny * 2**15))
-assert np.float16(tiny) == 0 and np.float16(tiny * 2**15) != 0
+checks.agree(float(np.float16(tiny)), 0.0, "1e-8 in float16", atol=0)
+checks.between([float(np.float16(tiny * 2**15))], 1e-6, np.inf, "1e-8 × 2**15 in float16")
 
 # %% [markdown]
 # Dynamic loss scaling picks S by trial: start high; when a gradient overflows float16's
@@ -280,11 +281,12 @@ while True:
         results.finding(f"dynamic loss scaling on the CPU: the float16 gradients of the small example overflow at "
                         f"S = {', '.join(f'{o:g}' for o in overflows)} and the update goes ahead at S = {scale:g}.")
         break
-assert scaler.skipped >= 1 and w.grad.dtype == np.float32
+checks.between([scaler.skipped], 1, np.inf, "updates skipped on overflow")
+checks.agree(np.dtype(w.grad.dtype).itemsize, 4, "bytes per gradient entry (float32, the master weights' type)", atol=0)
 expected = np.repeat(x.numpy().sum(0)[:, None], 4, axis=1)  # d(sum(x w))/dw
 print("unscaled float32 gradient vs the exact one, max relative error:",
       float(np.abs(w.grad.numpy() - expected).max() / np.abs(expected).max()))
-assert np.allclose(w.grad.numpy(), expected, rtol=1e-2, atol=1e-2)
+checks.agree(w.grad.numpy(), expected, "the unscaled gradient vs the exact one", atol=1e-2, rtol=1e-2)
 
 # %% [markdown]
 # Takeaways: one engine, two array libraries; kernels are ordinary ops with a reference

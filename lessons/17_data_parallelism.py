@@ -8,6 +8,7 @@
 # the real thing with `mpiexec` if it is installed (`pip install -e ".[mpi]"`).
 
 # %%
+import json
 import shutil
 import subprocess
 import sys
@@ -64,7 +65,8 @@ if mpiexec:
         "    print('rank 0 of', comm.world_size, 'after all_reduce:', g.tolist())\n")
     out = subprocess.run([mpiexec, "-n", "2", sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     print(out.stdout)
-    assert out.returncode == 0 and "[3.0, 3.0, 3.0, 3.0]" in out.stdout
+    checks.agree(out.returncode, 0, f"mpiexec's exit status ({out.stderr[-300:]})", atol=0)
+    checks.agree(json.loads(out.stdout.split("after all_reduce:")[1]), [3.0] * 4, "rank 0's array after the all-reduce of 1s and 2s", atol=0)
 else:
     print("mpiexec not found: pip install -e '.[mpi]' to run this part")
 

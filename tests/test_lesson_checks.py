@@ -8,6 +8,7 @@ import minitensor as mt
 import minitensor.functional as F
 from minitensor import optim
 from minitensor.ops.norm import LayerNorm
+from minitensor.ops.softmax import Softmax
 from transformer import DecoderLayer, MultiHeadAttention, Transformer, TransformerConfig, checks
 from transformer import label_smoothed_loss, padding_mask, target_mask
 from transformer.embedding import sinusoidal_table
@@ -229,19 +230,12 @@ def test_lesson_2_broadcast_check_catches_a_gradient_averaged_instead_of_summed(
 
 
 # ---------------------------------------------------------------- lesson 3
-class HalfForgottenSoftmax(mt.autograd.Function):
-    """Softmax whose backward drops the −y yᵀ part of the Jacobian."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = checks.np_softmax(x)
-        ctx.save_for_backward(y)
-        return y
+class HalfForgottenSoftmax(Softmax):
+    """Softmax whose backward drops the −y yᵀ part of the Jacobian: diag(y) only."""
 
     @staticmethod
     def backward(ctx, grad):
-        (y,) = ctx.saved
-        return grad * y
+        return grad * ctx.saved[0]
 
 
 def test_lesson_3_rejection_check_fails_when_the_backward_is_right():
