@@ -1,6 +1,7 @@
 """Time to 99% exact match on the copy task: minitensor vs PyTorch (CPU), same configuration.
 
-Both train the same architecture on the same batches (same numpy generator), with Adam
+Both train the same architecture from the same initial weights (PyTorch loads minitensor's;
+--own-init lets it draw its own) on the same batches (same numpy generator), with Adam
 (0.9, 0.98, 1e-9) and the Noam schedule, validate by greedy decoding every --eval-every
 steps and stop at the first validation exact match >= --target. PyTorch is optional: install
 it in a separate environment (pip install torch==2.13.0) and run this script from there.
@@ -20,7 +21,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from transformer.copytask import CopyTaskSettings, make_batch, train_copy_task
+import minitensor as mt
+from transformer.copytask import CopyTaskSettings, build_model, make_batch, train_copy_task
 from transformer.schedule import noam_lr
 
 
@@ -37,16 +39,19 @@ def run_minitensor(s: CopyTaskSettings, target: float, eval_every: int) -> dict:
     return {"seconds": summary["train_seconds"], "steps": summary["steps"]}
 
 
-def run_torch(s: CopyTaskSettings, target: float, eval_every: int) -> dict:
+def run_torch(s: CopyTaskSettings, target: float, eval_every: int, same_start: bool = True) -> dict:
     import torch
 
-    from torch_reference import TorchTransformer, torch_greedy
+    from torch_reference import TorchTransformer, load_minitensor_weights, torch_greedy
     from transformer.copytask import score
 
     torch.manual_seed(s.seed)
     rng = np.random.default_rng(s.seed)
     val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
     model = TorchTransformer(s.vocab, s.d_model, s.n_heads, s.d_ff, s.layers, s.dropout, s.max_length + 2)
+    if same_start:  # the weights train_copy_task starts from: the same seed, the same builder
+        mt.manual_seed(s.seed)
+        load_minitensor_weights(model, ((n, p.numpy()) for n, p in build_model(s).named_parameters()))
     opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
     t0 = time.perf_counter()
     for step in range(1, s.steps + 1):
@@ -81,6 +86,9 @@ def main() -> None:
     p.add_argument("--target", type=float, default=0.99)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's own)")
+    p.add_argument("--own-init", action="store_true",
+                   help="PyTorch draws its own initial weights (default: both start from minitensor's, so the "
+                        "runs differ only in arithmetic, not in luck)")
     a = p.parse_args()
     rows = []
     for seed in a.seeds:
@@ -92,7 +100,7 @@ def main() -> None:
 
             if a.threads:
                 torch.set_num_threads(a.threads)
-            row["torch"] = run_torch(s, a.target, a.eval_every)
+            row["torch"] = run_torch(s, a.target, a.eval_every, same_start=not a.own_init)
             row["ratio_minitensor_over_torch"] = row["minitensor"]["seconds"] / row["torch"]["seconds"]
         except ImportError:
             row["torch"] = "not installed"

@@ -8,7 +8,9 @@ PyTorch is installed (a separate environment: pip install torch==2.13.0).
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -84,6 +86,35 @@ class TorchTransformer(nn.Module):
     def forward(self, src, tgt_in):
         memory, src_mask = self.encode(src)
         return self.decode(tgt_in, memory, src_mask)
+
+
+def torch_name(name: str) -> str:
+    """The name in TorchTransformer of the minitensor Transformer's parameter ``name``."""
+    name = name.replace("tgt_embed.weight", "emb.weight")
+    name = name.replace("encoder.layers.", "enc.").replace("decoder.layers.", "dec.")
+    name = name.replace("ffn.w_1.", "ffn.0.").replace("ffn.w_2.", "ffn.2.")
+    return re.sub(r"sub(\d)\.norm\.", lambda m: f"norms.{int(m.group(1)) - 1}.", name)
+
+
+@torch.no_grad()
+def load_minitensor_weights(model: TorchTransformer, named_arrays) -> None:
+    """Start ``model`` from a minitensor Transformer's weights (``(name, array)`` pairs, e.g.
+    from ``named_parameters()``), so that two runs differ only in their arithmetic.
+    minitensor stores a Linear weight as (in, out), PyTorch as (out, in)."""
+    params = dict(model.named_parameters())
+    done = set()
+    for name, array in named_arrays:
+        key = torch_name(name)
+        array = np.asarray(array)
+        if array.ndim == 2 and key != "emb.weight":
+            array = array.T
+        if params[key].shape != array.shape:
+            raise ValueError(f"{name} -> {key}: shape {array.shape}, PyTorch has {tuple(params[key].shape)}")
+        params[key].copy_(torch.from_numpy(np.ascontiguousarray(array)))
+        done.add(key)
+    missing = set(params) - done
+    if missing:
+        raise ValueError(f"no minitensor weights for {sorted(missing)}")
 
 
 @torch.no_grad()
