@@ -4,7 +4,7 @@
     import minitensor.functional as F
     from minitensor import nn, optim
 """
-from . import amp, cuda, functional, nn, optim
+from . import allocator, amp, cuda, functional, nn, optim
 from .autograd import Function, GraphError, ShapeError, enable_grad, is_grad_enabled, no_grad
 from .backend import DeviceError
 from .gradcheck import GradcheckError, gradcheck
@@ -13,9 +13,11 @@ from .tensor import Tensor, arange, full, ones, ones_like, rand, randn, tensor, 
 
 __version__ = "0.1.0"
 
+allocator._on_import()  # freed arrays are reused, not page-faulted in again: see minitensor/allocator.py
+
 __all__ = [
     "Tensor", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
     "no_grad", "enable_grad", "is_grad_enabled", "manual_seed", "get_rng_state", "set_rng_state",
     "gradcheck", "GradcheckError", "Function", "ShapeError", "GraphError", "DeviceError",
-    "functional", "nn", "optim", "cuda", "amp",
+    "functional", "nn", "optim", "cuda", "amp", "allocator",
 ]

@@ -1,0 +1,60 @@
+"""Keep freed array memory for reuse instead of handing it back to the OS (Linux, glibc).
+
+Every op returns a new array, and a training step allocates and frees thousands of them,
+many of a few hundred KiB to a few MiB (activations of shape batch × length × d_model).
+glibc's ``malloc`` serves blocks above its *mmap threshold* (128 KiB to start with) with a
+fresh ``mmap`` and returns them with ``munmap`` when freed; it also trims the top of its heap
+when more than the *trim threshold* is free. Either way the next array of that size gets
+pages the kernel has never mapped, and each first touch of a 4 KiB page is a page fault in
+which the kernel zeroes the page. Measured on the copy task (d_model 128, batch 128, 2
+cores, 100 updates): about 650,000 page faults and 1.7 s of system time, against 29,000 and
+0.1 s with the thresholds raised, and the updates themselves faster, since the zeroed pages
+no longer push the working set out of the caches (``benchmarks/copy_task_vs_torch.py``
+prints the effect on time-to-99%).
+
+:func:`keep_freed_memory` raises both thresholds with ``mallopt``, which is what
+``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=…:glibc.malloc.trim_threshold=…`` would do at
+process start. ``import minitensor`` calls it unless ``MINITENSOR_KEEP_FREED_MEMORY=0``. The
+cost is memory: up to ``trim_bytes`` of freed blocks stay in the process for reuse. On other
+C libraries (macOS, musl) it does nothing and says so.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+
+M_TRIM_THRESHOLD = -1   # from glibc's malloc.h
+M_MMAP_THRESHOLD = -3
+
+_state = {"applied": False, "why": "not asked"}
+
+
+def keep_freed_memory(mmap_bytes: int = 64 << 20, trim_bytes: int = 256 << 20) -> bool:
+    """Serve blocks up to ``mmap_bytes`` from the heap and keep up to ``trim_bytes`` of freed
+    memory; True when the C library took both settings."""
+    if os.name != "posix":
+        _state.update(applied=False, why=f"not a POSIX system ({os.name})")
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError) as e:
+        _state.update(applied=False, why=f"no mallopt in the C library ({e})")
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    ok = bool(mallopt(M_MMAP_THRESHOLD, int(mmap_bytes))) and bool(mallopt(M_TRIM_THRESHOLD, int(trim_bytes)))
+    _state.update(applied=ok, why="mallopt accepted both thresholds" if ok else "mallopt refused a threshold")
+    return ok
+
+
+def status() -> dict:
+    """Whether the thresholds were raised in this process, and why (not)."""
+    return dict(_state)
+
+
+def _on_import() -> None:
+    if os.environ.get("MINITENSOR_KEEP_FREED_MEMORY", "1") == "0":
+        _state.update(applied=False, why="MINITENSOR_KEEP_FREED_MEMORY=0")
+        return
+    keep_freed_memory()

@@ -1,0 +1,48 @@
+"""minitensor keeps freed array memory for reuse (glibc's malloc thresholds raised at import)."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import minitensor as mt
+
+LINUX_GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
+
+FAULTS = textwrap.dedent("""
+    import resource, numpy as np
+    import minitensor
+    x = np.ones((1408, 128), np.float32)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):      # like a training step: many activations alive, then all freed
+        ys = [x * 2.0 for _ in range(40)]          # 40 fresh 704 KiB arrays
+        del ys
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, minitensor.allocator.status()["applied"])
+""")
+
+
+def _faults(env_value: str) -> tuple[int, bool]:
+    env = {**os.environ, "MINITENSOR_KEEP_FREED_MEMORY": env_value}
+    out = subprocess.run([sys.executable, "-c", FAULTS], env=env, capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]), out[1] == "True"
+
+
+@pytest.mark.skipif(not LINUX_GLIBC, reason="the thresholds are glibc's")
+def test_import_raises_the_thresholds_so_freed_arrays_are_reused_without_page_faults():
+    assert mt.allocator.status()["applied"] or os.environ.get("MINITENSOR_KEEP_FREED_MEMORY") == "0"
+    kept, applied = _faults("1")
+    returned, not_applied = _faults("0")
+    assert applied and not not_applied
+    # without: the freed heap top is trimmed and every step's arrays are page-faulted in
+    # again (176 pages of 4 KiB each)
+    assert returned > 19 * 40 * 176 / 2, returned
+    # with: only the first step's arrays fault in; later steps reuse them
+    assert kept < 1.5 * 40 * 176 and returned > 10 * kept, (kept, returned)
+
+
+def test_status_says_why_when_switched_off():
+    env = {**os.environ, "MINITENSOR_KEEP_FREED_MEMORY": "0"}
+    out = subprocess.run([sys.executable, "-c", "import minitensor; print(minitensor.allocator.status())"], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    assert "'applied': False" in out and "MINITENSOR_KEEP_FREED_MEMORY=0" in out
