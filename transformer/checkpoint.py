@@ -4,7 +4,9 @@ Contents: ``model/<name>`` arrays (a weight shared under several names is stored
 other names recorded as aliases), ``optim/<i>/<key>`` arrays (Adam moments), and ``meta``:
 a JSON string with the step, optimizer scalars, RNG state, model config, vocabulary hash and
 anything the caller adds. Writes go to a temporary file in the same directory that is then
-renamed over the target, so a crash never leaves a half-written checkpoint behind.
+renamed over the target, so a crash never leaves a half-written checkpoint under a checkpoint's
+name. A process killed mid-write (SIGKILL, power loss) can leave its temporary file behind;
+:func:`remove_partial_checkpoints` deletes those, and resuming a run calls it.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
             for k, v in state.items():
                 arrays[f"optim/{i}/{k}"] = v
     arrays["meta"] = np.array(json.dumps(info))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{_PARTIAL_SUFFIX}")
     try:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
@@ -51,6 +53,35 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+_PARTIAL_SUFFIX = ".tmp.npz"
+_PARTIAL = re.compile(r"^\.(.+\.npz)\.(\d+)\.tmp\.npz$")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_partial_checkpoints(folder: str | Path) -> list[Path]:
+    """Delete temporary files that a writer killed mid-save left in ``folder``; returns them.
+
+    A temporary file names its writer's process id; files whose writer is still running (a
+    save in progress) are left alone.
+    """
+    removed = []
+    for p in Path(folder).glob("." + "*" + _PARTIAL_SUFFIX):
+        m = _PARTIAL.match(p.name)
+        if m and not _process_alive(int(m.group(2))):
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def load_checkpoint(path: str | Path) -> dict:

@@ -24,7 +24,8 @@ from minitensor import amp, optim
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, token_batches
-from .checkpoint import load_checkpoint, prune_checkpoints, save_checkpoint, step_checkpoints
+from .checkpoint import (load_checkpoint, prune_checkpoints, remove_partial_checkpoints, save_checkpoint,
+                         step_checkpoints)
 from .config import TransformerConfig
 from .evaluate import bleu, translate
 from .loss import label_smoothed_loss
@@ -167,6 +168,8 @@ class Trainer:
         Works for any world size: training goes on at the first batch not yet consumed.
         """
         found = step_checkpoints(self.run) if self.run.exists() else []
+        if self.main and self.run.exists():
+            remove_partial_checkpoints(self.run)  # left by a run killed while it saved
         if not found:
             return False
         ck = load_checkpoint(found[-1])

@@ -1,11 +1,16 @@
-"""Checkpoints: exact round trips without pickle, atomic writes, averaging, pruning."""
+"""Checkpoints: exact round trips without pickle, atomic writes, averaging, pruning, clean-up."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import minitensor as mt
 from transformer import Transformer, TransformerConfig, paper_adam
 from transformer.checkpoint import (
-    average_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint, step_checkpoints,
+    average_checkpoints, load_checkpoint, prune_checkpoints, remove_partial_checkpoints, save_checkpoint,
+    step_checkpoints,
 )
 
 
@@ -89,3 +94,20 @@ def test_prune_keeps_the_newest_steps(tmp_path):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "nope.npz")
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_partial_files_of_dead_writers_are_removed_and_a_live_writers_are_kept(tmp_path):
+    dead = tmp_path / f".checkpoint_6.npz.{dead_pid()}.tmp.npz"
+    live = tmp_path / f".checkpoint_8.npz.{os.getpid()}.tmp.npz"
+    model, opt = trained_model()
+    done = save_checkpoint(tmp_path / "checkpoint_4.npz", model, opt)
+    for p in (dead, live):
+        p.write_bytes(b"PK\x03\x04 half a zip")
+    assert remove_partial_checkpoints(tmp_path) == [dead]
+    assert not dead.exists() and live.exists() and done.exists()

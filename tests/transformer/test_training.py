@@ -109,9 +109,12 @@ def test_sigkill_mid_training_leaves_loadable_checkpoints_and_resume_continues(t
     assert len(found) >= 3
     for p in found:  # every checkpoint on disk is complete
         load_checkpoint(p)
-    assert not list(run.glob(".*.tmp.npz"))
     last = int(found[-1].stem.split("_")[1])
+    # a kill that lands inside a save leaves that save's temporary file; plant one so the
+    # clean-up on resume is exercised whichever way the kill fell
+    (run / f".checkpoint_{last + 2}.npz.{proc.pid}.tmp.npz").write_bytes(b"PK\x03\x04 half a zip")
     main(cli_train_args(run, "--resume", "--max-steps", str(last + 2), "--save-every", "2"))
+    assert not list(run.glob(".*.tmp.npz"))
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, last + 3))  # no step twice, none missing
 
