@@ -21,10 +21,33 @@ def normalize_axes(axis, ndim: int) -> tuple:
     return tuple(sorted(set(out)))
 
 
+# Up to this many entries per row, max_last folds the columns one by one (measured on the
+# 2-core CI machine: 8x faster than ``max`` for attention's rows of 11, 1.6x at 64, slower at 128).
+SHORT_ROW = 64
+
+
+def max_last(xp, a):
+    """max over the last axis, keeping it (size 1): (..., n) -> (..., 1).
+
+    NumPy reduces a short last axis row by row, which for the 10-30 keys of an attention row
+    costs far more than the arithmetic; taking the elementwise maximum of column after column
+    runs n vectorised passes over all rows at once instead.
+    """
+    n = a.shape[-1] if a.ndim else 0
+    if xp.__name__ != "numpy" or not 1 < n <= SHORT_ROW:
+        return a.max(axis=-1, keepdims=True)
+    m = a[..., 0].copy()
+    for j in range(1, n):
+        xp.maximum(m, a[..., j], out=m)
+    return m[..., None]
+
+
 def finite_max(xp, x, axis):
     """max over ``axis`` (kept), with an all -inf row clamped to the lowest finite value, so
     ``x - max`` stays -inf there instead of becoming NaN (stable softmax / logsumexp)."""
-    return xp.maximum(x.max(axis=axis, keepdims=True), xp.finfo(x.dtype).min)
+    last = axis in (-1, x.ndim - 1) or axis == (x.ndim - 1,)
+    m = max_last(xp, x) if last else x.max(axis=axis, keepdims=True)
+    return xp.maximum(m, xp.finfo(x.dtype).min)
 
 
 def sum_last(xp, a):
