@@ -14,7 +14,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from minitensor import distributed
+from minitensor import blas, distributed
 
 from . import data as D
 from .checkpoint import average_checkpoints, load_checkpoint, save_checkpoint, step_checkpoints
@@ -111,6 +111,9 @@ def cmd_train(args) -> dict:
     if comm.rank == 0:
         print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
               f"{comm.world_size} process(es); starting at update {trainer.step}", file=sys.stderr)
+        note = blas.advice() if settings.device == "cpu" else None
+        if note:
+            print(note, file=sys.stderr)
     summary = trainer.fit()
     if comm.rank == 0:
         print(json.dumps(summary, indent=2))
