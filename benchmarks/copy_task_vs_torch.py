@@ -18,6 +18,7 @@ import json
 import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -89,6 +90,7 @@ def main() -> None:
     p.add_argument("--own-init", action="store_true",
                    help="PyTorch draws its own initial weights (default: both start from minitensor's, so the "
                         "runs differ only in arithmetic, not in luck)")
+    p.add_argument("--out", help="also write the rows and medians as JSON here")
     a = p.parse_args()
     rows = []
     for seed in a.seeds:
@@ -107,11 +109,22 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
     mt_s = [r["minitensor"]["seconds"] for r in rows]
+    out = {"benchmark": "copy task: seconds to the target exact match", "config": vars(a), "rows": rows,
+           "minitensor_median_seconds": round(float(np.median(mt_s)), 2),
+           "minitensor_ms_per_update": round(1000 * sum(mt_s) / sum(r["minitensor"]["steps"] for r in rows), 1)}
     print(f"minitensor: median {np.median(mt_s):.1f} s to {a.target:.0%} exact match over seeds {a.seeds}")
     if all(isinstance(r["torch"], dict) for r in rows):
         th_s = [r["torch"]["seconds"] for r in rows]
+        out.update(torch_median_seconds=round(float(np.median(th_s)), 2),
+                   torch_ms_per_update=round(1000 * sum(th_s) / sum(r["torch"]["steps"] for r in rows), 1),
+                   ratio_median_seconds=round(float(np.median(mt_s) / np.median(th_s)), 3))
+        out["ratio_ms_per_update"] = round(out["minitensor_ms_per_update"] / out["torch_ms_per_update"], 3)
         print(f"pytorch   : median {np.median(th_s):.1f} s")
-        print(f"ratio minitensor/pytorch (median of times): {np.median(mt_s) / np.median(th_s):.2f}")
+        print(f"ratio minitensor/pytorch (median of times): {out['ratio_median_seconds']:.2f}; "
+              f"per update (evaluation included): {out['ratio_ms_per_update']:.2f}")
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
 
 
 if __name__ == "__main__":

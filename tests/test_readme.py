@@ -23,3 +23,19 @@ def test_quick_start_is_two_commands_install_and_run_then_install_and_test():
     assert (README.parent / "examples" / "copy_task.py").exists()
     ci = (README.parent / ".ci" / "run").read_text()
     assert quick[1] in ci
+
+
+def test_the_cpu_performance_table_is_the_rendering_of_the_newest_results_file():
+    """The README's CPU table is generated (benchmarks/cpu_session.py), never typed: it equals
+    the table rendered from the newest benchmarks/results/cpu_*.json."""
+    import importlib.util
+    import json
+
+    root = README.parent
+    results = sorted((root / "benchmarks" / "results").glob("cpu_*.json"))
+    assert results, "no benchmarks/results/cpu_*.json"
+    spec = importlib.util.spec_from_file_location("cpu_session", root / "benchmarks" / "cpu_session.py")
+    session = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(session)
+    block = README.read_text().split(session.BEGIN, 1)[1].split(session.END, 1)[0].strip()
+    assert block == session.table(json.loads(results[-1].read_text()))

@@ -1,0 +1,149 @@
+"""The CPU benchmarks side by side in one sitting: the copy task over 3 seeds
+(copy_task_vs_torch.py) and the Transformer-base training step (base_step_vs_torch.py),
+minitensor against PyTorch, written with the machine's description to
+benchmarks/results/cpu_<date>.json; --readme then rewrites the README's performance table
+from that file.
+
+NumPy's OpenBLAS reads OPENBLAS_CORETYPE when it loads (see minitensor/blas.py), so each
+BLAS setting is its own process: the environment as it is, and, where that forces an AVX2
+core on an AVX-512 CPU, also without the variable (PyTorch's MKL does not read it).
+
+    cd benchmarks && ../.venv-torch/bin/python cpu_session.py            # ~15 minutes on 2 cores
+    python benchmarks/cpu_session.py --readme benchmarks/results/cpu_2026-11-22.json
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+README = HERE.parent / "README.md"
+BEGIN, END = "<!-- cpu-benchmarks:begin -->", "<!-- cpu-benchmarks:end -->"
+
+
+def machine() -> dict:
+    """What the figures depend on: CPU, cores, memory, library versions."""
+    cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    mem = next((int(line.split()[1]) for line in _lines("/proc/meminfo") if line.startswith("MemTotal")), 0)
+    import numpy as np
+
+    out = {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "os": platform.platform(),
+           "python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import torch
+
+        out.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
+                   torch_blas=torch.backends.mkl.is_available() and "MKL" or "other")
+    except ImportError:
+        out["torch"] = None
+    try:
+        out["commit"] = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE, capture_output=True,
+                                       text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        out["commit"] = None
+    return out
+
+
+def _lines(path: str) -> list:
+    try:
+        return Path(path).read_text().splitlines()
+    except OSError:
+        return []
+
+
+def run_script(script: str, args: list, env: dict) -> dict:
+    """Run one benchmark script in its own process; its JSON (--out)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.json"
+        subprocess.run([sys.executable, script, *args, "--out", str(out)], cwd=HERE, env=env, check=True,
+                       stdout=sys.stderr)
+        return json.loads(out.read_text())
+
+
+def blas_settings() -> dict:
+    """{name: environment}: as it is, plus one without OPENBLAS_CORETYPE where that holds OpenBLAS back."""
+    sys.path.insert(0, str(HERE.parent))
+    from minitensor import blas
+
+    envs = {"as is": dict(os.environ)}
+    if blas.advice():
+        envs["OPENBLAS_CORETYPE unset"] = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    return envs
+
+
+def blas_of(env: dict) -> dict:
+    code = "import json; from minitensor import blas; print(json.dumps(blas.info()))"
+    return json.loads(subprocess.run([sys.executable, "-c", code], cwd=HERE.parent, env=env, capture_output=True,
+                                     text=True, check=True).stdout)
+
+
+def table(result: dict) -> str:
+    """The README's performance table (Markdown) from one session's JSON."""
+    m = result["machine"]
+    rows = ["| BLAS kernels | copy task: median s to 99% (seeds 0-2) | ms per update | "
+            "base step: target tokens/s | ratio time to 99% | ratio ms per update | ratio tokens/s (base) |",
+            "|---|---|---|---|---|---|---|"]
+    for name, r in result["runs"].items():
+        c, b = r["copy_task"], r["base_step"]["results"]["fp32"]
+        torch_c = f" vs {c['torch_median_seconds']}" if "torch_median_seconds" in c else ""
+        torch_u = f" vs {c['torch_ms_per_update']}" if "torch_ms_per_update" in c else ""
+        torch_b = f" vs {b['torch']['target_tokens_per_s']}" if isinstance(b.get("torch"), dict) else ""
+        rows.append(f"| {r['blas']['core']} ({name}) | {c['minitensor_median_seconds']}{torch_c} | "
+                    f"{c['minitensor_ms_per_update']}{torch_u} | {b['minitensor']['target_tokens_per_s']}{torch_b} | "
+                    f"{c.get('ratio_median_seconds', '–')} | {c.get('ratio_ms_per_update', '–')} | "
+                    f"{b.get('ratio_tokens_per_s_minitensor_over_torch', '–')} |")
+    head = (f"Measured on {result['date']} by `benchmarks/cpu_session.py` (`{result['file']}`): {m['cpu']}, "
+            f"{m['cores']} cores, {m['memory_gib']} GiB; NumPy {m['numpy']}, PyTorch {m.get('torch')} "
+            f"({m.get('torch_threads')} threads); commit {m.get('commit')}. Each cell is minitensor vs "
+            "PyTorch; a time ratio below 1 and a tokens/s ratio above 1 favour minitensor. Both start the copy "
+            "task from the same weights, but their trajectories part after ~20 updates and the updates needed "
+            "vary from 250 to 550 for either, so the time to 99% carries that luck; ms per update "
+            "(evaluation included) does not.")
+    return head + "\n\n" + "\n".join(rows)
+
+
+def update_readme(result: dict) -> None:
+    text = README.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} block to fill")
+    before, rest = text.split(BEGIN, 1)
+    after = rest.split(END, 1)[1]
+    README.write_text(f"{before}{BEGIN}\n{table(result)}\n{END}{after}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--base-steps", type=int, default=5)
+    p.add_argument("--out", help="default: benchmarks/results/cpu_<today>.json")
+    p.add_argument("--readme", metavar="JSON", help="only rewrite the README's table from this file")
+    a = p.parse_args()
+    if a.readme:
+        update_readme(json.loads(Path(a.readme).read_text()))
+        return
+    date = datetime.date.today().isoformat()
+    out = Path(a.out or HERE / "results" / f"cpu_{date}.json")
+    result = {"date": date, "file": str(out.relative_to(HERE.parent)) if out.is_relative_to(HERE.parent) else str(out),
+              "machine": machine(), "runs": {}}
+    for name, env in blas_settings().items():
+        print(f"== BLAS: {name}", file=sys.stderr, flush=True)
+        run = {"blas": blas_of(env)}
+        run["copy_task"] = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, a.seeds)], env)
+        run["base_step"] = run_script("base_step_vs_torch.py", ["--steps", str(a.base_steps)], env)
+        result["runs"][name] = run
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+    update_readme(result)
+
+
+if __name__ == "__main__":
+    main()
