@@ -17,7 +17,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -29,34 +28,16 @@ BEGIN, END = "<!-- cpu-benchmarks:begin -->", "<!-- cpu-benchmarks:end -->"
 
 
 def machine() -> dict:
-    """What the figures depend on: CPU, cores, memory, library versions."""
-    cpu = next((line.split(":", 1)[1].strip() for line in _lines("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
-    mem = next((int(line.split()[1]) for line in _lines("/proc/meminfo") if line.startswith("MemTotal")), 0)
-    import numpy as np
+    """gpu_common.environment("cpu") and the commit measured."""
+    from gpu_common import environment  # noqa: PLC0415 (beside this script; the README test imports only table)
 
-    out = {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem / 2**20, 1), "os": platform.platform(),
-           "python": platform.python_version(), "numpy": np.__version__}
-    try:
-        import torch
-
-        out.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
-                   torch_blas=torch.backends.mkl.is_available() and "MKL" or "other")
-    except ImportError:
-        out["torch"] = None
+    out = environment("cpu")
     try:
         out["commit"] = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE, capture_output=True,
                                        text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         out["commit"] = None
     return out
-
-
-def _lines(path: str) -> list:
-    try:
-        return Path(path).read_text().splitlines()
-    except OSError:
-        return []
 
 
 def run_script(script: str, args: list, env: dict) -> dict:
@@ -70,19 +51,12 @@ def run_script(script: str, args: list, env: dict) -> dict:
 
 def blas_settings() -> dict:
     """{name: environment}: as it is, plus one without OPENBLAS_CORETYPE where that holds OpenBLAS back."""
-    sys.path.insert(0, str(HERE.parent))
-    from minitensor import blas
+    from minitensor import blas  # noqa: PLC0415
 
     envs = {"as is": dict(os.environ)}
     if blas.advice():
         envs["OPENBLAS_CORETYPE unset"] = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     return envs
-
-
-def blas_of(env: dict) -> dict:
-    code = "import json; from minitensor import blas; print(json.dumps(blas.info()))"
-    return json.loads(subprocess.run([sys.executable, "-c", code], cwd=HERE.parent, env=env, capture_output=True,
-                                     text=True, check=True).stdout)
 
 
 def table(result: dict) -> str:
@@ -126,6 +100,7 @@ def main() -> None:
     p.add_argument("--out", help="default: benchmarks/results/cpu_<today>.json")
     p.add_argument("--readme", metavar="JSON", help="only rewrite the README's table from this file")
     a = p.parse_args()
+    sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor, whichever environment runs the script
     if a.readme:
         update_readme(json.loads(Path(a.readme).read_text()))
         return
@@ -135,10 +110,9 @@ def main() -> None:
               "machine": machine(), "runs": {}}
     for name, env in blas_settings().items():
         print(f"== BLAS: {name}", file=sys.stderr, flush=True)
-        run = {"blas": blas_of(env)}
-        run["copy_task"] = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, a.seeds)], env)
-        run["base_step"] = run_script("base_step_vs_torch.py", ["--steps", str(a.base_steps)], env)
-        result["runs"][name] = run
+        copy = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, a.seeds)], env)
+        base = run_script("base_step_vs_torch.py", ["--steps", str(a.base_steps)], env)
+        result["runs"][name] = {"blas": base["environment"]["blas"], "copy_task": copy, "base_step": base}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))

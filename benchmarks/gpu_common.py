@@ -1,10 +1,11 @@
-"""Shared by the GPU benchmarks: device description, timing, peaks, JSON results.
+"""Shared by the benchmarks: device description, timing, peaks, JSON results.
 
 Not part of the package; imported by benchmarks/base_step.py and benchmarks/kernels.py.
 """
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -29,8 +30,26 @@ def peak_tflops(gpu_name: str, precision: str) -> float | None:
     return None
 
 
+def _proc_field(path: str, key: str) -> str | None:
+    """The value of the first ``key: value`` line of a /proc file (None where there is none)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(key)), None)
+
+
 def environment(device: str) -> dict:
-    env = {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine()}
+    """What the figures depend on: versions, and the CPU (model, cores, memory, NumPy's BLAS
+    kernels) or the GPU."""
+    env = {"python": platform.python_version(), "numpy": np.__version__, "machine": platform.machine(),
+           "os": platform.platform()}
+    if device == "cpu":
+        from minitensor import blas
+
+        mem_kib = _proc_field("/proc/meminfo", "MemTotal")
+        env.update(cpu=_proc_field("/proc/cpuinfo", "model name") or platform.processor(), cores=os.cpu_count(),
+                   memory_gib=round(int(mem_kib.split()[0]) / 2**20, 1) if mem_kib else None, blas=blas.info())
     if device == "cuda":
         import cupy as cp
 
@@ -43,6 +62,7 @@ def environment(device: str) -> dict:
         import torch
 
         env["torch"] = torch.__version__
+        env["torch_threads"] = torch.get_num_threads()
     except ImportError:
         env["torch"] = None
     return env

@@ -8,7 +8,6 @@ metrics.jsonl, loss.png, attention.png and examples.txt.
 """
 import argparse
 import json
-import sys
 from dataclasses import fields
 
 from minitensor import blas
@@ -46,9 +45,7 @@ def parse_args(argv=None) -> CopyTaskSettings:
 
 def main(argv=None) -> dict:
     settings = parse_args(argv)
-    note = blas.advice() if settings.device == "cpu" else None
-    if note:
-        print(note, file=sys.stderr)
+    blas.print_advice(settings.device)
     summary = train_copy_task(settings)
     shown = {k: summary[k] for k in ("exact_match", "token_accuracy", "train_seconds", "steps", "parameters")}
     print(json.dumps(shown, indent=2))

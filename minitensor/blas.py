@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 
 # OpenBLAS cores whose single-precision kernels use AVX2 at most (its names, as
 # ``openblas_get_corename`` reports them, lower-cased)
@@ -91,3 +92,11 @@ def advice(details: dict | None = None) -> str | None:
     return (f"note: OPENBLAS_CORETYPE={d['forced_core']} makes NumPy's OpenBLAS use {d['core']} (AVX2) kernels "
             "on this AVX-512 CPU; start Python without it (env -u OPENBLAS_CORETYPE ...) for faster matrix "
             "products (1.8x on large ones where this was measured)")
+
+
+def print_advice(device: str = "cpu") -> str | None:
+    """Print :func:`advice` on stderr when training on the CPU would be held back; return it."""
+    note = advice() if device == "cpu" else None
+    if note:
+        print(note, file=sys.stderr)
+    return note

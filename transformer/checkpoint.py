@@ -56,7 +56,7 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
 
 
 _PARTIAL_SUFFIX = ".tmp.npz"
-_PARTIAL = re.compile(r"^\.(.+\.npz)\.(\d+)\.tmp\.npz$")
+_PARTIAL = re.compile(r"^\.(.+\.npz)\.(\d+)" + re.escape(_PARTIAL_SUFFIX) + "$")
 
 
 def _process_alive(pid: int) -> bool:
@@ -65,7 +65,7 @@ def _process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by someone else
-        return True
+        pass
     return True
 
 
@@ -76,7 +76,7 @@ def remove_partial_checkpoints(folder: str | Path) -> list[Path]:
     save in progress) are left alone.
     """
     removed = []
-    for p in Path(folder).glob("." + "*" + _PARTIAL_SUFFIX):
+    for p in Path(folder).glob(f".*{_PARTIAL_SUFFIX}"):
         m = _PARTIAL.match(p.name)
         if m and not _process_alive(int(m.group(2))):
             p.unlink(missing_ok=True)

@@ -111,9 +111,7 @@ def cmd_train(args) -> dict:
     if comm.rank == 0:
         print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
               f"{comm.world_size} process(es); starting at update {trainer.step}", file=sys.stderr)
-        note = blas.advice() if settings.device == "cpu" else None
-        if note:
-            print(note, file=sys.stderr)
+        blas.print_advice(settings.device)
     summary = trainer.fit()
     if comm.rank == 0:
         print(json.dumps(summary, indent=2))
