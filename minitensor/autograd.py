@@ -80,7 +80,7 @@ def sum_to(grad, shape: tuple):
 class Context:
     """One node of the graph: what a Function call saved, and where its inputs came from."""
 
-    __slots__ = ("fn", "xp", "needs_input_grad", "edges", "shape", "saved", "freed", "__dict__")
+    __slots__ = ("fn", "xp", "needs_input_grad", "edges", "shape", "saved", "freed", "last_use", "__dict__")
 
     def __init__(self, fn, xp, needs_input_grad):
         self.fn = fn
@@ -89,6 +89,9 @@ class Context:
         self.edges = ()
         self.saved = ()
         self.freed = False
+        # True while the backward runs for the last time (no retain_graph): the saved arrays
+        # are freed right after it, so a backward may overwrite the ones forward made itself
+        self.last_use = False
 
     def save_for_backward(self, *arrays) -> None:
         self.saved = arrays
@@ -206,6 +209,7 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             continue
         if node.freed:
             raise _freed_error()
+        node.last_use = not retain_graph
         input_grads = node.fn.backward(node, g)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)

@@ -98,6 +98,22 @@ def test_dropout_zeroes_or_scales_and_backward_uses_the_same_mask(device):
     assert F.dropout(x, 0.3, training=False) is x             # identity in eval mode
 
 
+def test_backward_twice_with_retain_graph_gives_the_same_gradients_where_ops_reuse_saved_arrays(device):
+    # cross entropy, dropout and layer norm overwrite a saved array on its last use only
+    rng = np.random.default_rng(0)
+    x = leaf(rng.standard_normal((6, 5)), device)
+    w, b = leaf(rng.standard_normal(5), device), leaf(rng.standard_normal(5), device)
+    target = mt.tensor(np.array([0, 4, 1, 1, 3, 0]), device=device)
+    mt.manual_seed(2)
+    h = F.layer_norm(F.dropout(x, 0.3, training=True), w, b)
+    loss = F.cross_entropy(h * 3.0, target, label_smoothing=0.1)
+    loss.backward(retain_graph=True)
+    first = x.grad.numpy().copy()
+    loss.backward()
+    close(x.grad, 2 * first)
+    assert np.abs(first).sum() > 0
+
+
 def test_dropout_gradcheck_with_a_fixed_seed(device):
     x = leaf(np.random.default_rng(0).standard_normal((4, 5)), device)
 

@@ -90,6 +90,7 @@ INDEXES = [
     (Ellipsis, slice(None, None, 2)),
     (None, 0),
     np.array([0, 2, 0, 0]),                # repeats: their gradients add up
+    np.array([2, -1, 0, -3, 2]),           # a row gather where -1 is row 2 and -3 row 0
     (np.array([1, 0]), np.array([2, 2])),  # pairs of coordinates
     (slice(None), [0, 0, 1]),              # a list, with repeats
 ]
@@ -109,6 +110,20 @@ def test_getitem_with_repeated_ids_accumulates_gradient():
     t = leaf([1.0, 2.0, 3.0])
     t[np.array([0, 0, 2, 0])].sum().backward()
     close(t.grad, [3.0, 0.0, 1.0])
+
+
+@given(data=st.data())
+def test_a_row_gather_sends_each_row_the_sum_of_its_picks(data):
+    n = data.draw(st.integers(1, 5))
+    tail = data.draw(shapes(min_dims=0, max_dims=2))
+    ids = np.array(data.draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=8)))
+    x = np.random.default_rng(0).standard_normal((n,) + tail)
+    g = np.random.default_rng(1).standard_normal((len(ids),) + tail)
+    t = leaf(x)
+    (t[ids] * mt.tensor(g)).sum().backward()
+    expected = np.zeros_like(x)
+    np.add.at(expected, ids, g)  # the unbuffered reference
+    close(t.grad, expected)
 
 
 def test_getitem_with_bool_mask_and_tensor_index(device):

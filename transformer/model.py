@@ -117,11 +117,17 @@ class Transformer(nn.Module):
         """Decoder states (..., d_model) -> logits (..., V): the tied pre-softmax projection h Eᵀ."""
         return F.linear(h, self.tgt_embed.weight.T)
 
-    def forward(self, src: mt.Tensor, tgt_in: mt.Tensor) -> mt.Tensor:
+    def forward(self, src: mt.Tensor, tgt_in: mt.Tensor, rows=None) -> mt.Tensor:
+        """Logits (B, Tt, V); with ``rows`` (ids into the B·Tt flattened target positions) only
+        those positions' logits, (len(rows), V). The loss skips pad targets, and the pre-softmax
+        projection is the largest product of the model, so training asks only for the rest."""
         src, tgt_in = self.as_ids(src), self.as_ids(tgt_in)
         src_mask = padding_mask(src, self.cfg.pad_id)
         memory = self.encode(src, src_mask)
-        return self.generator(self.decode(tgt_in, memory, src_mask))
+        h = self.decode(tgt_in, memory, src_mask)
+        if rows is not None:
+            h = h.reshape(-1, self.cfg.d_model)[self.as_rows(rows)]
+        return self.generator(h)
 
     # ------------------------------------------------------------------ helpers
     def as_ids(self, ids) -> mt.Tensor:
@@ -130,6 +136,13 @@ class Transformer(nn.Module):
             raise ValueError(f"token ids must be an integer array of shape (batch, length), got {ids.dtype} {ids.shape}")
         device = self.tgt_embed.weight.device
         return ids if ids.device == device else ids.to(device)
+
+    def as_rows(self, rows) -> mt.Tensor:
+        rows = rows if isinstance(rows, mt.Tensor) else mt.tensor(rows)
+        if rows.ndim != 1 or rows.dtype.kind not in "iu":
+            raise ValueError(f"rows must be a 1-D integer array of positions, got {rows.dtype} {rows.shape}")
+        device = self.tgt_embed.weight.device
+        return rows if rows.device == device else rows.to(device)
 
     def store_attention(self, on: bool = True) -> None:
         """Keep the last attention weights of every MultiHeadAttention (for plots)."""

@@ -28,7 +28,7 @@ from .checkpoint import (load_checkpoint, prune_checkpoints, remove_partial_chec
                          step_checkpoints)
 from .config import TransformerConfig
 from .evaluate import bleu, translate
-from .loss import label_smoothed_loss
+from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
 from .schedule import NoamSchedule, paper_adam
@@ -222,9 +222,8 @@ class Trainer:
         dev = self.s.device
         for b in batches:
             with amp.autocast(self.amp_dtype):
-                logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
-                loss = label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id,
-                                           self.s.smoothing, reduction="sum")
+                loss = batch_loss(self.model, mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev),
+                                  b.tgt_out, self.cfg.pad_id, self.s.smoothing, reduction="sum")
             if self.scaler:  # overflow is expected now and then: it is detected below, not warned about
                 with np.errstate(over="ignore", invalid="ignore"):
                     (loss * self.scaler.scale).backward()
@@ -298,9 +297,8 @@ class Trainer:
         dev = self.s.device
         for idx in token_batches(*lengths, self.s.max_tokens, shuffle=False):
             b = collate(v.src, v.tgt, idx)
-            logits = self.model(mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev))
-            total += label_smoothed_loss(logits, mt.tensor(b.tgt_out, device=dev), self.cfg.pad_id, 0.0,
-                                         reduction="sum").item()
+            total += batch_loss(self.model, mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev),
+                                b.tgt_out, self.cfg.pad_id, 0.0, reduction="sum").item()
             tokens += b.target_tokens
         out = {"valid_nll": total / tokens, "valid_ppl": math.exp(min(total / tokens, 50))}
         n = min(self.s.bleu_sentences, len(v.src_text))

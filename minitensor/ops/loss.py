@@ -5,6 +5,7 @@ import numpy as np
 
 from ..autograd import Function, ShapeError
 from .precision import compute_dtype
+from .reduce import sum_last
 
 
 class CrossEntropy(Function):
@@ -42,16 +43,17 @@ class CrossEntropy(Function):
                 raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
         # log p = (x - m) - log Σ exp(x - m). The picked and mean shifted logits are read
         # first, then exp overwrites the shifted logits (one big temporary, not two) and is
-        # kept for the backward.
+        # kept for the backward. Row sums are products with a vector of ones (``sum_last``):
+        # BLAS runs them on every core, where a reduction would use one.
         work = compute_dtype(logits.dtype)
         ctx.logits_dtype = logits.dtype
         x = logits.astype(work, copy=False)
         shifted = x - x.max(axis=-1, keepdims=True)
         picked = xp.take_along_axis(shifted, safe_t[..., None], axis=-1)[..., 0]
         eps = label_smoothing
-        mean_shifted = shifted.mean(axis=-1) if eps else None
+        mean_shifted = sum_last(xp, shifted)[..., 0] / work.type(V) if eps else None
         e = xp.exp(shifted, out=shifted)
-        sum_e = e.sum(axis=-1, keepdims=True)
+        sum_e = sum_last(xp, e)
         lse = xp.log(sum_e)[..., 0]
         nll = lse - picked
         # with smoothing, mean_c(-log p_c) = lse - mean_c(x_c - m)
@@ -73,18 +75,20 @@ class CrossEntropy(Function):
     def backward(ctx, grad):
         e, sum_e, t, valid = ctx.saved
         xp = ctx.xp
-        g = e * (1 / sum_e)  # p = softmax(logits)
-        V = g.shape[-1]
-        if ctx.eps:
-            g -= ctx.eps / V
-        onehot_scale = 1 - ctx.eps
-        flat = g.reshape(-1, V)
-        flat[xp.arange(flat.shape[0]), t.reshape(-1)] -= onehot_scale
         if ctx.reduction == "none":
             w = grad
         elif ctx.reduction == "sum":
             w = xp.broadcast_to(grad, t.shape)
         else:
             w = xp.broadcast_to(grad / xp.maximum(ctx.count, 1), t.shape)
-        g *= (w * valid)[..., None]
+        w = (w * valid)[..., None].astype(e.dtype, copy=False)
+        # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t): two passes over the (…, V)
+        # array, written into e itself when this is its last use
+        g = e if ctx.last_use else e.copy()
+        V = g.shape[-1]
+        g *= w / sum_e
+        if ctx.eps:
+            g -= w * (ctx.eps / V)
+        flat, w_flat = g.reshape(-1, V), w.reshape(-1)
+        flat[xp.arange(flat.shape[0]), t.reshape(-1)] -= (1 - ctx.eps) * w_flat
         return g.astype(ctx.logits_dtype, copy=False), None

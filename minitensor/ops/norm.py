@@ -33,24 +33,40 @@ def layer_norm_reference(xp, x, weight, bias, eps):
     return y.astype(x.dtype, copy=False), xhat, r
 
 
-def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, True)):
+def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, True), overwrite=False):
     """(dx, dγ, dβ) with ĝ = g ⊙ γ:  dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂)),
-    dγ = Σ_rows g ⊙ x̂,  dβ = Σ_rows g.  Entries of ``need`` that are False give None."""
+    dγ = Σ_rows g ⊙ x̂,  dβ = Σ_rows g.  Entries of ``need`` that are False give None.
+
+    The row means of ĝ and ĝ ⊙ x̂ are products of g and g ⊙ x̂ with γ, and the sums over rows
+    products with a vector of ones: one pass each, with BLAS. ``overwrite`` lets x̂ be used
+    as scratch space (the op's backward passes it when this is the arrays' last use).
+    """
     gx = gw = gb = None
     g = grad.astype(xhat.dtype, copy=False)
+    d = g.shape[-1]
+    inv_d = g.dtype.type(1.0 / d)
+    g_xhat = g * xhat if need[0] or (need[1] and weight is not None) else None
     if need[0]:
-        gh = g * weight if weight is not None else g.copy()
-        inv_d = gh.dtype.type(1.0 / gh.shape[-1])
-        proj = sum_last(xp, gh * xhat) * inv_d                 # mean(ĝ ⊙ x̂)
-        gh -= sum_last(xp, gh) * inv_d                         # ĝ - mean(ĝ)
-        gh -= xhat * proj
+        if weight is not None:
+            w = weight.astype(g.dtype, copy=False)
+            proj = (g_xhat @ w)[..., None] * inv_d              # mean(ĝ ⊙ x̂)
+            mean_gh = (g @ w)[..., None] * inv_d                # mean(ĝ)
+            gh = g * w
+        else:
+            proj = sum_last(xp, g_xhat) * inv_d
+            mean_gh = sum_last(xp, g) * inv_d
+            gh = g.copy()
+        gh -= mean_gh
+        scratch = xhat if overwrite else xhat.copy()
+        scratch *= proj
+        gh -= scratch
         gh *= r
         gx = gh.astype(grad.dtype, copy=False)
-    lead = tuple(range(grad.ndim - 1))
+    ones = xp.ones(g.size // d, dtype=g.dtype)
     if need[1] and weight is not None:
-        gw = (g * xhat).sum(axis=lead).astype(weight.dtype, copy=False)
+        gw = (ones @ g_xhat.reshape(-1, d)).astype(weight.dtype, copy=False)
     if need[2]:
-        gb = g.sum(axis=lead).astype(grad.dtype, copy=False)
+        gb = (ones @ g.reshape(-1, d)).astype(grad.dtype, copy=False)
     return gx, gw, gb
 
 
@@ -91,4 +107,4 @@ class LayerNorm(Function):
             x, weight, mean, rstd = ctx.saved
             return kernel.backward(grad, x, weight, mean, rstd)
         xhat, r, weight = ctx.saved
-        return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad)
+        return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad, overwrite=ctx.last_use)

@@ -58,8 +58,14 @@ class GetItem(Function):
     def backward(ctx, grad):
         xp = ctx.xp
         g = xp.zeros(ctx.in_shape, dtype=grad.dtype)
-        if _has_integer_array(ctx.index):
-            backend.scatter_add(xp, g, ctx.index, grad)
+        index = ctx.index
+        if getattr(index, "ndim", None) == 1 and index.dtype.kind in "iu" and grad.ndim >= 2:
+            # whole rows picked by one id array (a gather): add them back row by row, sorted;
+            # negative ids are made positive first so that -1 and n-1 are one row
+            rows = xp.where(index < 0, index + g.shape[0], index)
+            backend.index_add_rows(xp, g.reshape(g.shape[0], -1), rows, grad.reshape(grad.shape[0], -1))
+        elif _has_integer_array(index):
+            backend.scatter_add(xp, g, index, grad)
         else:
             g[ctx.index] = grad
         return g
