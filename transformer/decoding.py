@@ -20,10 +20,16 @@ def _prepare(model, src):
 
 
 def _step_logits(model, ys, memory, src_mask, cache):
-    """Log-probabilities of the next token after every row of ``ys`` (B, t) -> (B, V) array."""
+    """Log-probabilities of the next token after every row of ``ys`` (B, t) -> (B, V) array.
+
+    pad and bos get a logit of -inf (probability 0), as in fairseq: neither is ever an output,
+    and a generated pad would be attended to through the cache but masked without it.
+    """
     inp = ys[:, -1:] if cache is not None else ys
     h = model.decode(mt.Tensor._wrap(inp), memory, src_mask, cache=cache)
-    return mt.functional.log_softmax(model.generator(h[:, -1]), axis=-1).data
+    logits = model.generator(h[:, -1]).data
+    logits[:, [model.cfg.pad_id, model.cfg.bos_id]] = -np.inf
+    return mt.functional.log_softmax(mt.Tensor._wrap(logits), axis=-1).data
 
 
 @mt.no_grad()

@@ -107,3 +107,27 @@ def test_length_penalty_formula():
     assert length_penalty(1, 0.6) == pytest.approx(1.0)
     assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
     assert length_penalty(10, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_models_never_emit_pad_or_bos_and_cached_beams_equal_uncached(seed):
+    # an untrained model with 6 pieces puts real mass on pad (0) and bos (1): decoding must not pick them
+    mt.manual_seed(seed)
+    from transformer import Transformer  # noqa: PLC0415
+
+    cfg = TransformerConfig(vocab_size=6, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2,
+                            dropout=0.0)
+    model = Transformer(cfg).eval()
+    src = np.random.default_rng(seed).integers(3, 6, (5, 4))
+    src[1, 2:] = cfg.pad_id
+    out = greedy_decode(model, src, max_len=12)
+    for row in out:
+        produced = row[:list(row).index(cfg.eos_id) + 1] if cfg.eos_id in row else row
+        assert not set(produced.tolist()) & {cfg.pad_id, cfg.bos_id}
+    cached = beam_search(model, src, beam_size=3, max_len=12, use_cache=True, n_best=3)
+    uncached = beam_search(model, src, beam_size=3, max_len=12, use_cache=False, n_best=3)
+    for a, b in zip(cached, uncached):
+        for x, y in zip(a, b):
+            assert not set(x.tokens) & {cfg.pad_id, cfg.bos_id}
+            assert x.tokens == y.tokens
+            assert x.score == pytest.approx(y.score, abs=1e-6)

@@ -92,3 +92,14 @@ def test_loss_is_normalised_by_non_pad_target_tokens():
     # uniform logits: every counted token costs log 4 whatever the smoothing
     close(label_smoothed_loss(logits, target, pad_id=0, smoothing=0.1), np.log(4))
     close(label_smoothed_loss(logits, target, pad_id=0, smoothing=0.1, reduction="sum"), 3 * np.log(4))
+
+
+def test_wmt_presets_checkpoint_every_10_paper_minutes_and_average_the_papers_window():
+    from transformer.presets import PRESETS  # noqa: PLC0415
+
+    for name, model, seconds, last in (("wmt14-base", "base", 0.4, 5), ("wmt14-big", "big", 1.0, 20)):
+        s = PRESETS[name]["settings"]
+        assert abs(s["save_every"] * seconds - 600) <= seconds, name     # one checkpoint per 10 paper minutes
+        assert PRESETS[name]["average_last"] == s["keep_last"] == last    # Section 6.1: last 5 / last 20
+        # the averaged checkpoints span under a tenth of training (the old big preset: a third)
+        assert s["save_every"] * (last - 1) < 0.1 * s["max_steps"], name
