@@ -6,19 +6,47 @@ a JSON string with the step, optimizer scalars, RNG state, model config, vocabul
 anything the caller adds. Writes go to a temporary file in the same directory that is then
 renamed over the target, so a crash never leaves a half-written checkpoint under a checkpoint's
 name. A process killed mid-write (SIGKILL, power loss) can leave its temporary file behind;
-:func:`remove_partial_checkpoints` deletes those, and resuming a run calls it.
+:func:`remove_partial_checkpoints` deletes those, and resuming a run calls it. A failed write
+(a full disk, a read-only folder) removes its temporary file and leaves the checkpoints
+already there as they were.
+
+``meta["sha256"]`` is a hash of every array (name, dtype, shape and bytes), checked on load:
+a truncated, unreadable or altered file raises :class:`CheckpointError` naming the file and
+what is wrong, and :func:`newest_loadable` skips such files, saying why. Checkpoints written
+before the hash existed load without the check.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from minitensor import backend
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file cannot be used: truncated, unreadable, or not what its hash says."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (a full disk, a read-only folder); nothing was replaced."""
+
+
+def arrays_sha256(arrays: dict) -> str:
+    """A hash of named arrays: each name, dtype, shape and the bytes, in name order."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.data if a.size else b"")
+    return h.hexdigest()
 
 
 def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None = None) -> Path:
@@ -41,6 +69,7 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
         for i, state in enumerate(sd["state"]):
             for k, v in state.items():
                 arrays[f"optim/{i}/{k}"] = v
+    info["sha256"] = arrays_sha256(arrays)
     arrays["meta"] = np.array(json.dumps(info))
     tmp = path.with_name(f".{path.name}.{os.getpid()}{_PARTIAL_SUFFIX}")
     try:
@@ -49,6 +78,9 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        raise CheckpointWriteError(f"could not write the checkpoint {path}: {e.strerror or e}; the checkpoints "
+                              f"already in {path.parent} are unchanged") from e
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -85,14 +117,26 @@ def remove_partial_checkpoints(folder: str | Path) -> list[Path]:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """{"model": {name: array} (aliases expanded), "optimizer": state_dict or None, "meta": dict}."""
+    """{"model": {name: array} (aliases expanded), "optimizer": state_dict or None, "meta": dict}.
+
+    Raises :class:`CheckpointError` naming ``path`` when the file is truncated, unreadable,
+    or its arrays do not match the hash written with them.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such checkpoint")
-    with np.load(path, allow_pickle=False) as z:
-        meta = json.loads(str(z["meta"]))
-        model = {k[len("model/"):]: z[k] for k in z.files if k.startswith("model/")}
-        optim_arrays = {k: z[k] for k in z.files if k.startswith("optim/")}
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            stored = {k: z[k] for k in z.files if k != "meta"}
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError) as e:
+        raise CheckpointError(f"{path} is damaged and cannot be read ({type(e).__name__}: {e}); "
+                              "it may be truncated by an interrupted copy or write") from e
+    expected = meta.pop("sha256", None)
+    if expected is not None and arrays_sha256(stored) != expected:
+        raise CheckpointError(f"{path} is damaged: its arrays do not match the hash written with them")
+    model = {k[len("model/"):]: v for k, v in stored.items() if k.startswith("model/")}
+    optim_arrays = {k: v for k, v in stored.items() if k.startswith("optim/")}
     for alias, name in meta.pop("aliases", {}).items():
         model[alias] = model[name]
     optimizer = None
@@ -104,6 +148,21 @@ def load_checkpoint(path: str | Path) -> dict:
             state[int(i)][name] = v
         optimizer = {"steps": o["steps"], "hyper": o["hyper"], "state": state}
     return {"model": model, "optimizer": optimizer, "meta": meta}
+
+
+def newest_loadable(paths: Sequence[str | Path], warn=None) -> tuple[dict, Path] | None:
+    """(checkpoint, path) of the newest of ``paths`` (oldest first) that loads, or None.
+
+    Each damaged file passed over is reported through ``warn`` (a function of one string),
+    with the reason, so that a caller can say which checkpoint it skipped and why.
+    """
+    for p in reversed(list(paths)):
+        try:
+            return load_checkpoint(p), Path(p)
+        except CheckpointError as e:
+            if warn is not None:
+                warn(f"skipping {Path(p).name}: {e}")
+    return None
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict:

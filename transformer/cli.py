@@ -5,25 +5,42 @@
     echo "A dog runs in the park." | python -m transformer translate --run-dir runs/m30k
     python -m transformer average --run-dir runs/m30k --last 3 --output runs/m30k/average.npz
     mpiexec -n 2 python -m transformer train --preset multi30k-cpu --run-dir runs/m30k-dp --distributed
+
+Errors are one line, ``error: <message>``, on stderr: exit status 2 for bad usage or input
+(flags out of range, missing or damaged files), 1 for a failure while working, 130 when a
+signal stopped training (after a checkpoint was saved). ``--debug`` or ``MINITENSOR_DEBUG=1``
+adds the traceback.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import traceback
 from dataclasses import fields
 from pathlib import Path
 
 from minitensor import blas, distributed
 
 from . import data as D
-from .checkpoint import average_checkpoints, load_checkpoint, save_checkpoint, step_checkpoints
+from .checkpoint import CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint, newest_loadable, save_checkpoint, step_checkpoints
 from .config import TransformerConfig
 from .evaluate import bleu, translate
 from .model import Transformer
 from .presets import PRESETS
-from .tokenizer import Tokenizer, encode_cached
-from .train import ParallelData, Trainer, TrainSettings
+from .tokenizer import Tokenizer, VocabularyTooLarge, encode_cached
+from .train import Interrupted, ParallelData, SettingsError, Trainer, TrainingDiverged, TrainSettings
+
+
+class InputError(Exception):
+    """Bad usage or input, found before any work: ``error: <message>``, exit status 2."""
+
+
+EXIT_FAILURE, EXIT_INPUT, EXIT_INTERRUPTED = 1, 2, 130
+# what the user can mend: reported with exit status 2 (anything else is a failure, status 1)
+INPUT_ERRORS = (InputError, SettingsError, D.DataError, CheckpointError, VocabularyTooLarge, FileNotFoundError,
+                NotADirectoryError, IsADirectoryError, UnicodeDecodeError)
 
 
 # ---------------------------------------------------------------------------- data preparation
@@ -35,7 +52,7 @@ def load_corpora(args) -> dict:
                 "valid": D.multi30k("val", args.src_lang, args.tgt_lang, root),
                 "test": D.multi30k("test_2016_flickr", args.src_lang, args.tgt_lang, root)}
     if not (args.train_src and args.train_tgt and args.valid_src and args.valid_tgt):
-        raise SystemExit("wmt14 needs --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
+        raise InputError("wmt14 needs --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
                          "(newstest2013); --test-src/--test-tgt (newstest2014) are optional")
     train = D.concat_parallel(D.read_parallel(s, t) for s, t in zip(args.train_src.split(","), args.train_tgt.split(",")))
     test = D.read_parallel(args.test_src, args.test_tgt) if args.test_src and args.test_tgt else None
@@ -64,16 +81,24 @@ def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: b
 # ---------------------------------------------------------------------------- loading models
 def load_model(run: Path, checkpoint: str | None = None, average: int = 0, device: str = "cpu"):
     """(model, tokenizer) from a run directory: a given checkpoint, the average of the last N, or the newest."""
+    if not (run / "spm.model").exists():
+        raise InputError(f"{run}: not a run directory of this tool (no spm.model in it); check --run-dir, or train first")
     tok = Tokenizer(run / "spm.model")
     if checkpoint:
         ck = load_checkpoint(checkpoint)
     else:
         found = step_checkpoints(run)
         if not found:
-            raise SystemExit(f"{run}: no checkpoint_<step>.npz files; train first")
-        ck = average_checkpoints(found[-average:]) if average > 1 else load_checkpoint(found[-1])
+            raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
+        if average > 1:
+            ck = average_checkpoints(found[-average:])
+        else:  # the newest that loads, saying which were skipped and why
+            loaded = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr))
+            if loaded is None:
+                raise CheckpointError(f"{run}: none of the {len(found)} checkpoints can be read (see above)")
+            ck = loaded[0]
     if ck["meta"].get("vocab_sha256") not in (None, tok.fingerprint()):
-        raise SystemExit(f"the checkpoint was trained with another vocabulary than {run / 'spm.model'}")
+        raise InputError(f"the checkpoint was trained with another vocabulary than {run / 'spm.model'}")
     model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
     model.load_state_dict(ck["model"])
     return model.to(device).eval(), tok
@@ -92,12 +117,32 @@ def add_data_args(p):
     p.add_argument("--max-ratio", type=float, default=3.0, help="drop training pairs with a larger length ratio")
 
 
+def check_data_args(args, vocab_size: int) -> None:
+    """The data flags, checked before anything is read (each error names its flag)."""
+    if vocab_size < 5:
+        raise InputError(f"--vocab-size must be >= 5 (4 special pieces and at least one more), got {vocab_size}")
+    for name, low in (("limit", 1), ("max_words", 1), ("max_ratio", 1.0)):
+        v = getattr(args, name, None)
+        if v is not None and v < low:
+            raise InputError(f"--{name.replace('_', '-')} must be >= {low}, got {v}")
+    if args.dataset == "multi30k":
+        if args.data_dir and not Path(args.data_dir).is_dir():
+            raise InputError(f"--data-dir {args.data_dir}: no such directory")
+        return
+    for side in ("train", "valid", "test"):
+        for lang in ("src", "tgt"):
+            for path in filter(None, (getattr(args, f"{side}_{lang}") or "").split(",")):
+                if not Path(path).is_file():
+                    raise InputError(f"--{side}-{lang} {path}: no such file")
+
+
 def cmd_train(args) -> dict:
     preset = PRESETS[args.preset]
     args.dataset = args.dataset or preset["dataset"]
     overrides = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
     settings = TrainSettings(**{**preset["settings"], **overrides, "run_dir": args.run_dir,
                                 "progress": not args.no_progress})
+    check_data_args(args, args.vocab_size or preset["vocab_size"])
     run = Path(args.run_dir)
     comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
     if comm.rank == 0:
@@ -122,7 +167,7 @@ def cmd_average(args) -> None:
     run = Path(args.run_dir)
     found = step_checkpoints(run)[-args.last:]
     if not found:
-        raise SystemExit(f"{run}: no checkpoints to average")
+        raise InputError(f"{run}: no checkpoints to average")
     ck = average_checkpoints(found)
     model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
     model.load_state_dict(ck["model"])
@@ -165,8 +210,8 @@ def cmd_evaluate(args) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m transformer", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="python -m transformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a translation model", description=__doc__,
@@ -221,6 +266,57 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors raised (so that :func:`run` reports them like any other)."""
+
+    def error(self, message):
+        raise InputError(f"{message} (see {self.prog} --help)")
+
+
 def main(argv=None):
+    """Run one command and return its result; errors propagate (for scripts and tests)."""
     args = build_parser().parse_args(argv)
     return args.func(args)
+
+
+def _close_progress_bars() -> None:
+    from tqdm import tqdm  # noqa: PLC0415
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
+
+
+def run(argv=None) -> int:
+    """The command line: :func:`main` with errors as one ``error:`` line and an exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get("MINITENSOR_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        main(argv)
+        return 0
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every failure becomes one line
+        error = e
+    if isinstance(error, Interrupted):
+        status, message = EXIT_INTERRUPTED, str(error)
+    elif isinstance(error, KeyboardInterrupt):
+        status, message = EXIT_INTERRUPTED, "interrupted"
+    elif isinstance(error, INPUT_ERRORS):
+        status, message = EXIT_INPUT, _message(error)
+    else:
+        status, message = EXIT_FAILURE, _message(error)
+    _close_progress_bars()
+    sys.stdout.flush()
+    if debug:
+        traceback.print_exception(error)
+    print(f"error: {message}" if status != EXIT_INTERRUPTED else message, file=sys.stderr)
+    if not debug and status == EXIT_FAILURE:
+        print("(run again with --debug for the traceback)", file=sys.stderr)
+    return status
+
+
+def _message(e: BaseException) -> str:
+    """The error's own words where this project wrote them; else prefixed with its type."""
+    text = str(e).strip() or type(e).__name__
+    if isinstance(e, (*INPUT_ERRORS, CheckpointWriteError, TrainingDiverged)) and not isinstance(e, UnicodeDecodeError):
+        return text
+    return f"{type(e).__name__}: {text}"

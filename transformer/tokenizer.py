@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Sequence
@@ -16,6 +17,10 @@ import numpy as np
 import sentencepiece as spm
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class VocabularyTooLarge(ValueError):
+    """The corpus has too few distinct pieces for the vocabulary size asked for."""
 
 
 class Tokenizer:
@@ -55,6 +60,13 @@ class Tokenizer:
                 shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
                 minloglevel=2,
             )
+        except RuntimeError as e:  # sentencepiece: "Vocabulary size too high (8000). Please set it to a value <= 15."
+            most = re.search(r"Vocabulary size too high \((\d+)\).*<= *(\d+)", str(e))
+            if not most:
+                raise
+            raise VocabularyTooLarge(
+                f"the training corpus allows at most {most.group(2)} pieces, not {most.group(1)}; "
+                f"use --vocab-size {most.group(2)} or less (or more training data)") from None
         finally:
             os.remove(corpus)
         return cls(str(prefix) + ".model")

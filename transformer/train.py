@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import signal
+import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,8 +27,8 @@ from minitensor import amp, optim
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, token_batches
-from .checkpoint import (load_checkpoint, prune_checkpoints, remove_partial_checkpoints, save_checkpoint,
-                         step_checkpoints)
+from .checkpoint import (CheckpointError, newest_loadable, prune_checkpoints, remove_partial_checkpoints,
+                         save_checkpoint, step_checkpoints)
 from .config import TransformerConfig
 from .evaluate import bleu, translate
 from .loss import batch_loss
@@ -33,6 +36,23 @@ from .model import Transformer
 from .plots import plot_curves
 from .schedule import NoamSchedule, paper_adam
 from .tokenizer import Tokenizer
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x``, or None (JSON null) where it is infinite or NaN: strict JSON has no Infinity."""
+    return x if math.isfinite(x) else None
+
+
+class Interrupted(Exception):
+    """Training stopped on SIGINT/SIGTERM after finishing an update and saving a checkpoint."""
+
+    def __init__(self, step: int, run: Path):
+        super().__init__(f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
+        self.step = step
+
+
+class SettingsError(ValueError):
+    """A training setting is out of its range; the message names the flag and the range."""
 
 
 class TrainingDiverged(FloatingPointError):
@@ -80,6 +100,43 @@ class TrainSettings:
     memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
     progress: bool = True
 
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`SettingsError` naming the command-line flag and its allowed range for
+        the first setting out of range (the CLI calls this before it reads any data)."""
+        def flag(name):
+            return "--" + name.replace("_", "-")
+
+        for name in ("d_model", "n_heads", "d_ff", "layers", "max_tokens", "update_freq", "warmup", "max_steps",
+                     "max_epochs", "eval_every", "save_every", "keep_last", "beam_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise SettingsError(f"{flag(name)} must be a whole number >= 1, got {v}")
+        if self.d_model % self.n_heads:
+            raise SettingsError(f"--d-model ({self.d_model}) must be divisible by --n-heads ({self.n_heads})")
+        for name in ("dropout", "attention_dropout", "smoothing"):
+            v = getattr(self, name)
+            if not 0.0 <= v < 1.0:
+                raise SettingsError(f"{flag(name)} must be in [0, 1), got {v}")
+        if not self.lr_factor > 0:
+            raise SettingsError(f"--lr-factor must be > 0, got {self.lr_factor}")
+        for name in ("clip_norm", "max_minutes", "alpha", "bleu_sentences", "memory_every", "seed"):
+            v = getattr(self, name)
+            if not v >= 0:
+                raise SettingsError(f"{flag(name)} must be >= 0, got {v}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise SettingsError(f"--positional must be sinusoidal or learned, got {self.positional!r}")
+        if self.precision not in PRECISIONS:
+            raise SettingsError(f"--precision must be one of {', '.join(sorted(PRECISIONS))}, got {self.precision!r}")
+        try:
+            device = mt.backend.normalize_device(self.device)
+        except (ValueError, mt.DeviceError) as e:
+            raise SettingsError(f"--device: {e}") from None
+        if self.tf32 and device != "cuda":
+            raise SettingsError("--tf32 is a GPU setting: use it with --device cuda")
+
     def model_config(self, vocab_size: int) -> TransformerConfig:
         return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
                                  n_encoder_layers=self.layers, n_decoder_layers=self.layers, dropout=self.dropout,
@@ -112,10 +169,7 @@ class Trainer:
 
     def __init__(self, settings: TrainSettings, tokenizer: Tokenizer, train: ParallelData,
                  valid: ParallelData | None = None, resume: bool = False, comm: Communicator | None = None):
-        if settings.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {settings.precision!r}")
-        if settings.tf32 and mt.backend.normalize_device(settings.device) != "cuda":
-            raise ValueError("tf32 is a GPU setting: use it with device 'cuda'")
+        settings.check()  # also after changes made since construction
         self.s = settings
         self.tok = tokenizer
         self.amp_dtype = PRECISIONS[settings.precision]
@@ -151,7 +205,8 @@ class Trainer:
     def _meta(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "schedule": self.sched.state_dict(), "rng": mt.get_rng_state(), "config": self.cfg.to_dict(),
-                "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(), "best_valid": self.best_valid,
+                "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(),
+                "best_valid": finite_or_none(self.best_valid),
                 "train_seconds": self.train_seconds, "world_size": self.comm.world_size,
                 "loss_scaler": self.scaler.state_dict() if self.scaler else None}
 
@@ -172,12 +227,16 @@ class Trainer:
             remove_partial_checkpoints(self.run)  # left by a run killed while it saved
         if not found:
             return False
-        ck = load_checkpoint(found[-1])
+        loaded = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr) if self.main else None)
+        if loaded is None:
+            raise CheckpointError(f"{self.run}: none of the {len(found)} checkpoints can be read (see above); "
+                                  "start again without --resume in a new run directory")
+        ck, path = loaded
         meta = ck["meta"]
         if meta["vocab_sha256"] != self.tok.fingerprint():
-            raise ValueError(f"{found[-1]} was trained with another sentencepiece model (vocabulary hash differs)")
+            raise ValueError(f"{path} was trained with another sentencepiece model (vocabulary hash differs)")
         if TransformerConfig.from_dict(meta["config"]) != self.cfg:
-            raise ValueError(f"{found[-1]} holds a model of another configuration than these settings")
+            raise ValueError(f"{path} holds a model of another configuration than these settings")
         self.model.load_state_dict(ck["model"])
         self.model.to(self.s.device)
         self.opt.load_state_dict(ck["optimizer"])
@@ -185,6 +244,8 @@ class Trainer:
         mt.set_rng_state(meta["rng"])
         self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
         self.best_valid, self.train_seconds = meta["best_valid"], meta["train_seconds"]
+        if self.best_valid is None:  # written as null when no validation had run
+            self.best_valid = math.inf
         if self.scaler and meta.get("loss_scaler"):
             self.scaler.load_state_dict(meta["loss_scaler"])
         metrics = self.run / "metrics.jsonl"
@@ -209,7 +270,8 @@ class Trainer:
     def update(self, group: list[np.ndarray], stop_flag: float = 0.0) -> tuple[float, bool]:
         """One optimizer step over ``group`` (this rank takes every world_size-th batch).
 
-        Returns (loss per target token over all ranks, whether rank 0 asked to stop after it).
+        Returns (loss per target token over all ranks, rank 0's stop flag: 0 to go on, 1 out of
+        time, 2 a signal).
         With fp16, an update whose gradients overflowed is skipped (``self.last_skipped``) and
         the loss scale halved. On the GPU the only copies to the host are the logged scalars.
         """
@@ -267,7 +329,7 @@ class Trainer:
             for p in params:
                 if p.grad is not None:
                     p.grad.data *= scale
-            return loss_sum, tokens, stop_flag > 0
+            return loss_sum, tokens, stop_flag
         xp = params[0].xp
         sizes = [p.size for p in params]
         flat = xp.zeros(sum(sizes) + 3, dtype=params[0].dtype)
@@ -284,7 +346,7 @@ class Trainer:
         for p, n in zip(params, sizes):
             p.grad = mt.Tensor._wrap(flat[offset:offset + n].reshape(p.shape))
             offset += n
-        return loss_sum, int(round(tokens)), stop > 0
+        return loss_sum, int(round(tokens)), stop
 
     # ------------------------------------------------------------------ validation
     @mt.no_grad()
@@ -310,7 +372,41 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ the loop
+    @contextlib.contextmanager
+    def _stop_on_signals(self):
+        """While training, the first SIGINT or SIGTERM asks for a stop after the current update
+        (which then saves a checkpoint); a second one stops at once, as Ctrl-C usually does.
+        Only the main thread can receive signals, so elsewhere this does nothing."""
+        self.stop_requested = None
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):
+            if self.stop_requested is not None:
+                raise KeyboardInterrupt
+            self.stop_requested = signal.Signals(signum).name
+            if self.main:
+                tqdm.write(f"{self.stop_requested}: stopping after update {self.step + 1} and saving a checkpoint; "
+                           "press Ctrl-C again to stop at once", file=sys.stderr)
+
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
     def fit(self) -> dict:
+        """Train until max_steps, max_epochs or max_minutes; returns the run summary. Raises
+        :class:`Interrupted` (after saving) when a SIGINT or SIGTERM asked it to stop."""
+        with self._stop_on_signals():
+            summary = self._fit()
+        if summary["stopped_by"] == "interrupted":
+            raise Interrupted(self.step, self.run)
+        return summary
+
+    def _fit(self) -> dict:
         s = self.s
         metrics = open(self.run / "metrics.jsonl", "a") if self.main else None
         bar = tqdm(total=s.max_steps, initial=self.step, desc="training", disable=not (s.progress and self.main),
@@ -325,9 +421,13 @@ class Trainer:
                 while self.batch_in_epoch < len(batches) and self.step < s.max_steps:
                     group = batches[self.batch_in_epoch:self.batch_in_epoch + chunk]
                     out_of_time = s.max_minutes > 0 and time.perf_counter() - start >= 60 * s.max_minutes
+                    # rank 0's reason to stop travels with the gradients: 1 = out of time, 2 = a signal
+                    flag = 2.0 if self.stop_requested else 1.0 if out_of_time else 0.0
                     measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
                     with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem:
-                        loss, stop = self.update(group, stop_flag=float(out_of_time and self.main))
+                        loss, stop = self.update(group, stop_flag=flag if self.main else 0.0)
+                    if self.stop_requested and self.comm.world_size == 1:
+                        stop = 2.0  # alone, stop after the update in flight (ranks must agree first)
                     self.batch_in_epoch += len(group)
                     self.train_seconds = time.perf_counter() - start
                     record = {"step": self.step, "epoch": self.epoch, "loss": loss, "lr": self.opt.lr,
@@ -348,7 +448,7 @@ class Trainer:
                             self.best_valid = record["valid_nll"]
                             save_checkpoint(self.run / "best.npz", self.model, None, self._meta())
                     if self.main:
-                        metrics.write(json.dumps(record) + "\n")
+                        metrics.write(json.dumps(record, allow_nan=False) + "\n")
                         metrics.flush()
                     self.history.append(record)
                     bar.update(1)
@@ -359,7 +459,7 @@ class Trainer:
                     if self.step % s.save_every == 0 or stop:
                         self.save()
                     if stop:
-                        return self._finish("max_minutes")
+                        return self._finish("interrupted" if stop > 1.5 else "max_minutes")
                 if self.batch_in_epoch >= len(batches):
                     self.epoch += 1
                     self.batch_in_epoch = 0
@@ -371,13 +471,14 @@ class Trainer:
 
     def _finish(self, reason: str) -> dict:
         summary = {"steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds, 1),
-                   "stopped_by": reason, "best_valid_nll": self.best_valid, "world_size": self.comm.world_size}
+                   "stopped_by": reason, "best_valid_nll": finite_or_none(self.best_valid),
+                   "world_size": self.comm.world_size}
         if self.main:
             found = step_checkpoints(self.run)
             if not found or found[-1].name != f"checkpoint_{self.step}.npz":
                 self.save()
             self.plot()
-            (self.run / "train_summary.json").write_text(json.dumps(summary, indent=2))
+            (self.run / "train_summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
         return summary
 
     def plot(self) -> None:

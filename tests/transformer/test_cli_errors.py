@@ -1,0 +1,242 @@
+"""The command line as users meet it: each failure is one ``error:`` line and an exit status,
+never a traceback; damaged checkpoints are named and skipped; SIGINT/SIGTERM and a failing
+disk stop training with a loadable checkpoint that ``--resume`` continues from.
+
+Every case runs the real CLI (``python -m transformer``) in a subprocess."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from transformer.checkpoint import load_checkpoint, step_checkpoints
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present")
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["--data-dir", str(SHARED), "--limit", "300", "--vocab-size", "250", "--d-model", "32", "--n-heads", "2",
+         "--d-ff", "64", "--layers", "1", "--max-tokens", "800", "--warmup", "10", "--eval-every", "1000",
+         "--bleu-sentences", "0", "--no-progress"]
+
+
+def cli(*args, env=None, code=None):
+    """Run ``python -m transformer ARGS`` (or ``python -c CODE ARGS``); (exit status, stdout, stderr)."""
+    cmd = [sys.executable, *(["-c", code] if code else ["-m", "transformer"]), *map(str, args)]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "MINITENSOR_DEBUG": "0", **(env or {})})
+    return p.returncode, p.stdout, p.stderr
+
+
+def first_error_line(stderr: str) -> str:
+    """The first line the CLI itself printed (the BLAS note and skipped-checkpoint notes aside)."""
+    lines = [x for x in stderr.splitlines() if x.startswith("error:") or x.startswith("stopped at")]
+    assert lines, stderr
+    return lines[0]
+
+
+def assert_clean(status, stderr, expected_status, expected_start):
+    assert status == expected_status, stderr
+    assert "Traceback" not in stderr
+    assert first_error_line(stderr).startswith(expected_start), stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A run directory with checkpoints at updates 2, 4 and 6."""
+    run = tmp_path_factory.mktemp("cli") / "run"
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "6", "--save-every", "2")
+    assert status == 0, err
+    return run
+
+
+# ------------------------------------------------------------------ bad usage and input: exit 2
+@pytest.mark.parametrize("flags, message", [
+    (["--d-model", "-3"], "error: --d-model must be a whole number >= 1, got -3"),
+    (["--d-model", "30", "--n-heads", "4"], "error: --d-model (30) must be divisible by --n-heads (4)"),
+    (["--dropout", "1.5"], "error: --dropout must be in [0, 1), got 1.5"),
+    (["--smoothing", "-0.1"], "error: --smoothing must be in [0, 1), got -0.1"),
+    (["--warmup", "0"], "error: --warmup must be a whole number >= 1, got 0"),
+    (["--max-tokens", "0"], "error: --max-tokens must be a whole number >= 1, got 0"),
+    (["--update-freq", "0"], "error: --update-freq must be a whole number >= 1, got 0"),
+    (["--vocab-size", "2"], "error: --vocab-size must be >= 5"),
+    (["--bogus"], "error: unrecognized arguments: --bogus"),
+    (["--d-model", "abc"], "error: argument --d-model: invalid int value: 'abc'"),
+])
+def test_bad_settings_are_refused_by_flag_before_any_data_is_read(tmp_path, flags, message):
+    run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, "--data-dir", SHARED, *flags)
+    assert_clean(status, err, 2, message)
+    assert not (run / "spm.model").exists()  # nothing was read or trained
+
+
+def test_missing_data_dir_is_an_input_error(tmp_path):
+    status, _, err = cli("train", "--run-dir", tmp_path / "run", "--data-dir", tmp_path / "nowhere")
+    assert_clean(status, err, 2, f"error: --data-dir {tmp_path / 'nowhere'}: no such directory")
+
+
+def wmt_args(tmp_path, src_lines, tgt_lines, src_bytes=None):
+    src, tgt = tmp_path / "train.en", tmp_path / "train.de"
+    src.write_bytes(src_bytes) if src_bytes is not None else src.write_text("\n".join(src_lines) + "\n")
+    tgt.write_text("\n".join(tgt_lines) + "\n")
+    return ["train", "--preset", "wmt14-base", "--device", "cpu", "--run-dir", tmp_path / "run", "--train-src", src,
+            "--train-tgt", tgt, "--valid-src", src, "--valid-tgt", tgt]
+
+
+def test_mismatched_corpora_are_an_input_error(tmp_path):
+    status, _, err = cli(*wmt_args(tmp_path, ["a b", "c d", "e f"], ["x y", "z w"]))
+    assert_clean(status, err, 2, "error: parallel files differ in length")
+
+
+def test_invalid_utf8_names_the_file_and_line(tmp_path):
+    status, _, err = cli(*wmt_args(tmp_path, None, ["x y", "z w"], src_bytes=b"a house\n\xff\xfe broken\n"))
+    assert_clean(status, err, 2, f"error: {tmp_path / 'train.en'}:2: invalid UTF-8")
+
+
+def test_a_small_corpus_gets_one_sentence_about_the_vocabulary(tmp_path):
+    lines = ["the cat sat", "a dog ran", "the dog sat"]
+    status, _, err = cli(*wmt_args(tmp_path, lines, ["die katze", "ein hund", "der hund"]), "--vocab-size", "8000")
+    assert_clean(status, err, 2, "error: the training corpus allows at most ")
+    assert "use --vocab-size" in first_error_line(err)
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_a_run_dir_without_a_model_is_an_input_error(tmp_path, command):
+    status, _, err = cli(command, "--run-dir", tmp_path)
+    assert_clean(status, err, 2, f"error: {tmp_path}: not a run directory")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    status, _, err = cli("--debug", "translate", "--run-dir", tmp_path)
+    assert status == 2 and "Traceback" in err and f"error: {tmp_path}: not a run directory" in err
+    status, _, err = cli("translate", "--run-dir", tmp_path, env={"MINITENSOR_DEBUG": "1"})
+    assert status == 2 and "Traceback" in err
+
+
+def test_the_run_summary_is_strict_json_when_no_validation_ran(trained):
+    summary = json.loads((trained / "train_summary.json").read_text(), parse_constant=pytest.fail)
+    assert summary["best_valid_nll"] is None
+    for line in (trained / "metrics.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=pytest.fail)  # no NaN or Infinity anywhere
+
+
+# ------------------------------------------------------------------ damaged checkpoints
+def damage(path: Path, how: str) -> None:
+    import numpy as np  # noqa: PLC0415
+
+    data = path.read_bytes()
+    if how == "truncated":  # an interrupted copy
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "flipped":  # one byte of an array changed on disk: the zip's own check fails
+        i = len(data) // 2
+        path.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:])
+    else:  # a well-formed file whose arrays are not the ones hashed when it was saved
+        with np.load(path) as z:
+            arrays = {k: z[k] for k in z.files}
+        name = next(k for k in arrays if k.startswith("model/"))
+        arrays[name] = arrays[name] + 1
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped", "altered"])
+def test_a_damaged_checkpoint_is_named_skipped_by_translate_and_refused_by_average(trained, tmp_path, how):
+    import shutil  # noqa: PLC0415
+
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    newest = step_checkpoints(run)[-1]
+    damage(newest, how)
+    p = subprocess.run([sys.executable, "-m", "transformer", "translate", "--run-dir", str(run), "--beam", "1"],
+                       cwd=REPO, input="A dog runs.\n", capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert f"skipping {newest.name}: {newest}" in p.stderr and "damaged" in p.stderr
+    if how == "altered":
+        assert "do not match the hash written with them" in p.stderr
+    assert len(p.stdout.splitlines()) == 1
+    status, _, err = cli("translate", "--run-dir", run, "--checkpoint", newest, "--input", os.devnull)
+    assert_clean(status, err, 2, f"error: {newest} is damaged")
+    status, _, err = cli("average", "--run-dir", run, "--last", "3")
+    assert_clean(status, err, 2, f"error: {newest} is damaged")
+    # --resume falls back to the newest checkpoint that loads and trains on from there
+    status, out, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "8", "--save-every", "2", "--resume")
+    assert status == 0, err
+    assert f"skipping {newest.name}" in err and "starting at update 4" in err
+    assert json.loads(out[out.index("{"):])["steps"] == 8
+    load_checkpoint(step_checkpoints(run)[-1])
+
+
+def test_checkpoints_without_a_hash_still_load(trained, tmp_path):
+    import numpy as np  # noqa: PLC0415
+
+    old = tmp_path / "old.npz"
+    with np.load(step_checkpoints(trained)[-1]) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(str(arrays["meta"]))
+    del meta["sha256"]
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(old, **arrays)
+    assert "sha256" not in load_checkpoint(old)["meta"]
+    status, out, err = cli("translate", "--run-dir", trained, "--checkpoint", old, "--input", os.devnull)
+    assert status == 0, err
+
+
+# ------------------------------------------------------------------ interrupted runs and failing disks
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_finishes_the_update_saves_and_exits_130_then_resume_continues(tmp_path, sig):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "transformer", "train", "--run-dir", str(run), *SMALL, "--max-steps", "100000",
+           "--save-every", "100000"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "no third update within 120 s"
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    step = len(metrics.read_text().splitlines())
+    assert last.startswith(f"stopped at update {step}; continue with --resume"), err
+    assert [p.name for p in step_checkpoints(run)] == [f"checkpoint_{step}.npz"]
+    load_checkpoint(step_checkpoints(run)[-1])
+    status, out, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", str(step + 2), "--resume")
+    assert status == 0, err
+    assert f"starting at update {step}" in err
+    assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == list(range(1, step + 3))
+
+
+FAIL_THIRD_SAVE = """
+import errno, sys, numpy as np
+from transformer import checkpoint
+from transformer.cli import run
+real, calls = np.savez, []
+def savez(f, **arrays):
+    calls.append(hasattr(f, "write"))  # checkpoints are written through an open file
+    if sum(calls) == 3 and calls[-1]:  # the third: half a file, then the disk is full
+        f.write(b"PK\\x03\\x04 half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(f, **arrays)
+checkpoint.np.savez = savez
+sys.exit(run(sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_stops_with_a_clear_error_and_leaves_the_checkpoints_intact(tmp_path):
+    run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "20", "--save-every", "2",
+                         code=FAIL_THIRD_SAVE)
+    assert_clean(status, err, 1, f"error: could not write the checkpoint {run / 'checkpoint_6.npz'}: "
+                                 "No space left on device")
+    assert [p.name for p in step_checkpoints(run)] == ["checkpoint_2.npz", "checkpoint_4.npz"]
+    assert not list(run.glob(".*.tmp.npz"))  # the partial file is gone
+    for p in step_checkpoints(run):
+        load_checkpoint(p)
+    status, out, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "6", "--save-every", "2", "--resume")
+    assert status == 0 and "starting at update 4" in err, err
