@@ -70,7 +70,7 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
             for k, v in state.items():
                 arrays[f"optim/{i}/{k}"] = v
     info["sha256"] = arrays_sha256(arrays)
-    arrays["meta"] = np.array(json.dumps(info))
+    arrays["meta"] = np.array(json.dumps(info, allow_nan=False))
     tmp = path.with_name(f".{path.name}.{os.getpid()}{_PARTIAL_SUFFIX}")
     try:
         with open(tmp, "wb") as f:

@@ -203,7 +203,7 @@ def cmd_evaluate(args) -> dict:
               "bleu_lowercase": lower["score"], "signature_lowercase": lower["signature"],
               "beam": args.beam, "alpha": args.alpha, "checkpoint": args.checkpoint or f"last {max(args.average, 1)}"}
     (run / "hypotheses.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    (run / "evaluation.json").write_text(json.dumps(result, indent=2))
+    (run / "evaluation.json").write_text(json.dumps(result, indent=2, allow_nan=False))
     print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
     print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})")
     return result

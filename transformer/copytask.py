@@ -137,7 +137,7 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
             if not s.show_progress:
                 print(f"step {step:5d}  loss {loss_value:.4f}  val exact match {exact:.1%}  token accuracy {tok:.1%}",
                       flush=True)
-        metrics.write(json.dumps(record) + "\n")
+        metrics.write(json.dumps(record, allow_nan=False) + "\n")
         if s.stop_at is not None and log["eval"] and log["eval"][-1][0] == step and exact >= s.stop_at:
             break
     bar.close()
@@ -150,7 +150,7 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     summary = {"exact_match": exact, "token_accuracy": tok, "train_seconds": round(train_seconds, 2),
                "steps": step, "final_loss": log["loss"][-1], "parameters": model.num_parameters(),
                "settings": asdict(s)}
-    (run / "summary.json").write_text(json.dumps(summary, indent=2))
+    (run / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
 
     plot_curves(run / "loss.png", log["step"], {"training loss": log["loss"]},
                 title="copy task: training loss", ylabel="loss per target token", logy=True)

@@ -126,23 +126,17 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_mask)
         h = self.decode(tgt_in, memory, src_mask)
         if rows is not None:
-            h = h.reshape(-1, self.cfg.d_model)[self.as_rows(rows)]
+            h = h.reshape(-1, self.cfg.d_model)[self.as_ids(rows, 1, "rows must be a 1-D integer array of positions")]
         return self.generator(h)
 
     # ------------------------------------------------------------------ helpers
-    def as_ids(self, ids) -> mt.Tensor:
+    def as_ids(self, ids, ndim: int = 2, what: str = "token ids must be an integer array of shape (batch, length)"):
+        """``ids`` as an integer tensor with ``ndim`` axes on the model's device."""
         ids = ids if isinstance(ids, mt.Tensor) else mt.tensor(ids)
-        if ids.ndim != 2 or ids.dtype.kind not in "iu":
-            raise ValueError(f"token ids must be an integer array of shape (batch, length), got {ids.dtype} {ids.shape}")
+        if ids.ndim != ndim or ids.dtype.kind not in "iu":
+            raise ValueError(f"{what}, got {ids.dtype} {ids.shape}")
         device = self.tgt_embed.weight.device
         return ids if ids.device == device else ids.to(device)
-
-    def as_rows(self, rows) -> mt.Tensor:
-        rows = rows if isinstance(rows, mt.Tensor) else mt.tensor(rows)
-        if rows.ndim != 1 or rows.dtype.kind not in "iu":
-            raise ValueError(f"rows must be a 1-D integer array of positions, got {rows.dtype} {rows.shape}")
-        device = self.tgt_embed.weight.device
-        return rows if rows.device == device else rows.to(device)
 
     def store_attention(self, on: bool = True) -> None:
         """Keep the last attention weights of every MultiHeadAttention (for plots)."""

@@ -197,7 +197,7 @@ class Trainer:
         self.train_seconds = 0.0
         self.history: list[dict] = []
         if self.main:
-            (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2))
+            (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2, allow_nan=False))
         if resume:
             self.resume()
 

@@ -116,11 +116,25 @@ def test_debug_shows_the_traceback(tmp_path):
     assert status == 2 and "Traceback" in err
 
 
-def test_the_run_summary_is_strict_json_when_no_validation_ran(trained):
-    summary = json.loads((trained / "train_summary.json").read_text(), parse_constant=pytest.fail)
-    assert summary["best_valid_nll"] is None
+def strict(text: str):
+    def refuse(name):
+        raise AssertionError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_file_of_a_run_is_strict_json_when_no_validation_ran(trained):
+    import numpy as np  # noqa: PLC0415
+
+    status, _, err = cli("evaluate", "--run-dir", trained, "--data-dir", SHARED, "--limit", "3", "--beam", "1")
+    assert status == 0, err
+    assert strict((trained / "train_summary.json").read_text())["best_valid_nll"] is None
+    for name in ("settings.json", "evaluation.json"):
+        strict((trained / name).read_text())
     for line in (trained / "metrics.jsonl").read_text().splitlines():
-        json.loads(line, parse_constant=pytest.fail)  # no NaN or Infinity anywhere
+        strict(line)
+    for path in step_checkpoints(trained):  # the metadata inside each checkpoint too
+        with np.load(path) as z:
+            assert strict(str(z["meta"]))["best_valid"] is None
 
 
 # ------------------------------------------------------------------ damaged checkpoints
@@ -161,6 +175,8 @@ def test_a_damaged_checkpoint_is_named_skipped_by_translate_and_refused_by_avera
     assert_clean(status, err, 2, f"error: {newest} is damaged")
     status, _, err = cli("average", "--run-dir", run, "--last", "3")
     assert_clean(status, err, 2, f"error: {newest} is damaged")
+    status, out, err = cli("evaluate", "--run-dir", run, "--data-dir", SHARED, "--limit", "2", "--beam", "1")
+    assert status == 0 and f"skipping {newest.name}" in err and "BLEU" in out, err
     # --resume falls back to the newest checkpoint that loads and trains on from there
     status, out, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "8", "--save-every", "2", "--resume")
     assert status == 0, err
@@ -212,28 +228,53 @@ def test_a_signal_finishes_the_update_saves_and_exits_130_then_resume_continues(
     assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == list(range(1, step + 3))
 
 
+def test_a_second_ctrl_c_stops_at_once_and_the_last_checkpoint_is_on_disk(tmp_path):
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "transformer", "train", "--run-dir", str(run), *SMALL, "--max-steps", "100000",
+           "--save-every", "2"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while len(step_checkpoints(run)) < 2 if run.exists() else True:
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "no second checkpoint within 120 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] in ("interrupted",) or err.strip().splitlines()[-1].startswith("stopped at")
+    for p in step_checkpoints(run):
+        load_checkpoint(p)
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "100000", "--max-minutes", "0.001",
+                         "--resume")
+    assert status == 0, err
+
+
 FAIL_THIRD_SAVE = """
 import errno, sys, numpy as np
 from transformer import checkpoint
 from transformer.cli import run
 real, calls = np.savez, []
+ERRNO = getattr(errno, sys.argv.pop(1))  # the error to simulate, then the CLI's own arguments
 def savez(f, **arrays):
     calls.append(hasattr(f, "write"))  # checkpoints are written through an open file
     if sum(calls) == 3 and calls[-1]:  # the third: half a file, then the disk is full
         f.write(b"PK\\x03\\x04 half")
-        raise OSError(errno.ENOSPC, "No space left on device")
+        raise OSError(ERRNO, "simulated")
     return real(f, **arrays)
 checkpoint.np.savez = savez
 sys.exit(run(sys.argv[1:]))
 """
 
 
-def test_a_full_disk_stops_with_a_clear_error_and_leaves_the_checkpoints_intact(tmp_path):
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EROFS"])
+def test_a_full_disk_stops_with_a_clear_error_and_leaves_the_checkpoints_intact(tmp_path, errno_name):
     run = tmp_path / "run"
-    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "20", "--save-every", "2",
+    status, _, err = cli(errno_name, "train", "--run-dir", run, *SMALL, "--max-steps", "20", "--save-every", "2",
                          code=FAIL_THIRD_SAVE)
-    assert_clean(status, err, 1, f"error: could not write the checkpoint {run / 'checkpoint_6.npz'}: "
-                                 "No space left on device")
+    assert_clean(status, err, 1, f"error: could not write the checkpoint {run / 'checkpoint_6.npz'}: simulated")
     assert [p.name for p in step_checkpoints(run)] == ["checkpoint_2.npz", "checkpoint_4.npz"]
     assert not list(run.glob(".*.tmp.npz"))  # the partial file is gone
     for p in step_checkpoints(run):
