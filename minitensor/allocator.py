@@ -13,7 +13,11 @@ no longer push the working set out of the caches (``benchmarks/copy_task_vs_torc
 prints the effect on time-to-99%). The mmap threshold is raised to 512 MiB, above the
 largest arrays of a CPU step: the logits of a ``multi30k-cpu`` batch (2,400 tokens × 8,000
 pieces, 77 MB) were above the first choice of 64 MiB and cost about 1,100 faults and 20-50 ms
-of system time per update; with 512 MiB, 40 faults and 1 ms.
+of system time per update; with 512 MiB, 40 faults and 1 ms. The trim threshold must exceed
+what one step frees at its end, or the heap top is handed back and faulted in again every
+step: with 256 MiB a ``multi30k-cpu`` update (peak 502 MiB resident) took about 29,700 faults
+and 110-140 ms of system time, 20% of the update; with 512 MiB or more, 40-80 faults and
+about 1 ms. It is 2 GiB, so that larger CPU steps keep their memory too.
 
 :func:`keep_freed_memory` raises both thresholds with ``mallopt``, which is what
 ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=…:glibc.malloc.trim_threshold=…`` would do at
@@ -33,7 +37,7 @@ M_MMAP_THRESHOLD = -3
 _state = {"applied": False, "why": "not asked"}
 
 
-def keep_freed_memory(mmap_bytes: int = 512 << 20, trim_bytes: int = 256 << 20) -> bool:
+def keep_freed_memory(mmap_bytes: int = 512 << 20, trim_bytes: int = 2 << 30) -> bool:
     """Serve blocks up to ``mmap_bytes`` from the heap and keep up to ``trim_bytes`` of freed
     memory; True when the C library took both settings."""
     if os.name != "posix":

@@ -41,6 +41,28 @@ def test_import_raises_the_thresholds_so_freed_arrays_are_reused_without_page_fa
     assert kept < 1.5 * 40 * 176 and returned > 10 * kept, (kept, returned)
 
 
+BIG_STEP = textwrap.dedent("""
+    import resource, numpy as np
+    import minitensor
+    before = None
+    for step in range(4):    # a step that frees ~400 MB at its end (a multi30k-cpu update frees ~500)
+        ys = [np.ones((20_000_000,), np.float32) for _ in range(5)]
+        del ys
+        if step == 0:
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+""")
+
+
+@pytest.mark.skipif(not LINUX_GLIBC, reason="the thresholds are glibc's")
+def test_a_step_that_frees_more_than_256_mib_gets_its_memory_back_without_page_faults():
+    env = {**os.environ, "MINITENSOR_KEEP_FREED_MEMORY": "1"}
+    later = int(subprocess.run([sys.executable, "-c", BIG_STEP], env=env, capture_output=True, text=True,
+                               check=True).stdout)
+    one_step_pages = 5 * 20_000_000 * 4 // 4096
+    assert later < 0.05 * one_step_pages, later  # steps 2-4 reuse step 1's pages
+
+
 def test_status_says_why_when_switched_off():
     env = {**os.environ, "MINITENSOR_KEEP_FREED_MEMORY": "0"}
     out = subprocess.run([sys.executable, "-c", "import minitensor; print(minitensor.allocator.status())"], env=env,
