@@ -1,4 +1,5 @@
 """Small helpers shared by the tests."""
+import json
 import os
 
 import numpy as np
@@ -33,3 +34,10 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("MINITENSOR_STRICT_TESTS") == "1":
         pytest.fail(f"required in CI: {reason}")
     pytest.skip(reason)
+
+
+def strict_json(text: str):
+    """json.loads that refuses NaN and Infinity, as strict readers (jq, browsers) do."""
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)

@@ -15,6 +15,8 @@ import pytest
 
 from transformer.checkpoint import load_checkpoint, step_checkpoints
 
+from ..helpers import strict_json
+
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present")
 REPO = Path(__file__).resolve().parents[2]
@@ -116,25 +118,19 @@ def test_debug_shows_the_traceback(tmp_path):
     assert status == 2 and "Traceback" in err
 
 
-def strict(text: str):
-    def refuse(name):
-        raise AssertionError(f"{name} is not JSON")
-    return json.loads(text, parse_constant=refuse)
-
-
 def test_every_json_file_of_a_run_is_strict_json_when_no_validation_ran(trained):
     import numpy as np  # noqa: PLC0415
 
     status, _, err = cli("evaluate", "--run-dir", trained, "--data-dir", SHARED, "--limit", "3", "--beam", "1")
     assert status == 0, err
-    assert strict((trained / "train_summary.json").read_text())["best_valid_nll"] is None
+    assert strict_json((trained / "train_summary.json").read_text())["best_valid_nll"] is None
     for name in ("settings.json", "evaluation.json"):
-        strict((trained / name).read_text())
+        strict_json((trained / name).read_text())
     for line in (trained / "metrics.jsonl").read_text().splitlines():
-        strict(line)
+        strict_json(line)
     for path in step_checkpoints(trained):  # the metadata inside each checkpoint too
         with np.load(path) as z:
-            assert strict(str(z["meta"]))["best_valid"] is None
+            assert strict_json(str(z["meta"]))["best_valid"] is None
 
 
 # ------------------------------------------------------------------ damaged checkpoints

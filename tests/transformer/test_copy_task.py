@@ -1,9 +1,9 @@
 """The copy task end to end: a reduced run converges, writes its files, and greedy decoding copies."""
-import json
-
 import numpy as np
 
 from transformer.copytask import CopyTaskSettings, make_batch, score, train_copy_task
+
+from ..helpers import strict_json
 
 
 def test_batches_are_source_bos_shifted_target_and_eos_terminated():
@@ -30,11 +30,13 @@ def test_reduced_copy_task_converges_and_saves_outputs(tmp_path):
     summary = train_copy_task(s)
     assert summary["exact_match"] >= 0.95, summary
     assert summary["token_accuracy"] >= 0.98
-    saved = json.loads((tmp_path / "summary.json").read_text())
+    saved = strict_json((tmp_path / "summary.json").read_text())
     assert {"exact_match", "token_accuracy", "train_seconds", "steps"} <= set(saved)
     for name in ("loss.png", "attention.png", "metrics.jsonl", "examples.txt"):
         assert (tmp_path / name).stat().st_size > 0
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == summary["steps"]
-    first, last = json.loads(lines[0]), json.loads(lines[-1])
+    first, last = strict_json(lines[0]), strict_json(lines[-1])
+    for line in lines:
+        strict_json(line)
     assert last["loss"] < first["loss"] / 10
