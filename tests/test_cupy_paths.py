@@ -18,6 +18,7 @@ import pytest
 import minitensor as mt
 from minitensor import backend, distributed, nn
 from minitensor import random as mt_random
+from minitensor.ops.dropout import dropout_mask
 from minitensor.cuda import build
 from minitensor.ops import linalg
 
@@ -100,8 +101,9 @@ class SharedMethodsOnly:
 
 
 def test_initialisers_dropout_and_sampling_use_only_methods_cupys_generator_has(monkeypatch):
-    """cupy.random.Generator has no normal(): normal_ must not call one. Every draw in the
-    package goes through a generator that offers random, standard_normal and uniform only."""
+    """cupy.random.Generator has no normal(): normal_ must not call one. Every draw that can
+    happen on CuPy arrays goes through a generator that offers random, standard_normal and
+    uniform only (NumPy's dropout masks use NumPy's own 16-bit integers, on NumPy only)."""
     fake = SharedMethodsOnly()
     monkeypatch.setattr(mt_random, "generator", lambda xp: fake)
     monkeypatch.setattr("minitensor.nn.init.generator", lambda xp: fake)
@@ -113,7 +115,9 @@ def test_initialisers_dropout_and_sampling_use_only_methods_cupys_generator_has(
     nn.init.xavier_uniform_(t)
     mt.randn(3, 4)
     mt.rand(3, 4)
-    mt.functional.dropout(mt.ones(10, 10), 0.5, training=True)
+    cupy_like = types.SimpleNamespace(__name__="cupy", float32=np.float32, zeros=np.zeros)  # not numpy: the CuPy branch
+    m = dropout_mask(cupy_like, (100, 100), 0.5, np.dtype(np.float32))
+    assert set(np.unique(m)) == {0.0, 2.0} and abs((m == 0).mean() - 0.5) < 0.03
     nn.Linear(4, 3)
     nn.Embedding(10, 4)
 
