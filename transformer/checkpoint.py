@@ -80,7 +80,7 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
         os.replace(tmp, path)
     except OSError as e:
         raise CheckpointWriteError(f"could not write the checkpoint {path}: {e.strerror or e}; the checkpoints "
-                              f"already in {path.parent} are unchanged") from e
+                                   f"already in {path.parent} are unchanged") from e
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -150,19 +150,22 @@ def load_checkpoint(path: str | Path) -> dict:
     return {"model": model, "optimizer": optimizer, "meta": meta}
 
 
-def newest_loadable(paths: Sequence[str | Path], warn=None) -> tuple[dict, Path] | None:
-    """(checkpoint, path) of the newest of ``paths`` (oldest first) that loads, or None.
+def newest_loadable(paths: Sequence[str | Path], warn=None) -> tuple[dict, Path]:
+    """(checkpoint, path) of the newest of ``paths`` (oldest first) that loads.
 
     Each damaged file passed over is reported through ``warn`` (a function of one string),
-    with the reason, so that a caller can say which checkpoint it skipped and why.
+    with the reason, so that a caller can say which checkpoint it skipped and why; when none
+    loads, :class:`CheckpointError` says so.
     """
-    for p in reversed(list(paths)):
+    paths = [Path(p) for p in paths]
+    for p in reversed(paths):
         try:
-            return load_checkpoint(p), Path(p)
+            return load_checkpoint(p), p
         except CheckpointError as e:
             if warn is not None:
-                warn(f"skipping {Path(p).name}: {e}")
-    return None
+                warn(f"skipping {p.name}: {e}")
+    raise CheckpointError(f"{paths[-1].parent if paths else '.'}: none of the {len(paths)} checkpoints "
+                          "can be read (see above)")
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict:

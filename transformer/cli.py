@@ -24,7 +24,8 @@ from pathlib import Path
 from minitensor import blas, distributed
 
 from . import data as D
-from .checkpoint import CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint, newest_loadable, save_checkpoint, step_checkpoints
+from .checkpoint import (CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint, newest_loadable,
+                         save_checkpoint, step_checkpoints)
 from .config import TransformerConfig
 from .evaluate import bleu, translate
 from .model import Transformer
@@ -93,10 +94,7 @@ def load_model(run: Path, checkpoint: str | None = None, average: int = 0, devic
         if average > 1:
             ck = average_checkpoints(found[-average:])
         else:  # the newest that loads, saying which were skipped and why
-            loaded = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr))
-            if loaded is None:
-                raise CheckpointError(f"{run}: none of the {len(found)} checkpoints can be read (see above)")
-            ck = loaded[0]
+            ck, _ = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr))
     if ck["meta"].get("vocab_sha256") not in (None, tok.fingerprint()):
         raise InputError(f"the checkpoint was trained with another vocabulary than {run / 'spm.model'}")
     model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))

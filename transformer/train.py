@@ -27,8 +27,7 @@ from minitensor import amp, optim
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, token_batches
-from .checkpoint import (CheckpointError, newest_loadable, prune_checkpoints, remove_partial_checkpoints,
-                         save_checkpoint, step_checkpoints)
+from .checkpoint import newest_loadable, prune_checkpoints, remove_partial_checkpoints, save_checkpoint, step_checkpoints
 from .config import TransformerConfig
 from .evaluate import bleu, translate
 from .loss import batch_loss
@@ -49,6 +48,10 @@ class Interrupted(Exception):
     def __init__(self, step: int, run: Path):
         super().__init__(f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
         self.step = step
+
+
+# rank 0's reason to stop, sent with the gradients of an update (the other ranks send 0)
+GO_ON, OUT_OF_TIME, SIGNALLED = 0.0, 1.0, 2.0
 
 
 class SettingsError(ValueError):
@@ -227,11 +230,7 @@ class Trainer:
             remove_partial_checkpoints(self.run)  # left by a run killed while it saved
         if not found:
             return False
-        loaded = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr) if self.main else None)
-        if loaded is None:
-            raise CheckpointError(f"{self.run}: none of the {len(found)} checkpoints can be read (see above); "
-                                  "start again without --resume in a new run directory")
-        ck, path = loaded
+        ck, path = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr) if self.main else None)
         meta = ck["meta"]
         if meta["vocab_sha256"] != self.tok.fingerprint():
             raise ValueError(f"{path} was trained with another sentencepiece model (vocabulary hash differs)")
@@ -270,8 +269,8 @@ class Trainer:
     def update(self, group: list[np.ndarray], stop_flag: float = 0.0) -> tuple[float, bool]:
         """One optimizer step over ``group`` (this rank takes every world_size-th batch).
 
-        Returns (loss per target token over all ranks, rank 0's stop flag: 0 to go on, 1 out of
-        time, 2 a signal).
+        Returns (loss per target token over all ranks, rank 0's stop flag: GO_ON, OUT_OF_TIME or
+        SIGNALLED).
         With fp16, an update whose gradients overflowed is skipped (``self.last_skipped``) and
         the loss scale halved. On the GPU the only copies to the host are the logged scalars.
         """
@@ -421,13 +420,12 @@ class Trainer:
                 while self.batch_in_epoch < len(batches) and self.step < s.max_steps:
                     group = batches[self.batch_in_epoch:self.batch_in_epoch + chunk]
                     out_of_time = s.max_minutes > 0 and time.perf_counter() - start >= 60 * s.max_minutes
-                    # rank 0's reason to stop travels with the gradients: 1 = out of time, 2 = a signal
-                    flag = 2.0 if self.stop_requested else 1.0 if out_of_time else 0.0
+                    flag = SIGNALLED if self.stop_requested else OUT_OF_TIME if out_of_time else GO_ON
                     measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
                     with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem:
-                        loss, stop = self.update(group, stop_flag=flag if self.main else 0.0)
+                        loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON)
                     if self.stop_requested and self.comm.world_size == 1:
-                        stop = 2.0  # alone, stop after the update in flight (ranks must agree first)
+                        stop = SIGNALLED  # alone, stop after the update in flight (ranks must agree first)
                     self.batch_in_epoch += len(group)
                     self.train_seconds = time.perf_counter() - start
                     record = {"step": self.step, "epoch": self.epoch, "loss": loss, "lr": self.opt.lr,
@@ -459,7 +457,7 @@ class Trainer:
                     if self.step % s.save_every == 0 or stop:
                         self.save()
                     if stop:
-                        return self._finish("interrupted" if stop > 1.5 else "max_minutes")
+                        return self._finish("interrupted" if stop == SIGNALLED else "max_minutes")
                 if self.batch_in_epoch >= len(batches):
                     self.epoch += 1
                     self.batch_in_epoch = 0

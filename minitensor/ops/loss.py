@@ -84,9 +84,8 @@ class CrossEntropy(Function):
         w = (w * valid)[..., None].astype(e.dtype, copy=False)
         # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t): two passes over the (…, V)
         # array, written into e itself when this is its last use
-        g = e if ctx.last_use else e.copy()
+        g = xp.multiply(e, w / sum_e, out=e if ctx.last_use else None)
         V = g.shape[-1]
-        g *= w / sum_e
         if ctx.eps:
             g -= w * (ctx.eps / V)
         flat, w_flat = g.reshape(-1, V), w.reshape(-1)

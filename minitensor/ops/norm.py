@@ -57,9 +57,7 @@ def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, T
             mean_gh = sum_last(xp, g) * inv_d
             gh = g.copy()
         gh -= mean_gh
-        scratch = xhat if overwrite else xhat.copy()
-        scratch *= proj
-        gh -= scratch
+        gh -= xp.multiply(xhat, proj, out=xhat if overwrite else None)
         gh *= r
         gx = gh.astype(grad.dtype, copy=False)
     ones = xp.ones(g.size // d, dtype=g.dtype)
