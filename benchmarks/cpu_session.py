@@ -27,6 +27,17 @@ README = HERE.parent / "README.md"
 BEGIN, END = "<!-- cpu-benchmarks:begin -->", "<!-- cpu-benchmarks:end -->"
 
 
+def next_results_file(date: str) -> Path:
+    """results/cpu_<date>.json, or cpu_<date>_2.json, _3, ... when the day already has some."""
+    first = HERE / "results" / f"cpu_{date}.json"
+    n = 1
+    path = first
+    while path.exists():
+        n += 1
+        path = first.with_name(f"cpu_{date}_{n}.json")
+    return path
+
+
 def machine() -> dict:
     """gpu_common.environment("cpu") and the commit measured."""
     from gpu_common import environment  # noqa: PLC0415 (beside this script; the README test imports only table)
@@ -97,7 +108,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--base-steps", type=int, default=5)
-    p.add_argument("--out", help="default: benchmarks/results/cpu_<today>.json")
+    p.add_argument("--out", help="default: benchmarks/results/cpu_<today>.json, or cpu_<today>_<n>.json for the "
+                                 "n-th session of a day (names sort in time order: the README shows the last)")
     p.add_argument("--readme", metavar="JSON", help="only rewrite the README's table from this file")
     a = p.parse_args()
     sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor, whichever environment runs the script
@@ -105,7 +117,7 @@ def main() -> None:
         update_readme(json.loads(Path(a.readme).read_text()))
         return
     date = datetime.date.today().isoformat()
-    out = Path(a.out or HERE / "results" / f"cpu_{date}.json")
+    out = Path(a.out).resolve() if a.out else next_results_file(date)
     result = {"date": date, "file": str(out.relative_to(HERE.parent)) if out.is_relative_to(HERE.parent) else str(out),
               "machine": machine(), "runs": {}}
     for name, env in blas_settings().items():
