@@ -195,14 +195,15 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
     root = root_tensor._ctx
     if root is None:
         if root_tensor.requires_grad:  # a leaf: its gradient is the seed itself
-            _accumulate_leaf(root_tensor, grad, {id(grad)})
+            _accumulate_leaf(root_tensor, grad, {id(grad)}, {}, {})
             return
         raise GraphError("backward() on a tensor that does not require grad and has no graph")
     if root.freed:
         raise _freed_error()
     order = _topological_order(root)
     grads = {id(root): grad}
-    handed = {id(grad)}  # arrays already stored somewhere: a leaf must not share them
+    handed = {id(grad)}  # arrays (and owners of views) already stored somewhere: a leaf must not share them
+    stored = {}  # id(leaf) -> (the gradient array this call stored, whether the engine made it)
     for node in order:
         g = grads.pop(id(node), None)
         if g is None:
@@ -217,7 +218,7 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             if edge is None or gi is None:
                 continue
             if isinstance(edge, Tensor):
-                _accumulate_leaf(edge, sum_to(gi, edge.data.shape), handed)
+                _accumulate_leaf(edge, sum_to(gi, edge.data.shape), handed, stored, grads)
             else:
                 gi = sum_to(gi, edge.shape)
                 prev = grads.get(id(edge))
@@ -228,19 +229,50 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             node.__dict__.clear()
 
 
-def _accumulate_leaf(leaf, g, handed: set) -> None:
+def _owner(a):
+    """The array that owns ``a``'s memory: ``a`` itself, or the array it is a view of."""
+    base = getattr(a, "base", None)
+    return a if base is None else base
+
+
+def _writeable(a) -> bool:
+    return getattr(getattr(a, "flags", None), "writeable", True)
+
+
+def _accumulate_leaf(leaf, g, handed: set, stored: dict, pending: dict) -> None:
+    """Add ``g`` into ``leaf.grad``.
+
+    The first gradient is kept without a copy when nothing else can see it: it (or the array
+    it is a full view of, e.g. a transposed product) owns its memory, is writable, and was not
+    handed to another leaf (Add, e.g., returns one array twice). Otherwise a copy is stored, so
+    in-place changes (clipping) touch this gradient alone.
+
+    Later gradients of the same leaf (a weight used twice, e.g. the tied embedding) are added
+    in place into the array this backward stored, when no gradient still waiting in the graph
+    (``pending``) shares its memory; the first sum of an op's array makes a new one. A gradient
+    stored by an earlier backward (micro-batches) is never written into: the caller may hold it.
+    """
     from .tensor import Tensor  # noqa: PLC0415
 
     if g.dtype != leaf.data.dtype:
         g = g.astype(leaf.data.dtype)
     if leaf.grad is None:
-        # Keep the array itself only when nothing else can see it: it owns its memory, is
-        # writable, and was not handed to another leaf (Add, e.g., returns one array twice).
-        # Otherwise store a copy, so in-place changes (clipping) touch this gradient alone.
-        private = g.base is None and getattr(g.flags, "writeable", True) and id(g) not in handed
+        owner = _owner(g)
+        private = (getattr(owner, "base", 0) is None and _writeable(owner) and _writeable(g)
+                   and g.size == owner.size and id(owner) not in handed and id(g) not in handed)
         if not private:
-            g = g.copy()
+            g = owner = g.copy()
         handed.add(id(g))
+        handed.add(id(owner))
         leaf.grad = Tensor._wrap(g)
+        stored[id(leaf)] = (g, not private)
+        return
+    cur = leaf.grad.data
+    mine, made_here = stored.get(id(leaf), (None, False))
+    owner = _owner(cur)
+    if (mine is cur and _owner(g) is not owner
+            and (made_here or not any(_owner(p) is owner for p in pending.values()))):
+        cur += g
     else:
-        leaf.grad.data = leaf.grad.data + g
+        leaf.grad.data = cur + g
+        stored[id(leaf)] = (leaf.grad.data, True)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-from . import backend
+import numpy as np
+
+from . import backend, threads
 from .tensor import Tensor
 
 
@@ -33,12 +35,16 @@ class Optimizer:
     def step(self) -> None:
         self.steps += 1
         self._begin_step()
-        for p, state in zip(self.params, self.state):
-            if p.grad is not None:
-                self._update(p.data, p.grad.data, state)
+        self._update_all([(p.data, p.grad.data, state) for p, state in zip(self.params, self.state)
+                          if p.grad is not None])
 
     def _begin_step(self) -> None:
         """Per-step quantities shared by all parameters (none by default)."""
+
+    def _update_all(self, items: list) -> None:
+        """Update every (weight, gradient, state) of this step: one by one by default."""
+        for w, g, state in items:
+            self._update(w, g, state)
 
     def _update(self, w, g, state: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -123,36 +129,63 @@ class Adam(Optimizer):
         self._c1 = 1 - b1**self.steps  # bias corrections
         self._c2 = 1 - b2**self.steps
 
+    def _update_all(self, items: list) -> None:
+        """On NumPy, every parameter is cut into cache-sized pieces and the pieces are shared
+        among worker threads (:mod:`minitensor.threads`): the update's dozen passes then stay
+        in cache and run on every core. The arithmetic is the same as one parameter at a time."""
+        pieces, rest = [], []
+        for w, g, state in items:
+            xp = backend.array_module(w)
+            if backend.on_gpu(xp) or not w.flags.c_contiguous:
+                rest.append((w, g, state))
+                continue
+            m, v = self._moments(w, state)
+            flat = [a.reshape(-1) for a in (w, g, m, v)]  # views (g is copied if it is not contiguous)
+            pieces += [tuple(a[s] for a in flat) for s in threads.pieces(w.size)]
+        super()._update_all(rest)
+
+        def work(_, share):
+            scratch = {}
+            for w, g, m, v in share:
+                tmp = scratch.get(w.dtype)
+                if tmp is None:
+                    tmp = scratch[w.dtype] = np.empty(threads.PIECE, w.dtype)
+                self._adam_numpy(w, g, m, v, tmp[:w.size])
+
+        threads.share(work, pieces)
+
+    def _moments(self, w, state: dict) -> tuple:
+        if "m" not in state:
+            xp = backend.array_module(w)
+            state["m"], state["v"] = xp.zeros_like(w), xp.zeros_like(w)
+        return state["m"], state["v"]
+
     def _update(self, w, g, state):
-        # in place, with one scratch buffer, so each step streams over memory as few times as possible
-        b1, b2 = self.betas
+        m, v = self._moments(w, state)
         xp = backend.array_module(w)
         if backend.on_gpu(xp):  # one fused elementwise kernel per parameter instead of ~8 launches
-            m = state.get("m")
-            if m is None:
-                m = state["m"] = xp.zeros_like(w)
-                state["v"] = xp.zeros_like(w)
+            b1, b2 = self.betas
             _gpu_adam_kernel()(g, b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps, self.weight_decay,
-                               w, m, state["v"])
+                               w, m, v)
             return
+        self._adam_numpy(w, g, m, v, xp.empty_like(w))
+
+    def _adam_numpy(self, w, g, m, v, tmp) -> None:
+        """One update of ``w`` (and its moments ``m``, ``v``) in place, with the scratch ``tmp``."""
+        b1, b2 = self.betas
         if self.weight_decay:
             g = g + self.weight_decay * w
-        m = state.get("m")
-        if m is None:
-            m = state["m"] = xp.zeros_like(w)
-            state["v"] = xp.zeros_like(w)
-        v = state["v"]
-        tmp = xp.multiply(g, 1 - b1, dtype=w.dtype)
+        np.multiply(g, 1 - b1, out=tmp)
         m *= b1
         m += tmp                                   # m = b1 m + (1-b1) g
-        xp.multiply(g, g, out=tmp)
+        np.multiply(g, g, out=tmp)
         tmp *= 1 - b2
         v *= b2
         v += tmp                                   # v = b2 v + (1-b2) g²
-        xp.sqrt(v, out=tmp)
+        np.sqrt(v, out=tmp)
         tmp *= 1 / math.sqrt(self._c2)
         tmp += self.eps                            # √(v / (1-b2^t)) + eps
-        xp.divide(m, tmp, out=tmp)
+        np.divide(m, tmp, out=tmp)
         tmp *= self.lr / self._c1
         w -= tmp                                   # w -= lr · m̂ / (√v̂ + eps)
 

@@ -224,3 +224,56 @@ def test_to_device_on_the_same_device_keeps_values_and_gradients():
     (y * 2).sum().backward()
     close(x.grad, [2.0, 2.0])
     assert x.to("cpu") is x  # Tensor.to is a no-op when already there
+
+
+def test_a_weight_used_twice_gets_the_sum_of_both_gradients_without_disturbing_pending_ones():
+    """The second gradient of a leaf is added in place into the array the first one left, but
+    not when that array is still waiting to flow into another node. In L + (exp(M) + L·d) both
+    Adds hand one array G to each side: L keeps G, exp(M)'s node is still to receive G when
+    L·d's gradient reaches L, and adding that into G would change what exp(M) gets."""
+    rng = np.random.default_rng(0)
+    L, M = leaf(rng.standard_normal((2, 3))), leaf(rng.standard_normal((2, 3)))
+    c, d = rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    for build in (lambda: ((L + (M.exp() + L * mt.tensor(d))) * mt.tensor(c)).sum(),
+                  lambda: ((L + (L * mt.tensor(d) + M.exp())) * mt.tensor(c)).sum(),
+                  lambda: ((L + M.exp()) * mt.tensor(c) + L * mt.tensor(c * d)).sum()):
+        L.grad = M.grad = None
+        build().backward()
+        close(L.grad, c + c * d)
+        close(M.grad, c * np.exp(M.numpy()))
+
+
+def test_tied_weight_gradient_is_the_sum_and_reaches_the_weight_without_a_copy():
+    """h Eᵀ and E[ids] share E (the tied embedding): E's gradient is Gᵀh plus the scattered
+    rows, in either order of the two uses; and the projection's product alone is stored as E's
+    gradient as it is (a view of it, in E's layout), not copied."""
+    rng = np.random.default_rng(1)
+    E = leaf(rng.standard_normal((7, 4)))
+    h = leaf(rng.standard_normal((5, 4)))
+    ids = np.array([1, 3, 1, 6])
+    G, R = rng.standard_normal((5, 7)), rng.standard_normal((4, 4))
+    expected = G.T @ h.numpy()
+    np.add.at(expected, ids, R)
+    projection = lambda: (F.linear(h, E.T) * mt.tensor(G)).sum()  # noqa: E731
+    lookup = lambda: (F.embedding(mt.tensor(ids), E) * mt.tensor(R)).sum()  # noqa: E731
+    for first, second in ((projection, lookup), (lookup, projection)):
+        E.grad = h.grad = None
+        (first() + second()).backward()
+        close(E.grad, expected)
+        close(h.grad, G @ E.numpy())
+    E.grad = None
+    projection().backward()
+    close(E.grad, G.T @ h.numpy())
+    assert E.grad.data.base is not None and E.grad.data.flags.c_contiguous
+
+
+def test_a_gradient_from_an_earlier_backward_is_not_written_into():
+    """Micro-batches: the second backward adds into a new array, so an array the caller took
+    from .grad after the first backward keeps its values."""
+    w = leaf([[1.0, 2.0], [3.0, 4.0]])
+    (w * w).sum().backward()
+    first = w.grad.data
+    kept = first.copy()
+    (w * 3).sum().backward()
+    np.testing.assert_array_equal(first, kept)
+    close(w.grad, 2 * w.numpy() + 3)

@@ -1,0 +1,60 @@
+"""Worker threads for memory-bound NumPy work (the optimizer's update).
+
+NumPy's elementwise loops run on one core, but they release the GIL while they run. An
+update over many large arrays, cut into cache-sized pieces and the pieces dealt out to one
+thread per core, therefore runs on every core; and each piece's several passes (Adam makes
+a dozen) stay in the core's cache instead of streaming the whole array from memory a dozen
+times.
+
+``MINITENSOR_THREADS`` sets the number of threads; by default, one per core this process
+may run on. With one thread the work runs in the calling thread.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+PIECE = 1 << 16  # elements per piece: 256 KiB of float32 per array, so a piece's arrays fit in cache
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def count() -> int:
+    """How many threads share the work (``MINITENSOR_THREADS``, else the usable cores)."""
+    env = os.environ.get("MINITENSOR_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"MINITENSOR_THREADS must be a whole number >= 1, got {env!r}")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def pieces(n: int, size: int | None = None) -> list[slice]:
+    """``range(n)`` cut into slices of at most ``size`` (default :data:`PIECE`) elements."""
+    size = size or PIECE
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def share(work, items: list) -> None:
+    """Call ``work(worker, items[worker::k])`` for each of the ``k = count()`` workers, at once,
+    and return when all are done (an exception in any worker is raised here). Dealing the items
+    round-robin gives every worker about the same load when items are pieces of one size."""
+    global _pool
+    k = min(count(), len(items))
+    if k <= 1:
+        if items:
+            work(0, items)
+        return
+    if _pool is None or _pool._max_workers < k:
+        _pool = ThreadPoolExecutor(max_workers=k, thread_name_prefix="minitensor")
+    futures = [_pool.submit(work, i, items[i::k]) for i in range(1, k)]
+    work(0, items[0::k])  # the calling thread takes a share too
+    for f in futures:
+        f.result()
