@@ -1,5 +1,7 @@
 """One training step of Transformer (base): minitensor vs PyTorch eager, same configuration,
 same device, per precision: target tokens/s, ms/step, peak memory and model FLOP utilisation.
+The two take turns, one step each per round, so both see the machine at the same speed; the
+JSON has every step's time and the spread of the per-round ratios.
 
 A step is forward, label-smoothed loss, backward and the Adam update (0.9, 0.98, 1e-9);
 dropout 0.1, vocabulary 37000. Precisions: fp32, tf32 (float32 products on TF32 tensor
@@ -49,7 +51,8 @@ def train_flops(cfg: TransformerConfig, B: int, Ts: int, Tt: int) -> float:
     return 3.0 * forward
 
 
-def time_minitensor(args, data, precision: str) -> dict:
+def minitensor_step(args, data, precision: str):
+    """(step(i), peak()): one minitensor training step on batch i, and its peak-memory probe."""
     dev = args.device
     if dev == "cuda":
         mt.cuda.set_tf32(precision == "tf32")
@@ -61,6 +64,8 @@ def time_minitensor(args, data, precision: str) -> dict:
     inputs = [tuple(mt.tensor(a, device=dev) for a in d) for d in data]
 
     def step(i):
+        if dev == "cuda":
+            mt.cuda.set_tf32(precision == "tf32")
         src, ti, to = inputs[i % len(inputs)]
         with amp.autocast(half):
             loss = label_smoothed_loss(model(src, ti), to, 0, 0.1, reduction="sum")
@@ -73,17 +78,17 @@ def time_minitensor(args, data, precision: str) -> dict:
                 return
         opt.step()
 
-    return run_steps(args, step, peak=lambda: mt.cuda.PeakMemory() if dev == "cuda" else contextlib.nullcontext())
+    return step, lambda: mt.cuda.PeakMemory() if dev == "cuda" else contextlib.nullcontext()
 
 
-def time_torch(args, data, precision: str) -> dict:
+def torch_step(args, data, precision: str):
+    """(step(i), peak()) for the same model in PyTorch eager."""
     import torch
     from torch_reference import TorchTransformer
 
     dev = args.device
     if args.threads:
         torch.set_num_threads(args.threads)
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.manual_seed(0)
     model = TorchTransformer(args.vocab, 512, 8, 2048, 6, dropout=0.1).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
@@ -92,6 +97,7 @@ def time_torch(args, data, precision: str) -> dict:
     inputs = [tuple(torch.from_numpy(a).to(dev) for a in d) for d in data]
 
     def step(i):
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
         src, ti, to = inputs[i % len(inputs)]
         with torch.autocast(dev, dtype=half or torch.float16, enabled=half is not None):
             logits = model(src, ti)
@@ -114,27 +120,40 @@ def time_torch(args, data, precision: str) -> dict:
         def __exit__(self, *exc):
             self.peak_bytes = torch.cuda.max_memory_allocated()
 
-    return run_steps(args, step, peak=lambda: TorchPeak() if dev == "cuda" else contextlib.nullcontext())
+    return step, lambda: TorchPeak() if dev == "cuda" else contextlib.nullcontext()
 
 
-def run_steps(args, step, peak) -> dict:
-    """Median seconds per step after a warm-up, and the peak memory of one extra step."""
-    for i in range(args.warmup):
-        step(i)
+def run_side_by_side(args, runners: dict) -> dict:
+    """Time the runners' steps in turns (one step of each, then the next round), after a
+    warm-up of each: a machine whose speed drifts slows both sides alike, and each round gives
+    one paired ratio. Then one extra step of each for its peak memory."""
+    for step, _ in runners.values():
+        for i in range(args.warmup):
+            step(i)
     sync(args.device)
-    times = []
+    times = {name: [] for name in runners}
     for i in range(args.steps):
-        t0 = time.perf_counter()
-        step(i)
-        sync(args.device)
-        times.append(time.perf_counter() - t0)
-    out = {"ms_per_step": round(1000 * float(np.median(times)), 2),
-           "target_tokens_per_s": round(args.batch * args.length / float(np.median(times)), 1)}
-    with peak() as p:
-        step(0)
-        sync(args.device)
-    if p is not None and hasattr(p, "peak_bytes"):
-        out["peak_memory_gib"] = round(p.peak_bytes / 2**30, 3)
+        for name, (step, _) in runners.items():
+            t0 = time.perf_counter()
+            step(i)
+            sync(args.device)
+            times[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, (step, peak) in runners.items():
+        med = float(np.median(times[name]))
+        r = {"ms_per_step": round(1000 * med, 2), "target_tokens_per_s": round(args.batch * args.length / med, 1),
+             "ms_per_step_each": [round(1000 * t, 1) for t in times[name]]}
+        with peak() as p:
+            step(0)
+            sync(args.device)
+        if p is not None and hasattr(p, "peak_bytes"):
+            r["peak_memory_gib"] = round(p.peak_bytes / 2**30, 3)
+        out[name] = r
+    if len(times) == 2:
+        pair = [t / m for m, t in zip(times["minitensor"], times["torch"])]  # our tokens/s over theirs, per round
+        out["ratio_tokens_per_s_minitensor_over_torch"] = round(out["torch"]["ms_per_step"] / out["minitensor"]["ms_per_step"], 3)
+        out["ratio_per_round"] = {"median": round(float(np.median(pair)), 3), "min": round(min(pair), 3),
+                                  "max": round(max(pair), 3)}
     return out
 
 
@@ -145,7 +164,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--length", type=int, default=32, help="source and target tokens per sentence")
     p.add_argument("--vocab", type=int, default=37000)
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3, help="timed rounds (one step of each framework per round)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
     p.add_argument("--no-torch", action="store_true")
@@ -162,14 +181,15 @@ def main() -> None:
     out = {"benchmark": "transformer-base training step", "environment": env, "config": vars(a),
            "train_gflop_per_step": round(flops / 1e9, 1), "paper_base_run": PAPER, "results": {}}
     for prec in precisions:
-        row = {"minitensor": time_minitensor(a, data, prec)}
+        runners = {"minitensor": minitensor_step(a, data, prec)}
         if not a.no_torch:
             try:
-                row["torch"] = time_torch(a, data, prec)
-                row["ratio_tokens_per_s_minitensor_over_torch"] = round(
-                    row["minitensor"]["target_tokens_per_s"] / row["torch"]["target_tokens_per_s"], 3)
+                runners["torch"] = torch_step(a, data, prec)
             except ImportError:
-                row["torch"] = "not installed"
+                pass
+        row = run_side_by_side(a, runners)
+        if "torch" not in runners and not a.no_torch:
+            row["torch"] = "not installed"
         peak = peak_tflops(env.get("gpu", ""), prec) if a.device == "cuda" else None
         for who in ("minitensor", "torch"):
             r = row.get(who)

@@ -70,6 +70,12 @@ def blas_settings() -> dict:
     return envs
 
 
+def rounds(base: dict) -> str:
+    """" (0.98-1.51)": the spread of the base step's per-round ratios, where the JSON has them."""
+    r = base.get("ratio_per_round")
+    return f" ({r['min']}-{r['max']})" if r else ""
+
+
 def table(result: dict) -> str:
     """The README's performance table (Markdown) from one session's JSON."""
     m = result["machine"]
@@ -84,14 +90,15 @@ def table(result: dict) -> str:
         rows.append(f"| {r['blas']['core']} ({name}) | {c['minitensor_median_seconds']}{torch_c} | "
                     f"{c['minitensor_ms_per_update']}{torch_u} | {b['minitensor']['target_tokens_per_s']}{torch_b} | "
                     f"{c.get('ratio_median_seconds', '–')} | {c.get('ratio_ms_per_update', '–')} | "
-                    f"{b.get('ratio_tokens_per_s_minitensor_over_torch', '–')} |")
+                    f"{b.get('ratio_tokens_per_s_minitensor_over_torch', '–')}{rounds(b)} |")
     head = (f"Measured on {result['date']} by `benchmarks/cpu_session.py` (`{result['file']}`): {m['cpu']}, "
             f"{m['cores']} cores, {m['memory_gib']} GiB; NumPy {m['numpy']}, PyTorch {m.get('torch')} "
             f"({m.get('torch_threads')} threads); commit {m.get('commit')}. Each cell is minitensor vs "
             "PyTorch; a time ratio below 1 and a tokens/s ratio above 1 favour minitensor. Both start the copy "
             "task from the same weights, but their trajectories part after ~20 updates and the updates needed "
             "vary from 250 to 550 for either, so the time to 99% carries that luck; ms per update "
-            "(evaluation included) does not.")
+            "(evaluation included) does not. The base step alternates the two frameworks step by step; the "
+            "range after its ratio is that of the per-round ratios.")
     return head + "\n\n" + "\n".join(rows)
 
 
@@ -107,7 +114,7 @@ def update_readme(result: dict) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--base-steps", type=int, default=5)
+    p.add_argument("--base-steps", type=int, default=9)
     p.add_argument("--out", help="default: benchmarks/results/cpu_<today>.json, or cpu_<today>_<n>.json for the "
                                  "n-th session of a day (names sort in time order: the README shows the last)")
     p.add_argument("--readme", metavar="JSON", help="only rewrite the README's table from this file")

@@ -140,7 +140,7 @@ class LeakyTransformer(Transformer):
         return self.generator(self.decode(tgt_in, memory, src_mask, tgt_mask=padding_mask(tgt_in, PAD)))
 
 
-leak_steps = 200 if smoke() else 400
+leak_steps = 300 if smoke() else 400
 test = make_batch(np.random.default_rng(9), 200, task)
 leak = {"causal mask": {"final loss": [], "exact match": []}, "no causal mask": {"final loss": [], "exact match": []}}
 for seed in seeds:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from contextlib import ContextDecorator
 
-from .backend import DeviceError, array_module
+from .backend import DeviceError, array_module, is_array
 
 _state = threading.local()
 
@@ -265,12 +265,12 @@ def _accumulate_leaf(leaf, g, handed: set, stored: dict, pending: dict) -> None:
         handed.add(id(g))
         handed.add(id(owner))
         leaf.grad = Tensor._wrap(g)
-        stored[id(leaf)] = (g, not private)
+        stored[id(leaf)] = (leaf.grad.data, not private)
         return
     cur = leaf.grad.data
     mine, made_here = stored.get(id(leaf), (None, False))
     owner = _owner(cur)
-    if (mine is cur and _owner(g) is not owner
+    if (mine is cur and is_array(cur) and _owner(g) is not owner  # (a NumPy scalar has no in place)
             and (made_here or not any(_owner(p) is owner for p in pending.values()))):
         cur += g
     else:

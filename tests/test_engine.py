@@ -277,3 +277,11 @@ def test_a_gradient_from_an_earlier_backward_is_not_written_into():
     (w * 3).sum().backward()
     np.testing.assert_array_equal(first, kept)
     close(w.grad, 2 * w.numpy() + 3)
+
+
+def test_a_zero_dimensional_leaf_used_three_times_gets_all_three_gradients():
+    """0-d arrays multiply into NumPy scalars, which have no in-place add: the third gradient
+    of a scalar leaf must still be counted (lesson 1's scalar graphs)."""
+    x = mt.tensor(2.0, dtype=np.float64, requires_grad=True)
+    (x * x + x * 3.0 + (x * -1.0).tanh()).backward()
+    close(x.grad, 2 * 2.0 + 3.0 - (1 - np.tanh(-2.0) ** 2))
