@@ -11,11 +11,6 @@ def _swap(a):
     return a.swapaxes(-1, -2)
 
 
-def _is_transposed(a) -> bool:
-    """A 2-D array laid out column by column (a transposed view of a row-major one)."""
-    return a.flags.f_contiguous and not a.flags.c_contiguous
-
-
 def product_in_float32(module: str, a_dtype, b_dtype, ndim: int) -> bool:
     """Whether ``a @ b`` must run in float32: on CuPy (``module``, the arrays' module name),
     bfloat16 products with more than two axes. CuPy 14's matmul sends every batched product
@@ -88,11 +83,6 @@ class Linear(Function):
         nx, nw, nb = ctx.needs_input_grad
         g2 = grad.reshape(-1, grad.shape[-1])
         gx = (g2 @ w.T).reshape(x.shape) if nx else None
-        gw = None
-        if nw:
-            x2 = x.reshape(-1, x.shape[-1])
-            # in w's own memory order: for a transposed weight (the tied projection h Eᵀ) the
-            # product (Gᵀ x)ᵀ lands in E's layout, and the gradient reaches E without a copy
-            gw = (g2.T @ x2).T if _is_transposed(w) else x2.T @ g2
+        gw = x.reshape(-1, x.shape[-1]).T @ g2 if nw else None
         gb = ctx.xp.ones(g2.shape[0], dtype=g2.dtype) @ g2 if nb else None  # column sums as one GEMV
         return gx, gw, gb
