@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 PIECE = 1 << 16  # elements per piece: 256 KiB of float32 per array, so a piece's arrays fit in cache
 
 _pool: ThreadPoolExecutor | None = None
+_pool_size = 0
 
 
 def count() -> int:
@@ -46,14 +47,16 @@ def share(work, items: list) -> None:
     """Call ``work(worker, items[worker::k])`` for each of the ``k = count()`` workers, at once,
     and return when all are done (an exception in any worker is raised here). Dealing the items
     round-robin gives every worker about the same load when items are pieces of one size."""
-    global _pool
+    global _pool, _pool_size
     k = min(count(), len(items))
     if k <= 1:
         if items:
             work(0, items)
         return
-    if _pool is None or _pool._max_workers < k:
-        _pool = ThreadPoolExecutor(max_workers=k, thread_name_prefix="minitensor")
+    if _pool_size < k:  # (more threads asked for since the pool was made)
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool, _pool_size = ThreadPoolExecutor(max_workers=k, thread_name_prefix="minitensor"), k
     futures = [_pool.submit(work, i, items[i::k]) for i in range(1, k)]
     work(0, items[0::k])  # the calling thread takes a share too
     for f in futures:
