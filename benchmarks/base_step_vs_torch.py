@@ -24,7 +24,7 @@ import contextlib
 import time
 
 import numpy as np
-from gpu_common import environment, peak_tflops, sync, write_results
+from gpu_common import environment, peak_tflops, product_rates, sync, write_results
 
 import minitensor as mt
 from minitensor import amp
@@ -49,6 +49,21 @@ def train_flops(cfg: TransformerConfig, B: int, Ts: int, Tt: int) -> float:
            + B * 2 * 2 * (Tt * Tt + Tt * Ts) * d)
     forward = cfg.n_encoder_layers * enc + cfg.n_decoder_layers * dec + tgt * 2 * d * V
     return 3.0 * forward
+
+
+def products_floor(cfg: TransformerConfig, args, flops: float, row: dict) -> dict:
+    """The least time the step's matrix products can take on this CPU: its product FLOPs at the
+    fastest rate NumPy's BLAS reached on the step's own Linear shapes (and a 2048-cube), timed
+    alone. However fast everything else became, a step could not beat it; against PyTorch's
+    step it gives the largest tokens/s ratio the products allow (matmul_floor.py counts the
+    products of real updates instead of this formula)."""
+    rows, d, f, V = args.batch * args.length, cfg.d_model, cfg.d_ff, cfg.vocab_size
+    rates = product_rates([(rows, d, d), (rows, d, f), (rows, f, d), (rows, d, V), (rows, V, d)])
+    best = max(rates.values())
+    out = {"gflop_per_s_best": best, "product_rates": rates, "ms_per_step": round(flops / best / 1e6, 1)}
+    if isinstance(row.get("torch"), dict):
+        out["largest_ratio_tokens_per_s"] = round(row["torch"]["ms_per_step"] / out["ms_per_step"], 3)
+    return out
 
 
 def minitensor_step(args, data, precision: str):
@@ -201,6 +216,8 @@ def main() -> None:
                 tps = r["target_tokens_per_s"]
                 r["paper_base_run_hours_on_this_device"] = round(
                     PAPER["steps"] * PAPER["target_tokens_per_step"] / tps / 3600, 1)
+        if a.device == "cpu" and prec == "fp32":
+            row["products_floor"] = products_floor(cfg, a, flops, row)
         out["results"][prec] = row
     write_results(out, a.out)
 

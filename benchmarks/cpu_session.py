@@ -76,12 +76,22 @@ def rounds(base: dict) -> str:
     return f" ({r['min']}-{r['max']})" if r else ""
 
 
+def ceiling(base: dict) -> str:
+    """The base step's largest tokens/s ratio the matrix products allow, with the floor's ms
+    (base_step_vs_torch.products_floor), where the JSON has it."""
+    f = base.get("products_floor") or {}
+    if "largest_ratio_tokens_per_s" not in f:
+        return "–"
+    return f"{f['largest_ratio_tokens_per_s']} ({f['ms_per_step']} ms at {f['gflop_per_s_best']} GFLOP/s)"
+
+
 def table(result: dict) -> str:
     """The README's performance table (Markdown) from one session's JSON."""
     m = result["machine"]
     rows = ["| BLAS kernels | copy task: median s to 99% (seeds 0-2) | ms per update | "
-            "base step: target tokens/s | ratio time to 99% | ratio ms per update | ratio tokens/s (base) |",
-            "|---|---|---|---|---|---|---|"]
+            "base step: target tokens/s | ratio time to 99% | ratio ms per update | ratio tokens/s (base) | "
+            "largest base ratio the products allow |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, r in result["runs"].items():
         c, b = r["copy_task"], r["base_step"]["results"]["fp32"]
         torch_c = f" vs {c['torch_median_seconds']}" if "torch_median_seconds" in c else ""
@@ -90,7 +100,7 @@ def table(result: dict) -> str:
         rows.append(f"| {r['blas']['core']} ({name}) | {c['minitensor_median_seconds']}{torch_c} | "
                     f"{c['minitensor_ms_per_update']}{torch_u} | {b['minitensor']['target_tokens_per_s']}{torch_b} | "
                     f"{c.get('ratio_median_seconds', '–')} | {c.get('ratio_ms_per_update', '–')} | "
-                    f"{b.get('ratio_tokens_per_s_minitensor_over_torch', '–')}{rounds(b)} |")
+                    f"{b.get('ratio_tokens_per_s_minitensor_over_torch', '–')}{rounds(b)} | {ceiling(b)} |")
     head = (f"Measured on {result['date']} by `benchmarks/cpu_session.py` (`{result['file']}`): {m['cpu']}, "
             f"{m['cores']} cores, {m['memory_gib']} GiB; NumPy {m['numpy']}, PyTorch {m.get('torch')} "
             f"({m.get('torch_threads')} threads); commit {m.get('commit')}. Each cell is minitensor vs "
@@ -98,7 +108,9 @@ def table(result: dict) -> str:
             "task from the same weights, but their trajectories part after ~20 updates and the updates needed "
             "vary from 250 to 550 for either, so the time to 99% carries that luck; ms per update "
             "(evaluation included) does not. The base step alternates the two frameworks step by step; the "
-            "range after its ratio is that of the per-round ratios.")
+            "range after its ratio is that of the per-round ratios. The last column divides PyTorch's step by "
+            "the least time the step's matrix products take at the fastest rate NumPy's BLAS reached here: "
+            "no speed-up of anything else could take the ratio past it.")
     return head + "\n\n" + "\n".join(rows)
 
 

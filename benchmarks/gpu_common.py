@@ -1,6 +1,6 @@
 """Shared by the benchmarks: device description, timing, peaks, JSON results.
 
-Not part of the package; imported by benchmarks/base_step.py and benchmarks/kernels.py.
+Not part of the package; imported by the scripts beside it.
 """
 from __future__ import annotations
 
@@ -87,6 +87,25 @@ def median_seconds(fn, device: str, warmup: int, repeat: int) -> float:
         sync(device)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def product_rates(shapes, repeats: int = 5) -> dict:
+    """{"MxKxN": GFLOP/s}: float32 NumPy products (m, k) x (k, n) timed alone, best of
+    ``repeats`` after a warm-up, for each shape and a 2048-cube (a large square product, near
+    the BLAS kernels' best). The fastest of them bounds what any product of a step can reach."""
+    rng = np.random.default_rng(0)
+    rates = {}
+    for m, k, n in [*shapes, (2048, 2048, 2048)]:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        a @ b  # warm-up: the BLAS threads start, the pages are touched
+        best = np.inf
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+        rates[f"{m}x{k}x{n}"] = round(2.0 * m * k * n / best / 1e9, 1)
+    return rates
 
 
 def write_results(out: dict, path: str | None) -> None:

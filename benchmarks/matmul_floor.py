@@ -1,0 +1,214 @@
+"""How fast could a training update be with the BLAS NumPy runs on? The floor the matrix
+products set, measured.
+
+On the CPU most of a Transformer update is the matrix products of its Linear layers, and no
+rearrangement of the rest makes those cheaper: the same math needs the same products. This
+script runs real updates with every Linear op counted (the FLOPs of its forward product and
+of each backward product it computes), then times float32 products alone on the shapes the
+updates used and takes the fastest rate seen. Dividing the update's product FLOPs by that
+rate gives a time no update can beat with these kernels, even if everything else (softmax,
+LayerNorm, dropout, Adam, the engine) took no time at all. Against a step time to compare
+with (``--compare-ms``: PyTorch's step, or an older commit's update) it prints the largest
+speed-up the products allow.
+
+Setups:
+  base          the Transformer-base step of base_step_vs_torch.py (16 x 32 tokens, V 37000)
+  multi30k-cpu  real updates of ``python -m transformer train --preset multi30k-cpu``
+
+    python benchmarks/matmul_floor.py base --compare-ms 1300
+    python benchmarks/matmul_floor.py multi30k-cpu --data-dir ../shared/data/multi30k --compare-ms 350
+    env -u OPENBLAS_CORETYPE python benchmarks/matmul_floor.py base     # the other kernels (minitensor/blas.py)
+
+The attention's small batched products and every other op are left out of the count, so the
+floor is a lower bound, never an estimate of the time itself.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor and transformer
+
+from gpu_common import environment, product_rates, write_results  # noqa: E402
+
+from minitensor.ops.linalg import Linear  # noqa: E402
+
+
+class ProductCounter:
+    """Wraps Linear's forward and backward: per update, the product FLOPs, the (m, k, n)
+    shapes with their FLOPs, and the time spent inside Linear."""
+
+    def __init__(self):
+        self.updates: list[dict] = []
+        # (role, in, out) of a Linear product -> the row counts it ran with, over all updates
+        self.rows: dict[tuple, list[int]] = collections.defaultdict(list)
+        self._flops = self._seconds = 0.0
+
+    def _count(self, role: str, m: int, k: int, n: int) -> None:
+        self._flops += 2.0 * m * k * n
+        self.rows[(role, k, n)].append(m)
+
+    def shapes(self) -> list[tuple[float, tuple[int, int, int]]]:
+        """(FLOPs, (m, k, n) of a plain product) per role and weight shape, the rows at their
+        mean; most FLOPs first. y = x W is (rows, in) x (in, out); dx = G Wᵀ is
+        (rows, out) x (out, in); dW = xᵀ G is (in, rows) x (rows, out)."""
+        out = []
+        for (role, k, n), ms in self.rows.items():
+            m = round(float(np.mean(ms)))
+            shape = {"y": (m, k, n), "dx": (m, n, k), "dW": (k, m, n)}[role]
+            out.append((2.0 * sum(ms) * k * n, shape))
+        return sorted(out, reverse=True)
+
+    def __enter__(self):
+        self._forward, self._backward = Linear.forward, Linear.backward
+        fwd, bwd, counter = Linear.__dict__["forward"].__func__, Linear.__dict__["backward"].__func__, self
+
+        def forward(ctx, x, w, b=None):
+            t = time.perf_counter()
+            out = fwd(ctx, x, w, b)
+            counter._seconds += time.perf_counter() - t
+            counter._count("y", x.size // x.shape[-1], w.shape[0], w.shape[1])
+            return out
+
+        def backward(ctx, grad):
+            x, w = ctx.saved
+            t = time.perf_counter()
+            out = bwd(ctx, grad)
+            counter._seconds += time.perf_counter() - t
+            m, (k, n) = x.size // x.shape[-1], w.shape
+            for role, g in zip(("dx", "dW"), out[:2]):
+                if g is not None:
+                    counter._count(role, m, k, n)
+            return out
+
+        Linear.forward, Linear.backward = staticmethod(forward), staticmethod(backward)
+        return self
+
+    def __exit__(self, *exc):
+        Linear.forward, Linear.backward = self._forward, self._backward
+
+    def update_done(self, seconds: float) -> None:
+        self.updates.append({"seconds": seconds, "product_flops": self._flops, "linear_seconds": self._seconds})
+        self._flops = self._seconds = 0.0
+
+    def discard(self) -> None:
+        """Forget what was counted so far (the warm-up updates)."""
+        self.updates.clear()
+        self.rows.clear()
+        self._flops = self._seconds = 0.0
+
+
+def base_updates(counter: ProductCounter, steps: int, warmup: int) -> None:
+    """The base step exactly as base_step_vs_torch.py takes it."""
+    import base_step_vs_torch as bs  # noqa: PLC0415
+
+    args = argparse.Namespace(device="cpu", vocab=37000, batch=16, length=32)
+    rng = np.random.default_rng(0)
+    data = [bs.batch(rng, args.batch, args.length, args.vocab) for _ in range(2)]
+    step, _ = bs.minitensor_step(args, data, "fp32")
+    for i in range(warmup + steps):
+        if i == warmup:
+            counter.discard()
+        t = time.perf_counter()
+        step(i)
+        counter.update_done(time.perf_counter() - t)
+
+
+def multi30k_updates(counter: ProductCounter, steps: int, warmup: int, data_dir: str) -> None:
+    """Real updates of the multi30k-cpu preset: the command line's own training loop, each
+    Trainer.update timed."""
+    from transformer import cli  # noqa: PLC0415
+    from transformer.train import Trainer  # noqa: PLC0415
+
+    plain = Trainer.update
+    seen = [0]
+
+    def update(self, *a, **k):
+        if seen[0] == warmup:
+            counter.discard()
+        seen[0] += 1
+        t = time.perf_counter()
+        out = plain(self, *a, **k)
+        counter.update_done(time.perf_counter() - t)
+        return out
+
+    Trainer.update = update
+    try:
+        with tempfile.TemporaryDirectory() as run_dir:
+            cli.main(["train", "--preset", "multi30k-cpu", "--run-dir", run_dir, "--data-dir", data_dir,
+                      "--max-steps", str(warmup + steps), "--save-every", str(10**9), "--no-progress"])
+    finally:
+        Trainer.update = plain
+
+
+def best_rate(shapes: list, top: int, repeats: int) -> dict:
+    """The ``top`` shapes that carry the most FLOPs timed alone (gpu_common.product_rates):
+    the fastest rate seen (GFLOP/s), its shape, every rate, and the seconds the products would
+    take at their own shape's rate (the best rate for the shapes not timed)."""
+    rates = product_rates([s for _, s in shapes[:top]], repeats)
+    shape = max(rates, key=rates.get)
+    alone = sum(f / (rates.get("x".join(map(str, s)), rates[shape]) * 1e9) for f, s in shapes)
+    return {"gflop_per_s": rates[shape], "shape": shape, "all": rates, "products_alone_seconds": alone}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("setup", choices=["base", "multi30k-cpu"])
+    p.add_argument("--data-dir", help="Multi30k files (multi30k-cpu)")
+    p.add_argument("--steps", type=int, default=None, help="updates counted (default: 5 base, 30 multi30k-cpu)")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--top", type=int, default=8, help="product shapes timed alone")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--compare-ms", type=float, help="a step time (ms) to hold the floor against")
+    p.add_argument("--out", help="also write the JSON here")
+    a = p.parse_args()
+    if a.setup == "multi30k-cpu" and not a.data_dir:
+        p.error("multi30k-cpu needs --data-dir")
+    steps = a.steps or (5 if a.setup == "base" else 30)
+    with ProductCounter() as counter:
+        if a.setup == "base":
+            base_updates(counter, steps, a.warmup)
+        else:
+            multi30k_updates(counter, steps, a.warmup, str(Path(a.data_dir).resolve()))
+    ups = counter.updates
+    gflop = float(np.mean([u["product_flops"] for u in ups])) / 1e9
+    rate = best_rate(counter.shapes(), a.top, a.repeats)
+    floor_ms = gflop / rate["gflop_per_s"] * 1e3
+    update_ms = float(np.median([u["seconds"] for u in ups])) * 1e3
+    linear_ms = float(np.median([u["linear_seconds"] for u in ups])) * 1e3
+    out = {
+        "benchmark": "the matrix products' floor under one update",
+        "setup": a.setup, "environment": environment("cpu"), "updates_counted": len(ups),
+        "linear_gflop_per_update": round(gflop, 2),
+        "best_product_rate": rate,
+        "floor_ms_per_update": round(floor_ms, 1),
+        "products_alone_ms_per_update": round(rate.pop("products_alone_seconds") / len(ups) * 1e3, 1),
+        "measured_ms_per_update": round(update_ms, 1),
+        "measured_linear_ms_per_update": round(linear_ms, 1),
+        "linear_gflop_per_s_in_place": round(gflop / linear_ms * 1e3, 1),
+        "everything_else_ms": round(update_ms - linear_ms, 1),
+    }
+    lines = [f"{a.setup}: {gflop:.1f} GFLOP of Linear products per update; the fastest product alone ran at "
+             f"{rate['gflop_per_s']} GFLOP/s ({rate['shape']}), so the products need at least {floor_ms:.0f} ms "
+             f"({out['products_alone_ms_per_update']:.0f} ms at each shape's own rate alone).",
+             f"Measured: {update_ms:.0f} ms per update, {linear_ms:.0f} of them in Linear "
+             f"({out['linear_gflop_per_s_in_place']} GFLOP/s), {update_ms - linear_ms:.0f} in everything else."]
+    if a.compare_ms:
+        out["compare_ms"] = a.compare_ms
+        out["largest_speedup_over_compare"] = round(a.compare_ms / floor_ms, 3)
+        out["speedup_over_compare_now"] = round(a.compare_ms / update_ms, 3)
+        lines.append(f"Against {a.compare_ms:.0f} ms: {a.compare_ms / update_ms:.2f}x now; at most "
+                     f"{a.compare_ms / floor_ms:.2f}x if nothing but the products took time.")
+    write_results(out, a.out)
+    print("\n".join(lines), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
