@@ -24,7 +24,7 @@ import contextlib
 import time
 
 import numpy as np
-from gpu_common import environment, peak_tflops, product_rates, sync, write_results
+from gpu_common import environment, peak_tflops, product_timer, sync, write_results
 
 import minitensor as mt
 from minitensor import amp
@@ -51,18 +51,27 @@ def train_flops(cfg: TransformerConfig, B: int, Ts: int, Tt: int) -> float:
     return 3.0 * forward
 
 
-def products_floor(cfg: TransformerConfig, args, flops: float, row: dict) -> dict:
-    """The least time the step's matrix products can take on this CPU: its product FLOPs at the
-    fastest rate NumPy's BLAS reached on the step's own Linear shapes (and a 2048-cube), timed
-    alone. However fast everything else became, a step could not beat it; against PyTorch's
-    step it gives the largest tokens/s ratio the products allow (matmul_floor.py counts the
-    products of real updates instead of this formula)."""
+def products_probe(cfg: TransformerConfig, args):
+    """A probe for run_side_by_side: each round, the best rate (GFLOP/s) NumPy's BLAS reaches
+    on the step's own Linear shapes and a 2048-cube, timed alone between the steps."""
     rows, d, f, V = args.batch * args.length, cfg.d_model, cfg.d_ff, cfg.vocab_size
-    rates = product_rates([(rows, d, d), (rows, d, f), (rows, f, d), (rows, d, V), (rows, V, d)])
-    best = max(rates.values())
-    out = {"gflop_per_s_best": best, "product_rates": rates, "ms_per_step": round(flops / best / 1e6, 1)}
+    rates = product_timer([(rows, d, d), (rows, d, f), (rows, f, d), (rows, d, V), (rows, V, d)])
+    return lambda: max(rates(2).values())
+
+
+def products_floor(flops: float, best_rates: list, row: dict) -> dict:
+    """The least time the step's matrix products can take on this CPU: its product FLOPs at the
+    fastest rate the probe saw in the same round. However fast everything else became, a step
+    could not beat it. Against PyTorch's step of the same round it gives the largest tokens/s
+    ratio the products allow, round by round (matmul_floor.py counts the products of real
+    updates instead of this formula)."""
+    floors = [flops / (r * 1e9) for r in best_rates]
+    out = {"gflop_per_s_best": round(float(np.median(best_rates)), 1),
+           "ms_per_step": round(1000 * float(np.median(floors)), 1)}
     if isinstance(row.get("torch"), dict):
-        out["largest_ratio_tokens_per_s"] = round(row["torch"]["ms_per_step"] / out["ms_per_step"], 3)
+        ceil = [t / 1000 / fl for t, fl in zip(row["torch"]["ms_per_step_each"], floors)]
+        out["largest_ratio_tokens_per_s"] = round(float(np.median(ceil)), 3)
+        out["largest_ratio_per_round"] = {"min": round(min(ceil), 3), "max": round(max(ceil), 3)}
     return out
 
 
@@ -138,22 +147,26 @@ def torch_step(args, data, precision: str):
     return step, lambda: TorchPeak() if dev == "cuda" else contextlib.nullcontext()
 
 
-def run_side_by_side(args, runners: dict) -> dict:
+def run_side_by_side(args, runners: dict, probe=None) -> dict:
     """Time the runners' steps in turns (one step of each, then the next round), after a
     warm-up of each: a machine whose speed drifts slows both sides alike, and each round gives
-    one paired ratio. Then one extra step of each for its peak memory."""
+    one paired ratio. Then one extra step of each for its peak memory. ``probe()``, if given,
+    is called once a round after the steps; its values go to ``out["probe"]``."""
     for step, _ in runners.values():
         for i in range(args.warmup):
             step(i)
     sync(args.device)
     times = {name: [] for name in runners}
+    probed = []
     for i in range(args.steps):
         for name, (step, _) in runners.items():
             t0 = time.perf_counter()
             step(i)
             sync(args.device)
             times[name].append(time.perf_counter() - t0)
-    out = {}
+        if probe is not None:
+            probed.append(probe())
+    out = {"probe": probed} if probe is not None else {}
     for name, (step, peak) in runners.items():
         med = float(np.median(times[name]))
         r = {"ms_per_step": round(1000 * med, 2), "target_tokens_per_s": round(args.batch * args.length / med, 1),
@@ -202,7 +215,8 @@ def main() -> None:
                 runners["torch"] = torch_step(a, data, prec)
             except ImportError:
                 pass
-        row = run_side_by_side(a, runners)
+        floor = a.device == "cpu" and prec == "fp32"
+        row = run_side_by_side(a, runners, products_probe(cfg, a) if floor else None)
         if "torch" not in runners and not a.no_torch:
             row["torch"] = "not installed"
         peak = peak_tflops(env.get("gpu", ""), prec) if a.device == "cuda" else None
@@ -216,8 +230,8 @@ def main() -> None:
                 tps = r["target_tokens_per_s"]
                 r["paper_base_run_hours_on_this_device"] = round(
                     PAPER["steps"] * PAPER["target_tokens_per_step"] / tps / 3600, 1)
-        if a.device == "cpu" and prec == "fp32":
-            row["products_floor"] = products_floor(cfg, a, flops, row)
+        if floor:
+            row["products_floor"] = products_floor(flops, row.pop("probe"), row)
         out["results"][prec] = row
     write_results(out, a.out)
 

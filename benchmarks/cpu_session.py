@@ -82,7 +82,9 @@ def ceiling(base: dict) -> str:
     f = base.get("products_floor") or {}
     if "largest_ratio_tokens_per_s" not in f:
         return "–"
-    return f"{f['largest_ratio_tokens_per_s']} ({f['ms_per_step']} ms at {f['gflop_per_s_best']} GFLOP/s)"
+    r = f["largest_ratio_per_round"]
+    return (f"{f['largest_ratio_tokens_per_s']} ({r['min']}-{r['max']}; {f['ms_per_step']} ms at "
+            f"{f['gflop_per_s_best']} GFLOP/s)")
 
 
 def table(result: dict) -> str:
@@ -109,8 +111,9 @@ def table(result: dict) -> str:
             "vary from 250 to 550 for either, so the time to 99% carries that luck; ms per update "
             "(evaluation included) does not. The base step alternates the two frameworks step by step; the "
             "range after its ratio is that of the per-round ratios. The last column divides PyTorch's step by "
-            "the least time the step's matrix products take at the fastest rate NumPy's BLAS reached here: "
-            "no speed-up of anything else could take the ratio past it.")
+            "the least time the step's matrix products take at the fastest rate NumPy's BLAS reached in the "
+            "same round (its median, the rounds' range, the floor and the rate): no speed-up of anything else "
+            "could take the ratio past it.")
     return head + "\n\n" + "\n".join(rows)
 
 

@@ -89,23 +89,38 @@ def median_seconds(fn, device: str, warmup: int, repeat: int) -> float:
     return float(np.median(times))
 
 
-def product_rates(shapes, repeats: int = 5) -> dict:
-    """{"MxKxN": GFLOP/s}: float32 NumPy products (m, k) x (k, n) timed alone, best of
-    ``repeats`` after a warm-up, for each shape and a 2048-cube (a large square product, near
-    the BLAS kernels' best). The fastest of them bounds what any product of a step can reach."""
+def product_timer(shapes):
+    """``rates(repeats=1)``: {"MxKxN": GFLOP/s} of float32 NumPy products (m, k) x (k, n),
+    each the best of ``repeats`` calls, for each shape and a 2048-cube (a large square product,
+    near the BLAS kernels' best). The operands are made, and each product run once, here, so
+    that a call times only the products: a benchmark can call it between the steps it times
+    and see the machine at the same speed as they do."""
     rng = np.random.default_rng(0)
-    rates = {}
+    pairs = {}
     for m, k, n in [*shapes, (2048, 2048, 2048)]:
         a = rng.standard_normal((m, k), dtype=np.float32)
         b = rng.standard_normal((k, n), dtype=np.float32)
         a @ b  # warm-up: the BLAS threads start, the pages are touched
-        best = np.inf
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
-        rates[f"{m}x{k}x{n}"] = round(2.0 * m * k * n / best / 1e9, 1)
+        pairs[f"{m}x{k}x{n}"] = (a, b, 2.0 * m * k * n)
+
+    def rates(repeats: int = 1) -> dict:
+        out = {}
+        for name, (a, b, flops) in pairs.items():
+            best = np.inf
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                a @ b
+                best = min(best, time.perf_counter() - t0)
+            out[name] = round(flops / best / 1e9, 1)
+        return out
+
     return rates
+
+
+def product_rates(shapes, repeats: int = 5) -> dict:
+    """:func:`product_timer`'s rates, once: the fastest of them bounds what any product of a
+    step can reach."""
+    return product_timer(shapes)(repeats)
 
 
 def write_results(out: dict, path: str | None) -> None:
