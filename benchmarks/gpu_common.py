@@ -117,12 +117,6 @@ def product_timer(shapes):
     return rates
 
 
-def product_rates(shapes, repeats: int = 5) -> dict:
-    """:func:`product_timer`'s rates, once: the fastest of them bounds what any product of a
-    step can reach."""
-    return product_timer(shapes)(repeats)
-
-
 def write_results(out: dict, path: str | None) -> None:
     text = json.dumps(out, indent=2)
     print(text)

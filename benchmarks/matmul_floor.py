@@ -36,7 +36,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor and transformer
 
-from gpu_common import environment, product_rates, write_results  # noqa: E402
+from gpu_common import environment, product_timer, write_results  # noqa: E402
 
 from minitensor.ops.linalg import Linear  # noqa: E402
 
@@ -149,10 +149,10 @@ def multi30k_updates(counter: ProductCounter, steps: int, warmup: int, data_dir:
 
 
 def best_rate(shapes: list, top: int, repeats: int) -> dict:
-    """The ``top`` shapes that carry the most FLOPs timed alone (gpu_common.product_rates):
+    """The ``top`` shapes that carry the most FLOPs timed alone (gpu_common.product_timer):
     the fastest rate seen (GFLOP/s), its shape, every rate, and the seconds the products would
     take at their own shape's rate (the best rate for the shapes not timed)."""
-    rates = product_rates([s for _, s in shapes[:top]], repeats)
+    rates = product_timer([s for _, s in shapes[:top]])(repeats)
     shape = max(rates, key=rates.get)
     alone = sum(f / (rates.get("x".join(map(str, s)), rates[shape]) * 1e9) for f, s in shapes)
     return {"gflop_per_s": rates[shape], "shape": shape, "all": rates, "products_alone_seconds": alone}
