@@ -105,7 +105,7 @@ def load_model(run: Path, checkpoint: str | None = None, average: int = 0, devic
 # ---------------------------------------------------------------------------- commands
 def add_data_args(p):
     p.add_argument("--dataset", choices=["multi30k", "wmt14"], help="default: the preset's")
-    p.add_argument("--data-dir", help="a local Multi30k directory (default: download into the cache)")
+    p.add_argument("--data-dir", help="a local Multi30k directory (default: $MULTI30K_DIR, else download into the cache)")
     p.add_argument("--src-lang", default="en")
     p.add_argument("--tgt-lang", default="de")
     for side in ("train", "valid", "test"):

@@ -145,10 +145,12 @@ def download(url: str, dest: str | Path, sha256: str | None = None) -> Path:
 def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> Path:
     """A directory holding the six Multi30k task-1 raw files, each checked against its sha256.
 
-    ``root``: a local directory that already has them (tests and CI use
-    ``../shared/data/multi30k``). Without it, the files are downloaded on first use from the
-    dataset's public repository into ``default_cache_dir()/multi30k``.
+    ``root``: a local directory that already has them; without it, ``$MULTI30K_DIR`` when
+    set (tests and CI point it at ``../shared/data/multi30k``). Otherwise the files are
+    downloaded on first use from the dataset's public repository into
+    ``default_cache_dir()/multi30k``, where the command line and the lessons both read them.
     """
+    root = root if root is not None else os.environ.get("MULTI30K_DIR") or None
     local = root is not None
     folder = Path(root) if local else default_cache_dir() / "multi30k"
     for name, digest in MULTI30K_SHA256.items():
@@ -156,7 +158,13 @@ def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> P
         if not path.exists():
             if local:
                 raise DataError(f"{path}: missing (a Multi30k directory needs {', '.join(MULTI30K_SHA256)})")
-            download(url + name, path, digest)
+            try:
+                download(url + name, path, digest)
+            except OSError as e:   # no network (URLError is an OSError), refused, timed out
+                reason = getattr(e, "reason", None) or e
+                raise DataError(f"could not download {url + name} ({reason}); without a network, set "
+                                f"MULTI30K_DIR to a folder holding the six Multi30k files "
+                                f"({', '.join(MULTI30K_SHA256)})") from None
         elif sha256_of(path) != digest:
             raise DataError(f"{path}: sha256 {sha256_of(path)} does not match the expected {digest}; "
                             "delete it to download it again")

@@ -82,6 +82,7 @@ def test_multi30k_from_a_local_directory_has_the_documented_sizes():
 def test_multi30k_download_verifies_checksums(tmp_path, monkeypatch):
     """The downloader fetches into the cache and checks sha256 (a file:// mirror stands in for the network)."""
     monkeypatch.setenv("MINITENSOR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
     mirror = "file://" + str(SHARED) + "/"
     folder = data.multi30k_files(url=mirror)
     assert sorted(p.name for p in folder.iterdir()) == sorted(data.MULTI30K_SHA256)
@@ -93,6 +94,31 @@ def test_multi30k_download_verifies_checksums(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="sha256"):
         data.multi30k_files(url="file://" + str(bad) + "/")
     assert not list(folder.glob("*.part")) and not (folder / "val.de.gz").exists()
+
+
+@needs_multi30k
+def test_multi30k_dir_is_read_without_a_root_and_never_downloads(tmp_path, monkeypatch):
+    """$MULTI30K_DIR is where the command line and the lessons read Multi30k when no folder is
+    given; the cache is not touched."""
+    monkeypatch.setenv("MINITENSOR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("MULTI30K_DIR", str(SHARED))
+    assert data.multi30k_files() == SHARED
+    assert not (tmp_path / "cache").exists()
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "empty"))
+    with pytest.raises(DataError, match="missing"):
+        data.multi30k_files()
+
+
+def test_without_network_or_data_one_line_says_what_to_set(tmp_path, monkeypatch):
+    """No data and no way to download it (a refused connection on 127.0.0.1 stands in for no
+    network): one DataError line naming the URL and MULTI30K_DIR, and no partial file left."""
+    monkeypatch.setenv("MINITENSOR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    with pytest.raises(DataError) as info:
+        data.multi30k_files(url="http://127.0.0.1:9/")
+    message = str(info.value)
+    assert "http://127.0.0.1:9/" in message and "set MULTI30K_DIR" in message and "\n" not in message
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
 
 
 @needs_multi30k
