@@ -28,6 +28,6 @@ if [[ $what == multi30k || $what == all ]]; then
   tail -5 "$OUT/multi30k_eval.log"
 fi
 if [[ $what == lesson || $what == all ]]; then
-  (cd lessons && LESSON_OUT="../$OUT/lessons" run "lesson 16" $py 16_gpu_backend.py > "../$OUT/lesson16.log" 2>&1)
-  tail -12 "$OUT/lesson16.log"
+  (cd lessons && LESSON_OUT="../$OUT/lessons" run "lesson 23" $py 23_gpu_backend.py > "../$OUT/lesson23.log" 2>&1)
+  tail -12 "$OUT/lesson23.log"
 fi

@@ -9,15 +9,22 @@
 # a gradient back to them (the *local* derivative times the gradient arriving from above: the
 # chain rule). `backward()` visits the graph from the output back to the inputs, in reverse
 # topological order, so each node has received *all* of its gradient before passing it on.
+#
+# **Teaches:** `mt.tensor`, `backward`, `grad`, `item`, `tanh`; reverse-mode differentiation,
+# the chain rule, finite differences.
+#
+# **Uses:** nothing: this is where the course starts.
 
 # %%
 import math
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
-from transformer import checks
-from transformer.lesson import figure_dir, smoke
+from lessonkit import Results, checks, show, smoke
+
+results = Results("01")
 
 
 class Value:
@@ -76,8 +83,9 @@ class Value:
 
 
 # %% [markdown]
-# A tiny neuron, `y = tanh(w1*x1 + w2*x2 + b)`. Note `x1` appears twice in `z = x1*x1`: the
-# `+=` in every backward is what makes a value used twice receive both contributions.
+# A tiny neuron, $y = \tanh(w_1 x_1 + w_2 x_2 + b)$, and $z = x_1 x_1 + y$. Note that $x_1$
+# is used three times: the `+=` in every backward is what makes a value used more than once
+# receive every contribution.
 
 # %%
 x1, x2, w1, w2, b = Value(0.5), Value(-1.5), Value(2.0), Value(0.7), Value(0.1)
@@ -105,8 +113,8 @@ print("minitensor agrees with the scalar engine on every gradient")
 # %% [markdown]
 # ## Check against finite differences
 #
-# A derivative is a limit; the central difference (f(x+h) - f(x-h)) / 2h approximates it with
-# error O(h²). If backward is right, the two agree to many digits.
+# A derivative is a limit; the central difference $\frac{f(x+h) - f(x-h)}{2h}$ approximates it
+# with an error of order $h^2$. If backward is right, the two agree to many digits.
 
 # %%
 def z_of(p):
@@ -121,17 +129,19 @@ for k, v in leaves.items():
     up, down = dict(point, **{k: point[k] + 1e-6}), dict(point, **{k: point[k] - 1e-6})
     print(f"dz/d{k}: backward {v.grad:+.10f}  finite difference {(z_of(up) - z_of(down)) / 2e-6:+.10f}")
 print(f"largest difference {worst:.1e}")
+results["largest_finite_difference_error"] = worst
 
 # %% [markdown]
-# The `+=` matters: if `__mul__`'s backward *assigned* its gradients instead, `x1` would keep
-# only the last of its three contributions, and this check would name it
-# (`tests/test_lesson_checks.py` does exactly that).
+# The `+=` matters: if `__mul__`'s backward *assigned* its gradients instead, $x_1$ would keep
+# only the last of its three contributions, and this check would name it (the project's
+# tests plant exactly that bug and watch the check fail).
 
 # %% [markdown]
 # ## A deep chain
 #
 # Because the topological sort is iterative, a graph far deeper than Python's recursion limit
-# is fine. (`minitensor` has a test with a 10,000-deep chain.)
+# (1,000 calls by default) is fine: $v$ multiplied by 1.0001 again and again has the gradient
+# $1.0001^{\text{depth}}$.
 
 # %%
 depth = 2_000 if smoke() else 20_000
@@ -145,25 +155,23 @@ print(f"depth {depth}: dv = {v.grad:.6f} (expected {1.0001**depth:.6f})")
 
 # %% [markdown]
 # ## Picture: tanh and its derivative from backward
+#
+# One backward per point gives the derivative of tanh along a whole interval; it must be
+# $1 - \tanh^2 x$ everywhere.
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 xs = np.linspace(-3, 3, 61)
 grads = []
 for x in xs:
     v = Value(x)
     v.tanh().backward()
     grads.append(v.grad)
+checks.agree(grads, 1 - np.tanh(xs) ** 2, "backward of tanh vs 1 - tanh²", atol=1e-12)
+
+# %% tags=["fold"]
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.plot(xs, np.tanh(xs), label="tanh(x)")
 ax.plot(xs, grads, label="d tanh / dx (from backward)")
 ax.legend()
 ax.grid(alpha=0.3)
-fig.tight_layout()
-fig.savefig(figure_dir("01") / "tanh_and_gradient.png")
-checks.agree(grads, 1 - np.tanh(xs) ** 2, "backward of tanh vs 1 - tanh²", atol=1e-12)
-print("saved", figure_dir("01") / "tanh_and_gradient.png")
+show(fig, "01", "tanh_and_gradient.png")

@@ -3,18 +3,25 @@
 #
 # A `minitensor.Tensor` is an n-d array (NumPy here, CuPy on a GPU) plus what autograd needs.
 # Ops broadcast like NumPy: shapes are aligned on the right, and an axis of size 1 (or a
-# missing one) is stretched. The gradient must then be *summed back* over the stretched axes —
+# missing one) is stretched. The gradient must then be *summed back* over the stretched axes:
 # the engine does that in exactly one place, `sum_to` in `minitensor/autograd.py`, so no op's
 # backward ever thinks about broadcasting.
+#
+# **Teaches:** `sum_to`, `F.matmul`, `mt.cuda.is_available`; broadcasting, batched matrix
+# products, dtypes and devices.
+#
+# **Uses:** reverse-mode differentiation.
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
 
 import minitensor as mt
 import minitensor.functional as F
 from minitensor.autograd import sum_to
-from transformer import checks
-from transformer.lesson import figure_dir, smoke
+from lessonkit import Results, checks, show, smoke
+
+results = Results("02")
 
 x = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)   # (2, 3)
 b = mt.tensor(np.array([10.0, 20.0, 30.0]), requires_grad=True)    # (3,)  -> stretched over 2 rows
@@ -43,39 +50,43 @@ checks.agree(sum_to(g, (2, 1)), np.full((2, 1), 12.0), "sum_to of a (4, 2, 3) ar
 # ## Batched matrix products
 #
 # `a @ b` multiplies the last two axes and broadcasts the leading ones, so one weight matrix
-# (d_in, d_out) applies to every sequence in a batch (B, T, d_in) at once — exactly what the
-# Transformer's projections need.
+# of shape $(d_{\text{in}}, d_{\text{out}})$ applies to every position of a batch of shape
+# $(B, T, d_{\text{in}})$ at once: exactly what the Transformer's projections need. Its
+# gradient is then a sum over the $B \cdot T$ positions it was applied to.
 
 # %%
 rng = np.random.default_rng(0)
 h = mt.tensor(rng.standard_normal((5, 7, 4)), requires_grad=True)
 W = mt.tensor(rng.standard_normal((4, 3)), requires_grad=True)
-out = h @ W
+out = F.matmul(h, W)                # the same as h @ W
 checks.agree(out.shape, (5, 7, 3), "the shape of (5, 7, 4) @ (4, 3)", atol=0)
-out.sum().backward()
-checks.agree(W.grad.numpy(), (h.numpy().reshape(35, 4).T @ np.ones((35, 3))), "dW: summed over the 5 x 7 positions it was applied to", atol=1e-10)
-checks.passes_gradcheck(F.matmul, [h, W], "batched matmul")
-print("batched matmul:", h.shape, "@", W.shape, "->", out.shape, "and gradcheck passes")
+cot = rng.standard_normal(out.shape)
+out.backward(mt.tensor(cot))
+flat_h, flat_cot = h.numpy().reshape(35, 4), cot.reshape(35, 3)
+checks.agree(W.grad.numpy(), flat_h.T @ flat_cot, "dW: summed over the 5 x 7 positions it was applied to", atol=1e-10)
+checks.agree(h.grad.numpy(), cot @ W.numpy().T, "dh: the cotangent times Wᵀ at every position", atol=1e-10)
+print("batched matmul:", h.shape, "@", W.shape, "->", out.shape, "; both gradients agree with the formulas")
 
 # %% [markdown]
 # ## Devices and dtypes
 #
 # Python floats become float32 (the training dtype); arrays keep theirs (float64 is for
-# gradient checks). `tensor.to("cuda")` moves to a GPU when CuPy and one are present.
+# gradient checks). `tensor.to("cuda")` moves a tensor to a GPU when CuPy and one are
+# present; lesson 23 is about that.
 
 # %%
 print(mt.tensor([1.0, 2.0]).dtype, mt.tensor(np.zeros(2)).dtype, mt.tensor([1, 2]).dtype)
 print("CUDA available:", mt.cuda.is_available())
+checks.agree(np.dtype(mt.tensor([1.0, 2.0]).dtype).itemsize, 4, "bytes per entry of a tensor made from floats", atol=0)
 
 # %% [markdown]
 # ## Picture: which entries of the input feed one output entry
+#
+# A row (1, n) times a column (n, 1) broadcasts to an (n, n) grid. Send a gradient of 1 into a
+# single entry of the grid, [2, 3]: exactly one entry of the row and one of the column
+# receive it.
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 n = 6 if smoke() else 12
 row = mt.tensor(np.ones((1, n)), requires_grad=True)
 col = mt.tensor(np.ones((n, 1)), requires_grad=True)
@@ -83,6 +94,10 @@ grid = row * col  # (n, n) from (1, n) and (n, 1)
 cot = np.zeros((n, n))
 cot[2, 3] = 1.0
 grid.backward(mt.tensor(cot))
+checks.agree(row.grad.numpy(), np.eye(1, n, 3), "d grid[2,3] / d row: 1 at column 3, 0 elsewhere", atol=0)
+checks.agree(col.grad.numpy(), np.eye(n, 1, -2), "d grid[2,3] / d col: 1 at row 2, 0 elsewhere", atol=0)
+
+# %% tags=["fold"]
 fig, axes = plt.subplots(1, 2, figsize=(7, 3), gridspec_kw={"width_ratios": [3, 1]})
 for ax, g, title in ((axes[0], row.grad.numpy(), "d grid[2,3] / d row (1 x n)"),
                      (axes[1], col.grad.numpy(), "d grid[2,3] / d col (n x 1)")):
@@ -91,6 +106,4 @@ for ax, g, title in ((axes[0], row.grad.numpy(), "d grid[2,3] / d row (1 x n)"),
     ax.set_xticks(range(g.shape[1]))
     ax.set_yticks(range(g.shape[0]))
 fig.colorbar(im, ax=axes, label="gradient", shrink=0.8)
-fig.savefig(figure_dir("02") / "broadcast_gradient.png", bbox_inches="tight")
-checks.agree(row.grad.numpy(), np.eye(1, row.grad.shape[1], 3), "d grid[2,3] / d row: 1 at column 3, 0 elsewhere", atol=0)
-print("saved", figure_dir("02") / "broadcast_gradient.png")
+show(fig, "02", "broadcast_gradient.png")

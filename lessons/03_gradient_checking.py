@@ -1,53 +1,99 @@
 # %% [markdown]
 # # Lesson 3 — Gradient checking with hypothesis
 #
-# How do we know a backward is right? Compare it with central differences,
-# (f(x + h e_j) - f(x - h e_j)) / 2h, for **every** entry j, in float64. And use a **random
-# cotangent** v: we check d<v, f(x)>/dx, not the gradient of sum(f). Why that matters: the sum
-# of a softmax is always 1, so the gradient of sum(softmax) is 0 — a backward that returns
-# zeros passes that check while being completely wrong.
+# Every op of minitensor is a `Function`: a `forward` on plain arrays and, beside it, a
+# `backward` that turns the gradient of the output into the gradients of the inputs. How do
+# we know a backward is right? Compare it with central differences (lesson 1) for **every**
+# entry of every input, in float64. And use a **random cotangent** $v$: check the gradient of
+# $\langle v, f(x) \rangle$, not of $\sum f(x)$.
 #
-# Then let **hypothesis** pick the shapes: it tries many (including size-1 axes and
-# broadcasting) and, if one fails, shrinks it to the smallest failing example.
+# Why that matters is easiest to see on the op this lesson writes: the softmax, which turns a
+# vector of scores into probabilities,
+#
+# $$\mathrm{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}} .$$
+#
+# Its outputs always sum to 1, so the gradient of their sum is 0 whatever $x$ is, and a
+# backward that gets the Jacobian wrong can still return 0 there. Then let **hypothesis** pick
+# the shapes: it tries many (size-1 axes and broadcasting included) and, when one fails,
+# shrinks it to the smallest failing example.
+#
+# **Teaches:** `Function`, `apply`, `save_for_backward`, `saved`, `mt.gradcheck`, `F.softmax`,
+# `arrays`, `broadcastable_shapes`, `matmul_pairs`; gradient checking, random cotangents,
+# softmax, property-based testing.
+#
+# **Uses:** reverse-mode differentiation, finite differences, broadcasting, batched matrix
+# products.
 
 # %%
+import matplotlib.pyplot as plt
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minitensor as mt
 import minitensor.functional as F
-from minitensor.ops.softmax import Softmax
-from minitensor.testing import arrays, broadcastable_shapes, shapes
-from transformer import checks
-from transformer.lesson import figure_dir, smoke
+from minitensor.autograd import Function
+from minitensor.testing import arrays, broadcastable_shapes, matmul_pairs
+from lessonkit import Results, checks, show, smoke
 
+results = Results("03")
 examples = 5 if smoke() else 40
 
+# %% [markdown]
+# ## An op of our own
+#
+# The Jacobian of the softmax is $\mathrm{diag}(y) - y y^\top$ (with $y = \mathrm{softmax}(x)$),
+# so the gradient for a cotangent $g$ is $y \odot (g - \sum_j g_j y_j)$. `forward` saves $y$
+# with `ctx.save_for_backward`; `backward` finds it in `ctx.saved`. A second version makes a
+# plausible mistake: it subtracts the plain mean of $g$ instead of its $y$-weighted sum.
 
-class WrongSoftmax(Softmax):
-    """Forward is right; backward forgets to weight the subtracted term by y."""
+# %%
+class MySoftmax(Function):
+    """y = softmax(x) over the last axis; dx = y ⊙ (g − Σ_j g_j y_j)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))    # shifting by the max changes nothing but avoids overflow
+        y = e / e.sum(axis=-1, keepdims=True)
+        ctx.save_for_backward(y)
+        return y
 
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved
-        return y * (grad - grad.mean(axis=ctx.axis, keepdims=True))
+        return y * (grad - (grad * y).sum(axis=-1, keepdims=True))
+
+
+class WrongSoftmax(MySoftmax):
+    """The same forward; the backward subtracts the mean of g, not its y-weighted sum."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved
+        return y * (grad - grad.mean(axis=-1, keepdims=True))
 
 
 x = mt.tensor(np.random.default_rng(0).standard_normal((3, 5)), requires_grad=True)
+checks.agree(MySoftmax.apply(x).numpy(), F.softmax(x).numpy(), "our softmax vs minitensor's F.softmax", atol=1e-15)
 
 # the gradient of sum(): both give zero, the bug is invisible
-WrongSoftmax.apply(x, axis=-1).sum().backward()
-print("sum-only check, wrong backward gives:", np.abs(x.grad.numpy()).max())
+WrongSoftmax.apply(x).sum().backward()
+print("the gradient of sum(softmax) from the wrong backward:", np.abs(x.grad.numpy()).max())
+results["wrong_backward_gradient_of_sum"] = float(np.abs(x.grad.numpy()).max())
 
 # a random cotangent exposes it
-message = checks.gradcheck_rejects(lambda t: WrongSoftmax.apply(t, axis=-1), [x], "the wrong softmax")
-print("gradcheck caught it:", message[:120], "...")
-checks.passes_gradcheck(lambda t: F.softmax(t, axis=-1), [x], "softmax")
-print("and the real softmax passes")
+message = checks.gradcheck_rejects(WrongSoftmax.apply, [x], "the wrong softmax")
+print("gradcheck caught it:", message[:150], "...")
+checks.passes_gradcheck(MySoftmax.apply, [x], "our softmax")
+checks.passes_gradcheck(F.softmax, [x], "minitensor's softmax")
+print("ours and minitensor's pass")
 
 # %% [markdown]
 # ## Property-based: let hypothesis choose the shapes
+#
+# Two properties, each tried on many shapes: a product of two broadcast operands, and a
+# batched matrix product (lesson 2). `arrays`, `broadcastable_shapes` and `matmul_pairs` come
+# from `minitensor.testing`; the project's own tests use them on every op.
 
 # %%
 @settings(max_examples=examples, deadline=None, derandomize=True)
@@ -60,44 +106,44 @@ def mul_broadcasts_and_differentiates(data):
 
 
 @settings(max_examples=examples, deadline=None, derandomize=True)
-@given(x=arrays(shapes(min_dims=1, max_dims=3, min_side=2)))
-def layer_norm_differentiates(x):
-    checks.passes_gradcheck(F.layer_norm, [mt.tensor(x, requires_grad=True)], f"layer_norm of shape {x.shape}")
+@given(pair=matmul_pairs())
+def matmul_differentiates(pair):
+    a, b = (mt.tensor(m, requires_grad=True) for m in pair)
+    checks.passes_gradcheck(F.matmul, [a, b], f"matmul of shapes {a.shape} and {b.shape}")
 
 
 mul_broadcasts_and_differentiates()
-layer_norm_differentiates()
-print(f"hypothesis: {examples} shapes each for mul (broadcasting) and layer_norm, all pass")
+matmul_differentiates()
+print(f"hypothesis: {examples} shapes each for mul (broadcasting) and matmul (batched), all pass")
+results["examples_per_property"] = examples
 
 # %% [markdown]
-# ## Picture: the error of central differences against the step h
+# ## The error of central differences against the step $h$
 #
-# Too large an h: truncation error O(h²). Too small: float rounding ~ eps/h. The default
-# h = 1e-6 in float64 sits near the bottom of the valley.
+# Too large an $h$: the truncation error, of order $h^2$. Too small: float rounding, of order
+# $\epsilon / h$ with $\epsilon \approx 10^{-16}$ in float64. `mt.gradcheck`'s default
+# $h = 10^{-6}$ sits near the bottom of the valley.
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 hs = np.logspace(-12, -1, 23)
 true = np.cos(1.0)
 err = [abs((np.sin(1 + h) - np.sin(1 - h)) / (2 * h) - true) for h in hs]
+best_h = hs[int(np.argmin(err))]
+print(f"smallest error {min(err):.1e} at h = {best_h:.0e}; at h = 0.1 the error is {err[-1]:.1e}")
+checks.between([min(err)], 0, 1e-9, "the error at the best h")
+checks.between([err[-1]], 1e-4, np.inf, "the error at h = 0.1 (truncation)")
+
+# %% tags=["fold"]
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.loglog(hs, err, marker="o")
 ax.set_xlabel("h")
 ax.set_ylabel("|error| of d sin/dx at 1")
 ax.grid(alpha=0.3)
-fig.tight_layout()
-fig.savefig(figure_dir("03") / "finite_difference_error.png")
-checks.between([min(err)], 0, 1e-9, "the error at the best h")
-checks.between([err[-1]], 1e-4, np.inf, "the error at h = 0.1 (truncation)")
-print("saved", figure_dir("03") / "finite_difference_error.png")
+show(fig, "03", "finite_difference_error.png")
 
 # %% [markdown]
 # ## Exercise
 #
-# Write `numerical_gradient` yourself (numerical gradients by central differences): the stub and what it must
-# do are in `lessons/exercises/03_numerical_gradient.py`. Then `python lessons/check.py 03` grades it with the
-# package's own checks, and shows the smallest input it gets wrong, if any.
+# Write `numerical_gradient` yourself: the stub and what it must do are in
+# `lessons/exercises/03_numerical_gradient.py`. Then `python lessons/check.py 03` grades it
+# and, if it is wrong, shows the smallest input it gets wrong.

@@ -5,12 +5,15 @@
     python lessons/book.py --out book --check    # and open every page in Chromium: images, console, math
 
 Each lesson (a py:percent script) is read as a notebook by jupytext, executed top to bottom
-by nbclient in a Jupyter kernel, and exported to HTML by nbconvert. The lessons save their
-figures to files; the book puts every figure a cell saved right under that cell. LaTeX in the
-prose is turned into MathML when the book is built, so pages need no network (and no
-MathJax). ``index.html`` lists the lessons in order with the paper section each covers and
-its run time; every page links to the previous and next lesson and to the package files it
-uses (copied into the book as highlighted source).
+by nbclient in a Jupyter kernel (in ``lessons/``, as a notebook opened there would be), and
+exported to HTML by nbconvert. A lesson shows its figures inline as it saves them, so they
+are part of the cells' output. LaTeX in the prose (``$…$``, ``$$…$$``) is turned into MathML
+when the book is built, so pages need no network (and no MathJax); a math font found on the
+system is copied into the book so that brackets stretch. Cells tagged ``fold`` (plotting)
+are folded under a "show the code" line. ``index.html`` lists the lessons in order with the
+paper section each covers, what it teaches and its run time; every page links to the
+previous and next lesson, to the lessons that teach what it uses, and to the package files
+it imports (copied into the book as highlighted source).
 
 Needs the ``lessons`` extra: ``pip install -e ".[lessons]"``; ``--check`` also needs a
 Chromium (Debian: ``apt install chromium``; or set ``CHROMIUM``).
@@ -18,7 +21,6 @@ Chromium (Debian: ``apt install chromium``; or set ``CHROMIUM``).
 from __future__ import annotations
 
 import argparse
-import base64
 import html
 import json
 import os
@@ -39,14 +41,11 @@ def lessons() -> list[Path]:
     return sorted(HERE.glob("[0-9][0-9]_*.py"))
 
 
-def catalogue() -> dict[str, dict]:
-    """{number: {title, paper}} from the table in lessons/README.md."""
-    out = {}
-    for line in (HERE / "README.md").read_text().split("<!-- begin generated")[0].splitlines():
-        m = re.match(r"\| (\d\d) \| ([^|]+) \| ([^|]*) \|", line)
-        if m and m.group(1) not in out:  # the lessons' table comes first; later tables (exercises) do not count
-            out[m.group(1)] = {"title": m.group(2).strip(), "paper": m.group(3).strip() or "—"}
-    return out
+def syllabus():
+    sys.path.insert(0, str(HERE))   # lessonkit lives beside the lessons
+    from lessonkit import syllabus as module  # noqa: PLC0415
+
+    return module
 
 
 def recorded_seconds(number: str) -> float | None:
@@ -55,23 +54,26 @@ def recorded_seconds(number: str) -> float | None:
 
 
 def package_files(source: str) -> list[Path]:
-    """The files of minitensor and transformer that a lesson imports from."""
-    modules = set()
+    """The files of minitensor and transformer that a lesson imports from: the modules it
+    names and, for a name imported from a package, the module that defines it."""
+    import importlib  # noqa: PLC0415
+    import importlib.util  # noqa: PLC0415
+
+    files = set()
     for m in re.finditer(r"^\s*(?:from\s+((?:minitensor|transformer)[\w.]*)\s+import\s+([\w, ]+)|import\s+"
                          r"((?:minitensor|transformer)[\w.]*))", source, re.M):
-        if m.group(3):
-            modules.add(m.group(3))
-        else:
-            base = m.group(1)
-            modules.add(base)
-            modules.update(f"{base}.{name.strip()}" for name in m.group(2).split(","))  # submodules
-    files = set()
-    for mod in modules:
-        parts = mod.split(".")
-        for candidate in (REPO.joinpath(*parts).with_suffix(".py"), REPO.joinpath(*parts, "__init__.py")):
-            if candidate.exists():
-                files.add(candidate)
-    return sorted(files)
+        base = m.group(3) or m.group(1)
+        module = importlib.import_module(base)
+        found = [module]
+        for name in filter(None, (n.strip() for n in (m.group(2) or "").split(","))):
+            obj = getattr(module, name, None)
+            if obj is None and hasattr(module, "__path__") and importlib.util.find_spec(f"{base}.{name}") is not None:
+                obj = importlib.import_module(f"{base}.{name}")       # a submodule not imported yet
+            defining = getattr(obj, "__module__", None) if not hasattr(obj, "__file__") else obj.__name__
+            if defining and defining.split(".")[0] in ("minitensor", "transformer"):
+                found.append(importlib.import_module(defining))
+        files.update(Path(f.__file__) for f in found if getattr(f, "__file__", None))
+    return sorted(p for p in files if p.is_relative_to(REPO))
 
 
 # ---------------------------------------------------------------- math and figures
@@ -92,36 +94,52 @@ def math_to_mathml(markdown: str) -> str:
     return _MATH.sub(repl, markdown)
 
 
-def saved_figures(text: str, figures: Path) -> list[Path]:
-    """The PNG files a cell's output says it saved (a file, or every PNG of a folder)."""
+# Raw TeX in a page's visible prose (code excluded): math the build did not turn into MathML.
+RAW_TEX = re.compile(r"\$|\\[a-zA-Z]+|[_^]\{")
+
+
+# In a lesson's markdown, outside code and $…$: a subscript, a superscript or a TeX command
+# written as plain text (d_k, W^O, x_{t-1}, \\frac), which would reach the reader raw.
+SOURCE_RAW_MATH = re.compile(r"\w_\w|[_^]\{|\^|\\[a-zA-Z]+")
+
+
+def raw_math_in_sources(files: list[Path] | None = None) -> list[str]:
+    """Lines of lesson prose with math that is not inside $…$ (empty: all of it renders)."""
     found = []
-    for token in re.findall(r"(\S+)", text):
-        token = token.strip("'\",;:()")
-        p = Path(token)
-        if not p.is_absolute() or figures not in p.parents and p != figures:
-            continue
-        if p.suffix == ".png" and p.exists():
-            found.append(p)
-        elif p.is_dir():
-            found += sorted(p.glob("*.png"))
-    return list(dict.fromkeys(found))
+    for path in files or lessons():
+        for kind, source in syllabus()._cells(path.read_text()):
+            if kind != "markdown":
+                continue
+            # $$…$$ blocks may span lines: blank them out, keeping the line count
+            text = re.sub(r"\$\$.*?\$\$", lambda m: "\n" * m.group(0).count("\n"), source, flags=re.S)
+            for line, original in zip(text.splitlines(), source.splitlines()):
+                prose = re.sub(r"`[^`]*`", "", line)
+                # inline math must open and close on one line
+                if prose.count("$") % 2 or SOURCE_RAW_MATH.search(re.sub(r"\$[^$]*\$", "", prose)):
+                    found.append(f"{path.name}: {original.strip()}")
+    return found
 
 
-def attach_figures(nb, figures: Path) -> int:
-    """Put each figure a code cell saved right after that cell's text output."""
-    import nbformat  # noqa: PLC0415
+def math_font() -> Path | None:
+    """A font with an OpenType MATH table (stretchy brackets in MathML), if the system has one."""
+    candidates = ["/usr/share/fonts/truetype/dejavu/DejaVuMathTeXGyre.ttf",
+                  "/usr/share/texmf/fonts/opentype/public/lm-math/latinmodern-math.otf",
+                  "/usr/share/fonts/opentype/stix/STIXMath-Regular.otf",
+                  "/Library/Fonts/STIXTwoMath.otf", "C:/Windows/Fonts/cambria.ttc"]
+    return next((Path(c) for c in candidates if Path(c).exists()), None)
 
-    count = 0
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
-        for png in saved_figures(text, figures):
-            cell.outputs.append(nbformat.v4.new_output(
-                "display_data", data={"image/png": base64.b64encode(png.read_bytes()).decode(),
-                                      "text/plain": png.name}))
-            count += 1
-    return count
+
+def link_uses(markdown: str, teaches: dict, current: int, pages: dict) -> str:
+    """In a lesson's **Uses:** line, link each concept to the page of the lesson that teaches it."""
+    def link(m):
+        items = []
+        for item in m.group(2).split(","):
+            name = item.strip().rstrip(".")
+            where = teaches.get(name)
+            items.append(item.replace(name, f"[{name}]({pages[where]})") if where and where != current and where in pages
+                         else item)
+        return m.group(1) + ",".join(items)
+    return re.sub(r"(\*\*Uses:\*\*)([^*]*?)(?=\n\s*\n|\Z)", link, markdown, flags=re.S)
 
 
 # ---------------------------------------------------------------- pages
@@ -151,7 +169,13 @@ BOOK_CSS = """
             font-family: sans-serif; font-size: 0.95em; border-bottom: 1px solid #ddd; }
 .book-nav a { text-decoration: none; }
 .book-uses { font-family: sans-serif; font-size: 0.9em; padding: 1em 1.2em; border-top: 1px solid #ddd; }
-.math-display { text-align: center; margin: 0.8em 0; }
+math { font-family: "Book Math", "DejaVu Math TeX Gyre", "Latin Modern Math", "STIX Two Math", "Cambria Math", math;
+       font-size: 1.08em; }
+.math-display { text-align: center; margin: 0.9em 0; }
+.math-display math { font-size: 1.2em; }
+.jp-OutputArea-output pre { word-break: normal !important; overflow-wrap: break-word !important; }
+details.book-fold > summary { cursor: pointer; color: #555; font-family: sans-serif; font-size: 0.9em;
+                              padding: 0.3em 0 0.3em 5.5em; }
 """
 
 
@@ -159,15 +183,23 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
     """Execute and render the lessons into ``out``; returns what index.html lists."""
     import jupytext  # noqa: PLC0415
     from nbclient import NotebookClient  # noqa: PLC0415
+    from nbclient.exceptions import CellExecutionError  # noqa: PLC0415
     from nbconvert import HTMLExporter  # noqa: PLC0415
 
     out.mkdir(parents=True, exist_ok=True)
     figures = (out / "figures").resolve()
-    info = catalogue()
-    chosen = [p for p in lessons() if not only or p.name[:2] in only]
-    items = [{"number": p.name[:2], "file": p, "page": f"{p.stem}.html",
-              "title": info.get(p.name[:2], {}).get("title", p.stem),
-              "label": f"{int(p.name[:2])}. {info.get(p.name[:2], {}).get('title', p.stem)}"} for p in chosen]
+    course = syllabus().course()
+    pages = {lesson.number: f"{lesson.file.stem}.html" for lesson in course}
+    teaches = {c: lesson.number for lesson in course for c in lesson.teaches_concepts}
+    items = [{"number": f"{lesson.number:02d}", "lesson": lesson, "file": lesson.file, "page": pages[lesson.number],
+              "title": lesson.title, "paper": lesson.paper, "label": f"{lesson.number}. {lesson.title}"}
+             for lesson in course if not only or f"{lesson.number:02d}" in {n.zfill(2) for n in only}]
+    css = BOOK_CSS
+    font = math_font()
+    if font is not None:
+        (out / "fonts").mkdir(exist_ok=True)
+        shutil.copy(font, out / "fonts" / font.name)
+        css = f'@font-face {{ font-family: "Book Math"; src: url("fonts/{font.name}"); }}\n' + css
     exporter = HTMLExporter(template_name="book", extra_template_basedirs=[str(TEMPLATES)])
     env = dict(os.environ)
     try:
@@ -175,47 +207,61 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
             number = item["number"]
             recorded = recorded_seconds(number)
             smoke = smoke_all or recorded is None or recorded >= FULL_MODE_LIMIT_S
-            os.environ.update({"LESSON_OUT": str(figures), "MPLBACKEND": "Agg"})
+            os.environ.update({"LESSON_OUT": str(figures)})
             os.environ.pop("LESSON_SMOKE", None)
+            os.environ.pop("MPLBACKEND", None)
             if smoke:
                 os.environ["LESSON_SMOKE"] = "1"
             nb = jupytext.read(item["file"])
-            for cell in nb.cells:
+            for j, cell in enumerate(nb.cells):
                 if cell.cell_type == "markdown":
+                    if j == 0:
+                        cell.source = link_uses(cell.source, teaches, item["lesson"].number, pages)
                     cell.source = math_to_mathml(cell.source)
             t0 = time.perf_counter()
-            NotebookClient(nb, timeout=900, kernel_name="python3",
-                           resources={"metadata": {"path": str(REPO)}}).execute()
+            try:
+                NotebookClient(nb, timeout=900, kernel_name="python3",
+                               resources={"metadata": {"path": str(HERE)}}).execute()
+            except CellExecutionError as e:
+                last = [line for line in str(e).strip().splitlines() if line.strip()][-1]
+                raise SystemExit(f"{item['file'].name} failed in the book's kernel: {last}") from None
             item["seconds"] = round(time.perf_counter() - t0, 1)
             item["mode"] = "smoke" if smoke else "full"
-            item["figures"] = attach_figures(nb, figures)
+            item["figures"] = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+                                  for o in c.get("outputs", []))
             uses = [(p.relative_to(REPO).as_posix(), source_page(p, out)) for p in package_files(item["file"].read_text())]
             uses_html = ('<div class="book-uses">Package files this lesson uses: '
                          + ", ".join(f'<a href="{link}"><code>{name}</code></a>' for name, link in uses) + "</div>")
             nb.metadata["title"] = item["label"]
             body, _ = exporter.from_notebook_node(nb, resources={"book_nav": nav(items, i), "book_uses": uses_html,
-                                                                 "book_css": BOOK_CSS})
+                                                                 "book_css": css})
             (out / item["page"]).write_text(body)
             print(f"{item['page']}: {item['seconds']} s ({item['mode']}), {item['figures']} figures", flush=True)
     finally:
         os.environ.clear()
         os.environ.update(env)
-    write_index(out, items, info)
+    write_index(out, items)
     return items
 
 
-def write_index(out: Path, items: list[dict], info: dict) -> None:
+def write_index(out: Path, items: list[dict]) -> None:
+    def teaches(it):
+        lesson = it["lesson"]
+        return ", ".join([f"<code>{html.escape(n)}</code>" for n in dict.fromkeys(lesson.teaches_names)][:6] +
+                         [html.escape(c) for c in lesson.teaches_concepts])
+
     rows = "\n".join(
-        f'<li><a href="{it["page"]}">{html.escape(it["title"])}</a> <span class="paper">paper: '
-        f'{html.escape(info.get(it["number"], {}).get("paper", "—"))}</span> <span class="time">{it["seconds"]} s '
-        f'({it["mode"]} mode)</span></li>' for it in items)
+        f'<li><a href="{it["page"]}">{html.escape(it["title"])}</a> <span class="time">{it["seconds"]} s '
+        f'({it["mode"]} mode)</span><div class="teaches">{teaches(it)}</div></li>' for it in items)
     (out / "index.html").write_text(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>minitensor + transformer: the lessons</title>
 <style>body {{ font-family: sans-serif; max-width: 52em; margin: 2em auto; line-height: 1.5; }}
-li {{ margin: 0.4em 0; }} .paper, .time {{ color: #666; font-size: 0.9em; margin-left: 0.6em; }}</style></head>
+li {{ margin: 0.6em 0; }} .time {{ color: #666; font-size: 0.9em; margin-left: 0.6em; }}
+.teaches {{ color: #444; font-size: 0.85em; }}</style></head>
 <body><h1>Attention Is All You Need, one idea at a time</h1>
 <p>The lessons of minitensor + transformer, executed. Each page is a lesson run top to bottom: prose, code,
-outputs and figures. The paper sections are those of Vaswani et al. (2017); the times are this build's.</p>
+outputs and figures. Read them in order: no lesson uses what a later one teaches. Each title names the sections
+of Vaswani et al. (2017) it covers, and under it what the lesson teaches; the times are this build's.</p>
 <ol class="lessons">
 {rows}
 </ol></body></html>
@@ -227,10 +273,14 @@ def chromium() -> str | None:
     return os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+SCREENSHOTS = ("index.html", "08_", "09_", "23_")   # the index, the first equations, the GPU lesson
+
+
 def check(out: Path, screenshots: Path | None = None) -> list[str]:
-    """Open every page in headless Chromium: no broken image, no console error, no raw $…$
-    left, the index listing the lessons in order. Saves screenshots of the index and of
-    lesson 7. Returns the problems found (empty: all good)."""
+    """Open every page in headless Chromium: no broken image, no console error, no math left
+    as raw TeX in the prose (``$``, ``_{``, ``^{``, ``\\frac``: code is not prose), no output
+    line wider than its box, and the index listing the lessons in order. Saves screenshots of
+    the index and of lessons 8, 9 and 23. Returns the problems found (empty: all good)."""
     from playwright.sync_api import sync_playwright  # noqa: PLC0415
 
     screenshots = screenshots or out / "screenshots"
@@ -239,6 +289,12 @@ def check(out: Path, screenshots: Path | None = None) -> list[str]:
     problems = []
     args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    prose = """() => { const b = document.body.cloneNode(true);
+                       b.querySelectorAll('pre, code, .jp-CodeCell .jp-InputArea, .jp-OutputArea, math, script, style')
+                        .forEach(e => e.remove());
+                       return b.innerText; }"""
+    overflowing = """() => Array.from(document.querySelectorAll('.jp-OutputArea-output pre'))
+                        .filter(p => p.scrollWidth > p.clientWidth + 1).length"""
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=args)
         page = browser.new_page(viewport={"width": 1200, "height": 900})
@@ -250,20 +306,24 @@ def check(out: Path, screenshots: Path | None = None) -> list[str]:
             page.goto((out / name).resolve().as_uri(), wait_until="load")
             broken = page.evaluate("Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0)"
                                    ".map(i => i.src.slice(0, 60))")
-            text = page.evaluate("document.body.innerText")
             if broken:
                 problems.append(f"{name}: {len(broken)} broken images")
             if errors:
                 problems.append(f"{name}: console errors: {errors[:3]}")
-            if re.search(r"\$\$|\$[^$\s][^$\n]*\$", text):
-                problems.append(f"{name}: raw $…$ math left: {re.search(r'.{0,30}[$].{0,30}', text).group(0)!r}")
+            text = page.evaluate(prose)
+            raw = RAW_TEX.search(text)
+            if raw:
+                problems.append(f"{name}: raw TeX left in the prose: {text[max(0, raw.start() - 30):raw.end() + 30]!r}")
+            wide = page.evaluate(overflowing)
+            if wide:
+                problems.append(f"{name}: {wide} output blocks wider than the page")
             if name == "index.html":
                 listed = page.evaluate("Array.from(document.querySelectorAll('ol.lessons a')).map(a => a.getAttribute('href'))")
                 if listed != pages[1:]:
                     problems.append(f"index.html lists {listed}, expected {pages[1:]}")
-                page.screenshot(path=str(screenshots / "index.png"), full_page=True)
-            if name.startswith("07_"):
-                page.screenshot(path=str(screenshots / "lesson07.png"), full_page=False)
+            if name.startswith(SCREENSHOTS):
+                shot = "index.png" if name == "index.html" else f"lesson{name[:2]}.png"
+                page.screenshot(path=str(screenshots / shot), full_page=name == "index.html")
         browser.close()
     return problems
 
@@ -280,6 +340,9 @@ def main(argv=None) -> int:
     build(out, args.smoke, args.only)
     print(f"built {out / 'index.html'} in {time.perf_counter() - t0:.0f} s")
     if args.check:
+        raw = raw_math_in_sources()
+        for line in raw:
+            print("problem: math outside $…$ in", line)
         if chromium() is None:
             raise SystemExit("--check needs Chromium: apt install chromium, or set CHROMIUM")
         problems = check(out)
@@ -287,7 +350,7 @@ def main(argv=None) -> int:
             print("problem:", p)
         print("browser check:", "ok" if not problems else f"{len(problems)} problems",
               "| screenshots in", out / "screenshots")
-        return 1 if problems else 0
+        return 1 if problems or raw else 0
     return 0
 
 

@@ -1,5 +1,8 @@
-"""Shared test set-up: hypothesis profiles and the device fixture."""
+"""Shared test set-up: hypothesis profiles, the device fixture, the lesson kit on the path,
+and Multi30k from ../shared/data for the lessons unless MULTI30K_DIR says otherwise."""
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +15,12 @@ settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("dev", deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "lessons"))   # the lessons' kit (lessonkit) and their scripts, for the lesson tests
+SHARED_MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+if "MULTI30K_DIR" not in os.environ and SHARED_MULTI30K.exists():
+    os.environ["MULTI30K_DIR"] = str(SHARED_MULTI30K)   # tests never download: they read the shared copy
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 

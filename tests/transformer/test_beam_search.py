@@ -8,7 +8,7 @@ import minitensor as mt
 from transformer import TransformerConfig
 from transformer.copytask import CopyTaskSettings, make_batch, train_copy_task
 from transformer.decoding import beam_search, greedy_decode, hypotheses_to_array, length_penalty
-from transformer.toy import TableModel
+from lessonkit.toy import TableModel
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,194 @@
+"""The lessons as a course: each runs (smoke mode) as a plain script and shows its figures;
+they read front to back (no lesson uses what a later one teaches, and the order test fails
+on a planted forward use); no lesson checks a wall-clock time; a lesson without its data
+says in one line what to set; the READMEs show exactly what the lessons recorded."""
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import run_all  # lessons/run_all.py (tests/conftest.py puts lessons/ on the path)
+from lessonkit import syllabus
+
+LESSONS = syllabus.lesson_files()
+HERE = LESSONS[0].parent
+NEEDS_MULTI30K = [p for p in LESSONS if "multi30k(" in p.read_text()]
+
+
+def test_the_lessons_are_numbered_in_order_without_gaps_and_titled_with_their_number():
+    numbers = [int(p.name[:2]) for p in LESSONS]
+    assert numbers == list(range(1, len(LESSONS) + 1)) and len(numbers) >= 24
+    assert [lesson.number for lesson in syllabus.course()] == numbers
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
+def test_lesson_runs_in_smoke_mode_and_saves_figures(lesson, tmp_path):
+    if lesson in NEEDS_MULTI30K and not os.environ.get("MULTI30K_DIR"):
+        pytest.skip("needs Multi30k: set MULTI30K_DIR (tests never download)")
+    env = {**os.environ, "LESSON_SMOKE": "1", "LESSON_OUT": str(tmp_path), "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, str(lesson)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert list(tmp_path.rglob("*.png")), "the lesson saved no figure"
+    assert (tmp_path / lesson.name[:2] / "results.json").exists(), "the lesson recorded no results"
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
+def test_lesson_is_literate_and_imports_the_package_and_its_kit(lesson):
+    text = lesson.read_text()
+    assert text.startswith(f"# %% [markdown]\n# # Lesson {int(lesson.name[:2])} — ")
+    assert "sys.path" not in text and "matplotlib.use(" not in text and "savefig(" not in text  # the kit does those
+    assert "from lessonkit import" in text and f'Results("{lesson.name[:2]}")' in text
+    if not lesson.name.startswith("01_"):  # lesson 1 builds its own scalar engine first, on purpose
+        assert "import minitensor" in text or "from transformer" in text
+
+
+# ---------------------------------------------------------------- the reading order
+def test_the_lessons_read_front_to_back():
+    """No lesson uses a name or a concept that a later lesson teaches; everything a lesson
+    imports from the package is taught by then; nothing is taught twice."""
+    assert syllabus.problems(syllabus.course()) == []
+
+
+def _planted(name: str, edit) -> list[str]:
+    path = next(p for p in LESSONS if p.name.startswith(name))
+    return syllabus.problems(syllabus.course({path.name: edit(path.read_text())}))
+
+
+def test_the_order_test_fails_on_a_forward_use_planted_in_the_code():
+    found = _planted("03_", lambda t: t + "\n# %%\nfrom transformer.decoding import greedy_decode\n")
+    assert found == ["lesson 3: its code uses `greedy_decode`, taught later, in lesson 14"]
+
+
+def test_the_order_test_fails_on_a_method_a_later_lesson_teaches():
+    found = _planted("05_", lambda t: t + "\n# %%\nclone.eval()\n")
+    assert found == ["lesson 5: its code uses `eval`, taught later, in lesson 6"]
+
+
+def test_the_order_test_fails_on_a_check_that_needs_something_taught_later():
+    found = _planted("02_", lambda t: t + "\n# %%\nchecks.passes_gradcheck(F.matmul, [h, W], 'matmul')\n")
+    assert found == ["lesson 2: its code uses `gradcheck`, taught later, in lesson 3"]
+
+
+def test_the_order_test_fails_on_a_concept_declared_before_it_is_taught():
+    found = _planted("04_", lambda t: t.replace("# **Uses:** softmax,", "# **Uses:** beam search, softmax,", 1))
+    assert found == ["lesson 4: uses 'beam search', taught later, in lesson 15"]
+
+
+def test_the_order_test_fails_on_an_import_no_lesson_teaches_and_on_a_false_teaches_line():
+    found = _planted("08_", lambda t: t.replace("from transformer import causal_mask, padding_mask",
+                                                "from transformer import causal_mask, padding_mask, target_mask"))
+    assert "lesson 8: its code uses `target_mask`, taught later, in lesson 12" in found
+    found = _planted("08_", lambda t: t.replace("# `padding_mask`; attention, masks.", "# `padding_mask`, `beam_search`; "
+                                                "attention, masks."))
+    assert "lesson 8: teaches `beam_search` but its code never mentions it" in found
+    assert "lesson 8: `beam_search` is already taught by lesson 8" not in found
+
+
+# ---------------------------------------------------------------- no clock in a check
+def _timed_names(tree: ast.AST) -> set[str]:
+    """Names whose value comes from a clock: assigned from perf_counter()/time(), or from a
+    function that reads one, or from such names (followed to a fixed point)."""
+    def reads_clock(node):
+        return any(isinstance(n, ast.Attribute) and n.attr in ("perf_counter", "time", "monotonic")
+                   for n in ast.walk(node))
+
+    funcs = {f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and reads_clock(f)}
+    tainted: set[str] = set()
+    while True:
+        before = len(tainted)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                value = node.value
+                names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+                if reads_clock(value) or names & (tainted | funcs):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    tainted |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        if len(tainted) == before:
+            return tainted
+
+
+def timed_checks(code: str) -> list[str]:
+    """The lesson-kit checks whose arguments carry a clock reading."""
+    tree = ast.parse(code)
+    tainted = _timed_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id == "checks":
+            if {n.id for a in node.args + [k.value for k in node.keywords] for n in ast.walk(a)
+                    if isinstance(n, ast.Name)} & tainted:
+                found.append(f"checks.{node.func.attr} at line {node.lineno}")
+    return found
+
+
+def test_no_lesson_checks_a_wall_clock_time():
+    for lesson in syllabus.course():
+        assert timed_checks(lesson.code) == [], lesson.file.name
+
+
+def test_the_clock_rule_catches_a_timing_check():
+    code = next(lesson for lesson in syllabus.course() if "median_seconds" in lesson.code).code
+    planted = code + "\nratio = times['self-attention'][0] / times['recurrent'][0]\nchecks.between([ratio], 0, 1, 'x')\n"
+    assert timed_checks(planted) == [f"checks.between at line {len(planted.splitlines())}"]
+
+
+# ---------------------------------------------------------------- data
+@pytest.mark.parametrize("lesson", NEEDS_MULTI30K[:1], ids=lambda p: p.stem)
+def test_without_data_or_network_a_lesson_says_in_one_line_what_to_set(lesson, tmp_path):
+    """No MULTI30K_DIR, an empty cache, and every connection refused (a proxy on a closed
+    port of 127.0.0.1 stands in for no network): one line on stderr naming MULTI30K_DIR."""
+    env = {k: v for k, v in os.environ.items() if k != "MULTI30K_DIR"}
+    env.update(LESSON_SMOKE="1", LESSON_OUT=str(tmp_path / "out"), MINITENSOR_CACHE=str(tmp_path / "cache"),
+               MPLBACKEND="Agg", http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9",
+               HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9")
+    proc = subprocess.run([sys.executable, str(lesson)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "set MULTI30K_DIR" in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_the_kit_never_defaults_to_a_path_outside_the_checkout(monkeypatch):
+    import lessonkit
+
+    monkeypatch.delenv("LESSON_OUT", raising=False)
+    root = Path(lessonkit.__file__).resolve().parents[2]
+    assert lessonkit.figure_dir("99").resolve().is_relative_to(root)
+    assert "shared" not in Path(lessonkit.__file__).read_text()
+
+
+# ---------------------------------------------------------------- what the lessons recorded
+def test_the_lessons_readme_shows_exactly_the_recorded_full_runs():
+    """The generated part of lessons/README.md (run times, findings) and results/margins.md
+    are what `run_all.py --full --update` renders from lessons/results/: nothing typed by
+    hand, nothing stale, every lesson recorded in full mode under both BLAS settings."""
+    assert run_all.README.read_text() == run_all.rendered_readme(), "regenerate: python lessons/run_all.py --full --update"
+    records = run_all.recorded()
+    assert [r["lesson"] for r in records] == [p.name[:2] for p in LESSONS], "every lesson has a recorded full run"
+    assert run_all.MARGINS.read_text() == run_all.render_margins(records)
+    for r in records:
+        assert r["mode"] == "full" and r["file"] == next(p.name for p in LESSONS if p.name[:2] == r["lesson"])
+        assert {run["blas"] for run in r["runs"]} == {"haswell", "unset"} and len(r["runs"]) >= 6, r["lesson"]
+
+
+def test_every_recorded_check_held_in_every_run():
+    """The bounds in the lessons hold with the values every recorded run saw (both BLAS settings)."""
+    for r in run_all.recorded():
+        for name, c in r["checks"].items():
+            if c["kind"] == "between":
+                low, high = c["bound"]
+                assert (low is None or c["seen"][0] >= low) and (high is None or c["seen"][1] <= high), (r["lesson"], name)
+            else:
+                assert c["better, highest"] < c["worse, lowest"], (r["lesson"], name)
+
+
+def test_the_lessons_readme_table_lists_every_lesson_in_order_with_its_title():
+    text = (HERE / "README.md").read_text().split("<!-- begin generated")[0]
+    rows = [line.split("|") for line in text.splitlines() if line.startswith("| ") and line[2:4].isdigit()]
+    course = syllabus.course()
+    listed = [(int(r[1]), r[2].strip()) for r in rows][:len(course)]
+    assert listed == [(lesson.number, lesson.title) for lesson in course]
