@@ -124,9 +124,12 @@ checks.always_lower(base_row["nll"], next(r for r in table if r["variant"] == "(
 
 
 def paper_direction(r):
-    """'better' or 'worse': the paper's row against its base, by BLEU (perplexity where BLEU ties)."""
+    """The paper's row against its base (BLEU 25.8, PPL 4.92): 'better' or 'worse' by BLEU, or
+    'level' when the BLEU is the same and the perplexity within 0.05."""
     if r["paper_bleu"] != base_row["paper_bleu"]:
         return "better" if r["paper_bleu"] > base_row["paper_bleu"] else "worse"
+    if abs(r["paper_ppl"] - base_row["paper_ppl"]) <= 0.05:
+        return "level"
     return "better" if r["paper_ppl"] < base_row["paper_ppl"] else "worse"
 
 
@@ -134,8 +137,9 @@ comparisons = []
 for r in called:
     ours = r["exact_verdict"] if r["exact_verdict"] != "within the spread" else r["nll_verdict"]
     theirs = paper_direction(r)
-    comparisons.append(f"{r['variant']}: {ours} here; the paper's row ({r['paper_row']}: PPL {r['paper_ppl']}, "
-                       f"BLEU {r['paper_bleu']}) is {theirs} than its base, "
+    row = f"the paper's row ({r['paper_row']}: PPL {r['paper_ppl']}, BLEU {r['paper_bleu']})"
+    comparisons.append(f"{r['variant']}: {ours} here; {row} is level with its base" if theirs == "level" else
+                       f"{r['variant']}: {ours} here; {row} is {theirs} than its base, "
                        f"{'the same direction' if ours == theirs else 'the opposite direction'}")
     print(comparisons[-1])
 results["called_against_the_paper"] = comparisons
