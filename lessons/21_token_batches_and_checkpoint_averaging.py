@@ -164,11 +164,13 @@ results["micro_batch_gradient_error"] = err
 # ## 3. Averaging the last checkpoints
 #
 # With the learning rate still well above zero, the last updates jitter around a minimum;
-# the mean of the last few weight vectors sits closer to its centre than any one of them.
-# A copy task of lengths 8 to 16, trained with a high rate, saving a checkpoint every 40
-# updates; the average of the last 5 (written with `save_checkpoint`, averaged with
+# the mean of the last few weight vectors tends to sit closer to its centre than one of
+# them. A copy task of lengths 8 to 16, trained with a high rate, saving a checkpoint every
+# 40 updates; the average of the last 5 (written with `save_checkpoint`, averaged with
 # `average_checkpoints`, as `python -m transformer average` does) against the last one and
-# the best single one of those 5, on the loss of 500 held-out sequences.
+# against the best single one of those 5, on the loss of 500 held-out sequences. The best
+# one is picked by that very loss, a choice no real run could make: a hard baseline. The
+# claim checked is about the mean over seeds; the finding says in how many seeds it held.
 
 # %%
 task = CopyTaskSettings(vocab=13, min_length=8, max_length=16, batch=64)
@@ -212,12 +214,20 @@ for seed in avg_seeds:
 for name, v in losses.items():
     print(f"{name:>22}: {spread(v)}")
 results["held_out_loss"] = losses
-gain = np.array(losses["best of the last 5"]) - np.array(losses["average of the last 5"])
-checks.between(gain, 0, np.inf, "held-out loss: best single checkpoint minus the average")
+average = np.array(losses["average of the last 5"])
+over_last = np.array(losses["last checkpoint"]) - average
+over_best = np.array(losses["best of the last 5"]) - average
+print(f"the average's gain over the last checkpoint {np.round(over_last, 4).tolist()}, over the best one "
+      f"{np.round(over_best, 4).tolist()}")
+margin = 0.0 if smoke() else 0.001      # two smoke seeds say little; five full-mode seeds, a mean gain
+checks.between([over_last.mean()], margin, np.inf, "held-out loss over the seeds: the last checkpoint minus the average")
+checks.between([over_best.mean()], margin, np.inf, "held-out loss over the seeds: the best checkpoint minus the average")
+results["average_gain_over_the_best"] = over_best
 results.finding(f"copy task, {len(avg_seeds)} seeds: the average of the last 5 checkpoints reaches a held-out loss of "
-                f"{spread(losses['average of the last 5'])}, against {spread(losses['last checkpoint'])} for the last "
-                f"checkpoint and {spread(losses['best of the last 5'])} for the best of the 5; it beats the best "
-                f"single one in every seed.")
+                f"{spread(average)}, against {spread(losses['last checkpoint'])} for the last checkpoint and "
+                f"{spread(losses['best of the last 5'])} for the best of the 5 (picked on the held-out loss itself); "
+                f"over the seeds it beats the last by {over_last.mean():.4f} and the best by {over_best.mean():.4f} "
+                f"on average, and the best in {int((over_best > 0).sum())} of {len(avg_seeds)} seeds.")
 
 # %% tags=["fold"]
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))

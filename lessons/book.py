@@ -223,7 +223,8 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
                 NotebookClient(nb, timeout=900, kernel_name="python3",
                                resources={"metadata": {"path": str(HERE)}}).execute()
             except CellExecutionError as e:
-                last = [line for line in str(e).strip().splitlines() if line.strip()][-1]
+                text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))          # the kernel's traceback is coloured
+                last = [line for line in text.strip().splitlines() if line.strip()][-1]
                 raise SystemExit(f"{item['file'].name} failed in the book's kernel: {last}") from None
             item["seconds"] = round(time.perf_counter() - t0, 1)
             item["mode"] = "smoke" if smoke else "full"
