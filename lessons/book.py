@@ -1,7 +1,7 @@
 """Build the lessons into a static HTML book.
 
     python lessons/book.py --out book            # every lesson executed (full mode where it takes < 2 min)
-    python lessons/book.py --out book --smoke    # every lesson in smoke mode (about a minute)
+    python lessons/book.py --out book --smoke    # every lesson in smoke mode (about two minutes)
     python lessons/book.py --out book --check    # and open every page in Chromium: images, console, math
 
 Each lesson (a py:percent script) is read as a notebook by jupytext, executed top to bottom
@@ -179,10 +179,26 @@ details.book-fold > summary { cursor: pointer; color: #555; font-family: sans-se
 """
 
 
+def execute(nb) -> None:
+    """Run a notebook in a fresh kernel started in ``lessons/``. The kernel talks over Unix
+    sockets in a temporary folder: over TCP, ipykernel prints a warning for every lesson."""
+    import tempfile  # noqa: PLC0415
+
+    from jupyter_client.manager import KernelManager  # noqa: PLC0415
+    from nbclient import NotebookClient  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as sockets:
+        km = KernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
+        try:
+            NotebookClient(nb, km=km, timeout=900, resources={"metadata": {"path": str(HERE)}}).execute()
+        finally:
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
+
+
 def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> list[dict]:
     """Execute and render the lessons into ``out``; returns what index.html lists."""
     import jupytext  # noqa: PLC0415
-    from nbclient import NotebookClient  # noqa: PLC0415
     from nbclient.exceptions import CellExecutionError  # noqa: PLC0415
     from nbconvert import HTMLExporter  # noqa: PLC0415
 
@@ -220,8 +236,7 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
                     cell.source = math_to_mathml(cell.source)
             t0 = time.perf_counter()
             try:
-                NotebookClient(nb, timeout=900, kernel_name="python3",
-                               resources={"metadata": {"path": str(HERE)}}).execute()
+                execute(nb)
             except CellExecutionError as e:
                 text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))          # the kernel's traceback is coloured
                 last = [line for line in text.strip().splitlines() if line.strip()][-1]
