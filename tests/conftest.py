@@ -25,7 +25,24 @@ if "MULTI30K_DIR" not in os.environ and SHARED_MULTI30K.exists():
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
+def pytest_addoption(parser):
+    parser.addoption("--cupy-double", action="store_true",
+                     help="run with the strict CuPy double (tests/cupy_double) in place of CuPy: the GPU-marked "
+                          "tests run on the CPU; CUPY_DOUBLE_DEVICES sets how many devices it shows (default 1)")
+
+
+def pytest_configure(config):
+    if config.getoption("--cupy-double"):
+        from tests.cupy_double import install  # noqa: PLC0415
+
+        install(devices=int(os.environ.get("CUPY_DOUBLE_DEVICES", "1")))
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--cupy-double"):
+        for item in items:
+            if (mark := item.get_closest_marker("hardware")) is not None:
+                item.add_marker(pytest.mark.skip(reason=f"the CuPy double cannot model {mark.args[0]}"))
     if mt.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU / CuPy on this machine")

@@ -310,6 +310,7 @@ def _attention_step_peak(dev, T: int, mode: str, heads: int, d: int) -> int:
         cuda.set_attention("auto")
 
 
+@pytest.mark.hardware("real device memory")
 def test_flash_attention_memory_grows_linearly_with_sequence_length(dev):
     """Doubling T doubles the flash path's extra memory (O(T)); the fused path stores the
     T x T weights, so its memory grows about fourfold."""

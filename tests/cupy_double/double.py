@@ -1,0 +1,1023 @@
+"""The CuPy double's implementation: see ``__init__.py`` for what it is and is not.
+
+Every array is a NumPy array inside a ``cupy.ndarray`` that is not a NumPy subclass. Module
+attributes are served from ``spec.json``: what CuPy 14.2 has exists, nothing else does.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import types
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+SPEC = json.loads((Path(__file__).resolve().parent / "spec.json").read_text())
+_state = {"devices": 1, "current": 0, "installed": False, "sync_allowed": True}
+
+
+class UnmodelledError(NotImplementedError):
+    pass
+
+
+def _bfloat16():
+    try:
+        import ml_dtypes  # noqa: PLC0415
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _loop_dtype(char: str) -> np.dtype:
+    """A loop-table character as a dtype: CuPy 14 writes bfloat16 as 'E'."""
+    return _bfloat16() if char == "E" else np.dtype(char)
+
+
+# ---------------------------------------------------------------- the array
+def _unsupported(value):
+    # cupy/_core/_scalar.pyx, CScalar.__init__: anything that is neither a Python scalar nor
+    # a NumPy scalar (numpy.generic) is refused, 0-d NumPy arrays and lists included
+    return TypeError(f"Unsupported type {type(value)}")
+
+
+def _is_scalar(value) -> bool:
+    return isinstance(value, (bool, int, float, complex, np.generic))
+
+
+class ndarray:  # noqa: N801  (CuPy's name)
+    """cupy.ndarray over a NumPy array: the array is ``_a``; the double never lets it out
+    without an explicit ``get()``."""
+
+    __slots__ = ("_a", "__weakref__")
+    __module__ = "cupy"
+    __array_priority__ = 100
+
+    def __init__(self, shape, dtype=float, memptr=None, strides=None, order="C"):
+        if memptr is not None or strides is not None:
+            raise UnmodelledError("the CuPy double does not model ndarray(memptr=, strides=)")
+        self._a = _allocate(np.empty(shape, dtype=dtype, order=order))
+
+    @classmethod
+    def _wrap(cls, a: np.ndarray) -> ndarray:
+        out = cls.__new__(cls)
+        out._a = a
+        return out
+
+    # cupy/_core/core.pyx, __array__: "Implicit conversion to a NumPy array is not allowed"
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed. "
+                        "Please use `.get()` to construct a NumPy array explicitly.")
+
+    # cupy/_core/core.pyx, __array_ufunc__: NumPy ufuncs on a cupy.ndarray run CuPy's
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        mine = _module("cupy").__dict__.get(ufunc.__name__) or getattr(_module("cupy"), ufunc.__name__, None)
+        if not isinstance(mine, Ufunc):
+            return NotImplemented
+        if method == "__call__":
+            return mine(*inputs, **kwargs)
+        if method == "at":
+            return mine.at(*inputs, **kwargs)
+        if method == "reduce":
+            return mine.reduce(*inputs, **kwargs)
+        return NotImplemented
+
+    # cupy/_core/core.pyx, __array_function__: NumPy functions run CuPy's where it has one
+    def __array_function__(self, func, types_, args, kwargs):
+        name = func.__name__
+        if name in SPEC["modules"]["cupy"]:
+            return getattr(_module("cupy"), name)(*args, **kwargs)
+        return NotImplemented
+
+    # -- attributes
+    shape = property(lambda self: self._a.shape)
+    dtype = property(lambda self: self._a.dtype)
+    ndim = property(lambda self: self._a.ndim)
+    size = property(lambda self: self._a.size)
+    itemsize = property(lambda self: self._a.itemsize)
+    nbytes = property(lambda self: self._a.nbytes)
+    strides = property(lambda self: self._a.strides)
+    flags = property(lambda self: self._a.flags)
+    T = property(lambda self: ndarray._wrap(self._a.T))
+    mT = property(lambda self: ndarray._wrap(np.swapaxes(self._a, -1, -2)))
+    real = property(lambda self: ndarray._wrap(self._a.real))
+    imag = property(lambda self: ndarray._wrap(self._a.imag))
+    base = property(lambda self: None if self._a.base is None else ndarray._wrap(self._a.base))
+    data = property(lambda self: MemoryPointer(self._a))
+    device = property(lambda self: Device(_state["current"]))
+
+    def get(self, stream=None, order="C", out=None, blocking=True):
+        _host_read()
+        if out is not None:
+            out[...] = self._a
+            return out
+        return np.array(self._a, order=order)
+
+    def set(self, arr, stream=None):
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray: got {type(arr)}")
+        if arr.shape != self.shape or arr.dtype != self.dtype:
+            raise ValueError("Shape or dtype mismatch")
+        self._a[...] = arr
+
+    def item(self, *args):
+        _host_read()
+        return self._a.item(*args)
+
+    def tolist(self):
+        _host_read()
+        return self._a.tolist()
+
+    def __float__(self):
+        _host_read()
+        return float(self._a)
+
+    def __int__(self):
+        _host_read()
+        return int(self._a)
+
+    def __index__(self):
+        _host_read()
+        return self._a.__index__()
+
+    def __bool__(self):
+        _host_read()
+        return bool(self._a)
+
+    def __complex__(self):
+        _host_read()
+        return complex(self._a)
+
+    def __len__(self):
+        return len(self._a)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(len(self)))
+
+    def __repr__(self):
+        return repr(self._a).replace("array(", "array(", 1)
+
+    def __str__(self):
+        return str(self._a)
+
+    def __format__(self, spec):
+        return format(self._a.item() if self.ndim == 0 else self._a, spec)
+
+    def __hash__(self):
+        raise TypeError("unhashable type: 'cupy.ndarray'")
+
+    def __getitem__(self, key):
+        return _wrap(self._a[_index(key)])
+
+    def __setitem__(self, key, value):
+        self._a[_index(key)] = _value(value)
+
+    def fill(self, value):
+        self._a.fill(_value(value))
+
+    def astype(self, dtype, order="K", casting=None, subok=None, copy=True):
+        return _wrap(self._a.astype(dtype, order=order, copy=copy))
+
+    def copy(self, order="C"):
+        return _wrap(_allocate(self._a.copy(order=order)))
+
+    def view(self, dtype=None):
+        return _wrap(self._a.view() if dtype is None else self._a.view(dtype))
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __reduce__(self):
+        return (_from_numpy, (self._a.copy(),))
+
+    def __dlpack__(self, *a, **k):
+        raise UnmodelledError("the CuPy double does not model DLPack")
+
+
+class DeviceSynchronized(RuntimeError):
+    """cupy/_core/syncdetect.py: raised where ``allow_synchronize(False)`` forbids a wait."""
+
+
+def _host_read():
+    # cupy/_core/core.pyx (get, via syncdetect._declare_synchronize): a copy to the host waits for the
+    # device, which cupyx.allow_synchronize(False) forbids with DeviceSynchronized
+    if not _state["sync_allowed"]:
+        raise DeviceSynchronized("Device synchronization was detected while disallowed.")
+
+
+class allow_synchronize:  # noqa: N801  (CuPy's name)
+    def __init__(self, allow: bool):
+        self.allow = bool(allow)
+
+    def __enter__(self):
+        self._before = _state["sync_allowed"]
+        _state["sync_allowed"] = self.allow
+
+    def __exit__(self, *exc):
+        _state["sync_allowed"] = self._before
+
+
+def _from_numpy(a):
+    return ndarray._wrap(_allocate(np.array(a)))
+
+
+def _index(key):
+    """Indices may be CuPy arrays, lists, slices, ints (cupy/_core/_routines_indexing.pyx
+    converts lists and NumPy arrays used as indices)."""
+    if isinstance(key, tuple):
+        return tuple(_index(k) for k in key)
+    return key._a if isinstance(key, ndarray) else key
+
+
+def _value(value):
+    """A value to store: a CuPy array or a scalar; a NumPy array of more than 0 dimensions or a
+    list is refused as ``fill`` refuses it (cupy/_core/_scalar.pyx, CScalar)."""
+    if isinstance(value, ndarray):
+        return value._a
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    if _is_scalar(value):
+        return value
+    raise _unsupported(value)
+
+
+def _wrap(result):
+    """NumPy results as CuPy ones: arrays wrapped, NumPy scalars as 0-d arrays (CuPy's
+    reductions return 0-d arrays), tuples and lists element by element."""
+    if isinstance(result, np.ndarray):
+        return ndarray._wrap(_allocate(result) if result.base is None else result)
+    if isinstance(result, np.generic):
+        return ndarray._wrap(_allocate(np.asarray(result)))
+    if isinstance(result, (tuple, list)):
+        return type(result)(_wrap(r) for r in result)
+    return result
+
+
+def _unwrap(value, *, numpy_ok=False):
+    """Arguments to NumPy: CuPy arrays unwrapped; NumPy arrays refused unless ``numpy_ok``."""
+    if isinstance(value, ndarray):
+        return value._a
+    if isinstance(value, np.ndarray):
+        if numpy_ok:
+            return value
+        raise _unsupported(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_unwrap(v, numpy_ok=numpy_ok) for v in value)
+    return value
+
+
+# ---------------------------------------------------------------- methods from the spec
+def _method(name):
+    def method(self, *args, **kwargs):
+        args = tuple(_unwrap(a) for a in args)
+        kwargs = {k: (v._a if isinstance(v, ndarray) else _unwrap(v)) for k, v in kwargs.items()}
+        out = kwargs.get("out")
+        result = getattr(self._a, name)(*args, **kwargs)
+        return result if out is not None and result is out else _wrap(result)
+    method.__name__ = name
+    return method
+
+
+_OPERATORS = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "true_divide",
+              "floordiv": "floor_divide", "mod": "remainder", "pow": "power", "and": "bitwise_and",
+              "or": "bitwise_or", "xor": "bitwise_xor", "lshift": "left_shift", "rshift": "right_shift",
+              "matmul": "matmul"}
+_COMPARISONS = {"lt": "less", "le": "less_equal", "eq": "equal", "ne": "not_equal", "gt": "greater",
+                "ge": "greater_equal"}
+_UNARY = {"neg": "negative", "pos": "positive", "abs": "absolute", "invert": "invert"}
+
+
+def _binary(ufunc_name, reflected=False, inplace=False):
+    def op(self, other):
+        f = getattr(_module("cupy"), ufunc_name)
+        if isinstance(other, np.ndarray) and not isinstance(other, ndarray):
+            raise _unsupported(other)
+        if reflected:
+            return f(other, self)
+        return f(self, other, out=self) if inplace else f(self, other)
+    return op
+
+
+def _comparison(ufunc_name):
+    def op(self, other):
+        # cupy/_core/core.pyx, __richcmp__: a 0-d NumPy array is compared as its scalar
+        if isinstance(other, np.ndarray) and other.ndim == 0:
+            other = other.item()
+        if ufunc_name in ("equal", "not_equal") and (other is None or type(other).__eq__ is object.__eq__):
+            return zeros(self.shape, bool) if ufunc_name == "equal" else ones(self.shape, bool)
+        return getattr(_module("cupy"), ufunc_name)(self, other)
+    return op
+
+
+for _op, _uf in _OPERATORS.items():
+    setattr(ndarray, f"__{_op}__", _binary(_uf))
+    setattr(ndarray, f"__r{_op}__", _binary(_uf, reflected=True))
+    setattr(ndarray, f"__i{_op}__", _binary(_uf, inplace=True))
+for _op, _uf in _COMPARISONS.items():
+    setattr(ndarray, f"__{_op}__", _comparison(_uf))
+for _op, _uf in _UNARY.items():
+    setattr(ndarray, f"__{_op}__", (lambda uf: lambda self: getattr(_module("cupy"), uf)(self))(_uf))
+
+_DEFINED = set(ndarray.__dict__)
+for _name in SPEC["ndarray"]:
+    if _name.startswith("__") or _name in _DEFINED:
+        continue
+    if hasattr(np.ndarray, _name):
+        setattr(ndarray, _name, _method(_name))
+
+
+# ---------------------------------------------------------------- ufuncs and the loop search
+class Ufunc:
+    """A CuPy ufunc: inputs must be CuPy arrays or scalars; the loop is the first of CuPy's
+    table (``.types``) that every input can be cast to (cupy/_core/_kernel.pyx,
+    ``_guess_routine``: arrays by ``numpy.can_cast(..., 'safe')``, Python scalars by kind)."""
+
+    def __init__(self, name: str, entry: dict):
+        self.__name__ = self.name = name
+        self.nin, self.nout, self.types = entry["nin"], entry["nout"], entry["types"]
+        self._np = getattr(np, name)
+
+    def __repr__(self):
+        return f"<ufunc 'cupy_{self.name}'>"
+
+    def _loop(self, inputs):
+        for loop in self.types:
+            ins, outs = loop.split("->")
+            if all(_fits(x, c) for x, c in zip(inputs, ins)):
+                return [_loop_dtype(c) for c in ins], [_loop_dtype(c) for c in outs]
+        got = tuple(x.dtype if isinstance(x, ndarray) else type(x) for x in inputs)
+        raise TypeError(f"Wrong type ({got}) of arguments for cupy_{self.name}")
+
+    def __call__(self, *args, out=None, dtype=None, casting=None, **kwargs):
+        if len(args) != self.nin:
+            raise TypeError(f"Wrong number of arguments for cupy_{self.name}")
+        for a in args:
+            if not isinstance(a, ndarray) and not _is_scalar(a):
+                raise _unsupported(a)
+        if out is not None and not isinstance(out, ndarray):
+            raise TypeError("Output arguments must be cupy arrays.")
+        if kwargs:
+            raise UnmodelledError(f"the CuPy double does not model cupy.{self.name}({', '.join(kwargs)}=)")
+        if dtype is not None:
+            ins = [np.dtype(dtype)] * self.nin
+            outs = [np.dtype(dtype)] * self.nout
+        else:
+            ins, outs = self._loop(args)
+        values = [a._a.astype(t, copy=False) if isinstance(a, ndarray) else np.asarray(a, dtype=t)
+                  for a, t in zip(args, ins)]
+        with np.errstate(all="ignore"):
+            result = self._np(*values)
+        result = result.astype(outs[0], copy=False) if isinstance(result, np.ndarray) else np.asarray(result, outs[0])
+        if out is not None:
+            out._a[...] = result
+            return out
+        return _wrap(result)
+
+    def at(self, a, indices, b=None):
+        if not isinstance(a, ndarray):
+            raise _unsupported(a)
+        if isinstance(b, np.ndarray) or isinstance(indices, np.ndarray):
+            raise _unsupported(b if isinstance(b, np.ndarray) else indices)
+        args = (_index(indices),) + (() if b is None else (_value(b) if not isinstance(b, ndarray) else b._a,))
+        self._np.at(a._a, *args)
+
+    def reduce(self, a, axis=0, dtype=None, out=None, keepdims=False):
+        if not isinstance(a, ndarray):
+            raise _unsupported(a)
+        return _wrap(self._np.reduce(a._a, axis=axis, dtype=dtype, keepdims=keepdims))
+
+
+def _fits(x, char: str) -> bool:
+    t = _loop_dtype(char)
+    if t is None:
+        return False
+    if isinstance(x, ndarray):
+        return bool(np.can_cast(x.dtype, t, "safe"))
+    if isinstance(x, np.generic):
+        return bool(np.can_cast(x.dtype, t, "safe"))
+    if isinstance(x, bool):
+        return True
+    if isinstance(x, int):
+        return t.kind in "iufc" or (t == _bfloat16())
+    if isinstance(x, float):
+        return t.kind in "fc" or (t == _bfloat16())
+    return t.kind == "c"
+
+
+# ---------------------------------------------------------------- functions
+NUMPY_IN = {"array", "asarray", "asanyarray", "ascontiguousarray", "asfortranarray"}
+
+
+def _function(name: str):
+    """A module-level function CuPy has, run by NumPy's function of the same name: CuPy
+    arrays in, CuPy arrays out; NumPy arrays only where CuPy converts them (``asarray`` and
+    friends)."""
+    target = getattr(np, name)
+
+    def function(*args, **kwargs):
+        numpy_ok = name in NUMPY_IN
+        args = tuple(_unwrap(a, numpy_ok=numpy_ok) for a in args)
+        kwargs = {k: _unwrap(v, numpy_ok=numpy_ok) for k, v in kwargs.items()}
+        if numpy_ok:
+            first = args[0]
+            if isinstance(first, np.ndarray) and first.dtype == object:
+                raise ValueError("Unsupported dtype object")
+            return _wrap(_allocate(np.array(target(*args, **kwargs))))
+        return _wrap(target(*args, **kwargs))
+    function.__name__ = name
+    return function
+
+
+def asnumpy(a, stream=None, order="C", out=None, *, blocking=True):
+    if isinstance(a, ndarray):
+        return a.get(order=order, out=out)
+    return np.asarray(a, order=order)
+
+
+def get_array_module(*args):
+    return _module("cupy") if any(isinstance(a, ndarray) for a in args) else np
+
+
+def matmul(a, b, out=None, **kwargs):
+    for x in (a, b):
+        if not isinstance(x, ndarray):
+            raise _unsupported(x)
+    bf16 = _bfloat16()
+    # cupy/_core/_routines_linalg.pyx, matmul: a batched product whose dtype is not one of
+    # 'efdFD' goes to the integer GEMM, whose code has no bfloat16: "data type 'E' not understood"
+    if max(a.ndim, b.ndim) > 2 and bf16 is not None and bf16 in (a.dtype, b.dtype):
+        raise TypeError("data type 'E' not understood")
+    result = np.matmul(a._a, b._a).astype(np.result_type(a.dtype, b.dtype), copy=False)
+    if out is not None:
+        out._a[...] = result
+        return out
+    return _wrap(result)
+
+
+def zeros(shape, dtype=float, order="C"):
+    return _wrap(_allocate(np.zeros(shape, dtype, order)))
+
+
+def ones(shape, dtype=float, order="C"):
+    return _wrap(_allocate(np.ones(shape, dtype, order)))
+
+
+# ---------------------------------------------------------------- memory
+_POOL = {"used": 0, "held": 0, "hooks": []}
+
+
+def _rounded(nbytes: int) -> int:
+    # cupy/cuda/memory.pyx: the pool hands out multiples of 512 bytes
+    return -(-nbytes // 512) * 512
+
+
+def _allocate(a: np.ndarray) -> np.ndarray:
+    """Count ``a``'s bytes as pool memory until it is collected, telling the memory hooks."""
+    size = _rounded(a.nbytes)
+    if size == 0 or a.base is not None:
+        return a
+    _POOL["used"] += size
+    _POOL["held"] = max(_POOL["held"], _POOL["used"])
+    for hook in list(_POOL["hooks"]):
+        hook.malloc_postprocess(device_id=_state["current"], size=a.nbytes, mem_size=size,
+                                mem_ptr=a.__array_interface__["data"][0], pmem_id=id(a))
+    weakref.finalize(a, _free, size, a.__array_interface__["data"][0])
+    return a
+
+
+def _free(size, ptr):
+    _POOL["used"] -= size
+    for hook in list(_POOL["hooks"]):
+        hook.free_postprocess(device_id=_state["current"], mem_size=size, mem_ptr=ptr, pmem_id=0)
+
+
+class MemoryPool:
+    def used_bytes(self):
+        return _POOL["used"]
+
+    def total_bytes(self):
+        return _POOL["held"]
+
+    def free_bytes(self):
+        return _POOL["held"] - _POOL["used"]
+
+    def free_all_blocks(self, stream=None):
+        _POOL["held"] = _POOL["used"]
+
+    def set_limit(self, size=None, fraction=None):
+        pass
+
+
+_DEFAULT_POOL = MemoryPool()
+
+
+def get_default_memory_pool():
+    return _DEFAULT_POOL
+
+
+class MemoryHook:
+    """cupy/cuda/memory_hook.py: a context manager that receives malloc and free events."""
+    name = "MemoryHook"
+
+    def __enter__(self):
+        _POOL["hooks"].append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _POOL["hooks"].remove(self)
+
+    def malloc_preprocess(self, **kw):
+        pass
+
+    def malloc_postprocess(self, **kw):
+        pass
+
+    def free_preprocess(self, **kw):
+        pass
+
+    def free_postprocess(self, **kw):
+        pass
+
+
+class MemoryPointer:
+    def __init__(self, a: np.ndarray):
+        self.ptr = a.__array_interface__["data"][0]
+        self.device_id = _state["current"]
+        _ADDRESSES[self.ptr] = a
+
+
+_ADDRESSES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+# ---------------------------------------------------------------- devices and streams
+class Device:
+    """cupy/cuda/device.pyx: a context manager selecting one of the configured devices."""
+
+    def __init__(self, device=None):
+        self.id = _state["current"] if device is None else int(device)
+        if not 0 <= self.id < _state["devices"]:
+            raise RuntimeError(f"cudaErrorInvalidDevice: invalid device ordinal ({self.id})")
+        self._previous = []
+
+    def use(self):
+        _state["current"] = self.id
+
+    def __enter__(self):
+        self._previous.append(_state["current"])
+        self.use()
+        return self
+
+    def __exit__(self, *exc):
+        _state["current"] = self._previous.pop()
+
+    def synchronize(self):
+        pass
+
+    compute_capability = property(lambda self: "90")
+    mem_info = property(lambda self: memGetInfo())
+
+    def __int__(self):
+        return self.id
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return f"<CUDA Device {self.id}>"
+
+
+class Stream:
+    null = None
+
+    def __init__(self, null=False, non_blocking=False, ptds=False):
+        self.ptr = 0
+
+    def synchronize(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def get_current_stream(device_id=None):
+    return Stream(null=True)
+
+
+def getDeviceCount():
+    return _state["devices"]
+
+
+def getDevice():
+    return _state["current"]
+
+
+def setDevice(device):
+    Device(device).use()
+
+
+TOTAL_MEMORY = 80 * 2**30
+
+
+def memGetInfo():
+    return TOTAL_MEMORY - _POOL["held"], TOTAL_MEMORY
+
+
+def getDeviceProperties(device):
+    Device(device)
+    return {"name": b"CuPy double (NumPy)", "totalGlobalMem": TOTAL_MEMORY, "major": 9, "minor": 0,
+            "multiProcessorCount": 132, "sharedMemPerBlock": 49152, "sharedMemPerBlockOptin": 232448,
+            "maxThreadsPerBlock": 1024, "warpSize": 32, "clockRate": 1980000, "memoryClockRate": 2619000,
+            "memoryBusWidth": 5120}
+
+
+def runtimeGetVersion():
+    return 13000
+
+
+def driverGetVersion():
+    return 13000
+
+
+def deviceSynchronize():
+    pass
+
+
+# ---------------------------------------------------------------- random numbers
+class RandomState:
+    """cupy/random/_generator.py: float32 and float64 only (``_check_and_get_dtype``); the
+    draws come from NumPy, so they are not cuRAND's."""
+
+    def __init__(self, seed=None, method=None):
+        self.method = method
+        self.seed(seed)
+
+    def seed(self, seed=None):
+        if seed is not None and not 0 <= int(seed) < 2**64:
+            raise ValueError("Seed must be an integer between 0 and 2**64 - 1")
+        self._rs = np.random.RandomState(None if seed is None else int(seed) % 2**32)
+
+    @staticmethod
+    def _dtype(dtype):
+        dtype = np.dtype(dtype)
+        if dtype.char not in ("f", "d"):
+            raise TypeError("cupy.random only supports float32 and float64")
+        return dtype
+
+    def random_sample(self, size=None, dtype=float):
+        return _wrap(np.asarray(self._rs.random_sample(size), self._dtype(dtype)))
+
+    def standard_normal(self, size=None, dtype=float):
+        return _wrap(np.asarray(self._rs.standard_normal(size), self._dtype(dtype)))
+
+    def normal(self, loc=0.0, scale=1.0, size=None, dtype=float):
+        return _wrap(np.asarray(self._rs.normal(loc, scale, size), self._dtype(dtype)))
+
+    def uniform(self, low=0.0, high=1.0, size=None, dtype=float):
+        return _wrap(np.asarray(self._rs.uniform(low, high, size), self._dtype(dtype)))
+
+    def randint(self, low, high=None, size=None, dtype="l"):
+        return _wrap(self._rs.randint(low, high, size).astype(dtype))
+
+    def permutation(self, n):
+        return _wrap(self._rs.permutation(n))
+
+    def rand(self, *size, dtype=float):
+        return self.random_sample(size, dtype)
+
+    def randn(self, *size, dtype=float):
+        return self.standard_normal(size, dtype)
+
+
+_GLOBAL_RS = {}
+
+
+def get_random_state():
+    return _GLOBAL_RS.setdefault(_state["current"], RandomState(0))
+
+
+def _random_function(name):
+    def f(*args, **kwargs):
+        return getattr(get_random_state(), name)(*args, **kwargs)
+    f.__name__ = name
+    return f
+
+
+# ---------------------------------------------------------------- kernels
+class RawModule:
+    """cupy/cuda/compiler.py, RawModule: compiled here by the project's CUDA emulator; each
+    function checks its launch arguments as CuPy's ``function.pyx`` does, then runs there."""
+
+    def __init__(self, code=None, path=None, options=(), backend="nvrtc", translate_cucomplex=False,
+                 enable_cooperative_groups=False, name_expressions=None, jitify=False):
+        if code is None:
+            raise UnmodelledError("the CuPy double compiles RawModule(code=...) only")
+        if not isinstance(options, tuple):
+            raise TypeError("options must be a tuple")
+        self.code, self.options, self.name_expressions = code, options, tuple(name_expressions or ())
+
+    def get_function(self, name):
+        if self.name_expressions and name not in self.name_expressions:
+            raise RuntimeError(f"The kernel {name!r} was not given as a name expression")
+        from minitensor.cuda import emulator  # noqa: PLC0415
+
+        return RawKernel(emulator.EmulatedKernel(self.code, name, None, "<RawModule>"), name)
+
+
+class RawKernel:
+    def __init__(self, emulated, name):
+        self._k, self.name = emulated, name
+        self.max_dynamic_shared_size_bytes = emulated.max_dynamic_shared_size_bytes
+
+    def __setattr__(self, key, value):
+        object.__setattr__(self, key, value)
+        if key == "max_dynamic_shared_size_bytes" and "_k" in self.__dict__:
+            self._k.max_dynamic_shared_size_bytes = value
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
+        # cupy/cuda/function.pyx: args must be a tuple; each a cupy.ndarray (a pointer), None
+        # (a null pointer), a NumPy scalar or a Python int/float/bool; anything else is refused
+        if not isinstance(args, tuple):
+            raise TypeError("args must be a tuple")
+        plain = []
+        for a in args:
+            if isinstance(a, ndarray):
+                plain.append(a._a)
+            elif isinstance(a, np.ndarray):
+                raise TypeError(f"Unsupported type {type(a)}")
+            else:
+                plain.append(a)
+        self._k(grid, block, tuple(plain), shared_mem=shared_mem)
+
+
+_ELEMENTWISE = {}
+
+
+def elementwise_reference(name: str, in_params: str, out_params: str):
+    """Register the NumPy reference of an ``ElementwiseKernel``'s body, for its exact
+    parameter lists: a kernel whose parameters change must get a new reference."""
+    def register(f):
+        _ELEMENTWISE[name] = (in_params, out_params, f)
+        return f
+    return register
+
+
+class ElementwiseKernel:
+    def __init__(self, in_params, out_params, operation, name="kernel", **kwargs):
+        self.in_params, self.out_params, self.operation, self.name = in_params, out_params, operation, name
+        if name not in _ELEMENTWISE:
+            raise UnmodelledError(f"the CuPy double has no NumPy reference for ElementwiseKernel {name!r}")
+        ins, outs, self._f = _ELEMENTWISE[name]
+        if (" ".join(in_params.split()), " ".join(out_params.split())) != (ins, outs):
+            raise UnmodelledError(f"ElementwiseKernel {name!r} changed its parameters: its reference is for "
+                                  f"({ins}) -> ({outs})")
+        self._n_in = len(in_params.split(","))
+        self._n_out = len(out_params.split(","))
+
+    def __call__(self, *args, size=None, block_size=None, stream=None):
+        if len(args) != self._n_in + self._n_out:
+            raise TypeError(f"Wrong number of arguments for {self.name!r}")
+        for a in args:
+            if isinstance(a, np.ndarray) or not (isinstance(a, ndarray) or _is_scalar(a)):
+                raise _unsupported(a)
+        self._f(*[a._a if isinstance(a, ndarray) else a for a in args])
+
+
+@elementwise_reference("minitensor_adam",
+                       "T g, float64 b1, float64 b2, float64 step_size, float64 inv_sqrt_c2, float64 eps, float64 wd",
+                       "T w, T m, T v")
+def _adam(g, b1, b2, step_size, inv_sqrt_c2, eps, wd, w, m, v):
+    T = w.dtype.type
+    grad = g + T(wd) * w
+    m[...] = T(b1) * m + T(1 - b1) * grad
+    v[...] = T(b2) * v + T(1 - b2) * grad * grad
+    w -= T(step_size) * m / (np.sqrt(v) * T(inv_sqrt_c2) + T(eps))
+
+
+# ---------------------------------------------------------------- NCCL over MPI
+NCCL_UNIQUE_ID_BYTES = 128
+
+
+def get_unique_id():
+    return bytes(np.random.default_rng().integers(0, 256, NCCL_UNIQUE_ID_BYTES, dtype=np.uint8))
+
+
+class NcclCommunicator:
+    """cupy_backends/cuda/libs/nccl.pyx: ``__init__(int ndev, bytes commId, int rank)``, the id
+    exactly 128 bytes; collectives take integer pointers (``intptr_t``) and run over MPI on
+    the arrays at those addresses."""
+
+    def __init__(self, ndev, commId, rank, config=None):
+        _typed("NcclCommunicator", "__init__", (ndev, commId, rank))
+        if len(commId) != NCCL_UNIQUE_ID_BYTES:
+            raise ValueError(f"commId length {len(commId)} != {NCCL_UNIQUE_ID_BYTES}.")
+        from mpi4py import MPI  # noqa: PLC0415
+
+        self._mpi = MPI.COMM_WORLD
+        if self._mpi.Get_size() != ndev or self._mpi.Get_rank() != rank:
+            raise RuntimeError(f"the CuPy double runs NCCL over MPI's world ({self._mpi.Get_size()} ranks); "
+                               f"got ndev={ndev}, rank={rank}")
+        self._ndev, self._rank = ndev, rank
+
+    def rank_id(self):
+        return self._rank
+
+    def size(self):
+        return self._ndev
+
+    def device_id(self):
+        return _state["current"]
+
+    def _array(self, ptr, count, datatype):
+        a = _ADDRESSES.get(ptr)
+        if a is None:
+            raise RuntimeError(f"no array of the CuPy double starts at address {ptr:#x}")
+        if a.dtype != _NCCL_DTYPES[datatype] or a.size != count:
+            raise RuntimeError(f"NCCL call says {count} items of type {datatype}; the array at {ptr:#x} "
+                               f"holds {a.size} of {a.dtype}")
+        return a
+
+    def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):
+        _typed("NcclCommunicator", "allReduce", (sendbuf, recvbuf, count, datatype, op, stream))
+        from mpi4py import MPI  # noqa: PLC0415
+
+        send, recv = self._array(sendbuf, count, datatype), self._array(recvbuf, count, datatype)
+        mpi_op = {0: MPI.SUM, 1: MPI.PROD, 2: MPI.MAX, 3: MPI.MIN}[op]
+        src = MPI.IN_PLACE if sendbuf == recvbuf else np.ascontiguousarray(send)
+        if recv.dtype == _bfloat16() or recv.dtype == np.float16:
+            total = self._mpi.allreduce(recv.astype(np.float32) if src is MPI.IN_PLACE else send.astype(np.float32),
+                                        op=mpi_op)
+            recv[...] = total.astype(recv.dtype)
+            return
+        self._mpi.Allreduce(src, recv, op=mpi_op)
+
+    def bcast(self, buff, count, datatype, root, stream):
+        _typed("NcclCommunicator", "bcast", (buff, count, datatype, root, stream))
+        a = self._array(buff, count, datatype)
+        self._mpi.Bcast(a, root=root)
+
+    def destroy(self):
+        pass
+
+
+_NCCL_DTYPES = {0: np.dtype(np.int8), 1: np.dtype(np.uint8), 2: np.dtype(np.int32), 3: np.dtype(np.uint32),
+                4: np.dtype(np.int64), 5: np.dtype(np.uint64), 6: np.dtype(np.float16), 7: np.dtype(np.float32),
+                8: np.dtype(np.float64)}
+if _bfloat16() is not None:
+    _NCCL_DTYPES[9] = _bfloat16()
+
+_CYTHON = {"int": int, "size_t": int, "intptr_t": int, "bytes": bytes, "list": list}
+
+
+def _typed(cls: str, method: str, args: tuple) -> None:
+    """Cython's argument conversion for the signature in CuPy's source: an ``int``,
+    ``size_t`` or ``intptr_t`` parameter takes an integer (or an object with ``__index__``),
+    ``bytes`` takes bytes only."""
+    params = SPEC["modules"]["cupy.cuda.nccl"][cls]["methods"][method]
+    for param, value in zip(params, args):
+        ctype, pname = param.split()
+        want = _CYTHON.get(ctype)
+        if want is int:
+            if isinstance(value, (float, ndarray, np.ndarray)) or not hasattr(value, "__index__"):
+                raise TypeError(f"{method}() argument '{pname}' must be an integer ({ctype}), "
+                                f"not {type(value).__name__}")
+        elif want is not None and not isinstance(value, want):
+            raise TypeError(f"Argument '{pname}' has incorrect type (expected {want.__name__}, "
+                            f"got {type(value).__name__})")
+
+
+# ---------------------------------------------------------------- linalg compute types
+_COMPUTE = {}
+
+
+def set_compute_type(dtype, compute_type):
+    _COMPUTE[np.dtype(dtype).char] = compute_type
+
+
+def get_compute_type(dtype):
+    return _COMPUTE.get(np.dtype(dtype).char, SPEC["modules"]["cupy._core._routines_linalg"]
+                        ["COMPUTE_TYPE_DEFAULT"]["value"])
+
+
+# ---------------------------------------------------------------- the modules
+IMPLEMENTED = {
+    "cupy": {"ndarray": ndarray, "asnumpy": asnumpy, "get_array_module": get_array_module, "matmul": matmul,
+             "zeros": zeros, "ones": ones, "get_default_memory_pool": get_default_memory_pool,
+             "RawModule": RawModule, "RawKernel": RawKernel, "ElementwiseKernel": ElementwiseKernel,
+             "__version__": SPEC["cupy_version"]},
+    "cupy.cuda": {"Device": Device, "Stream": Stream, "MemoryHook": MemoryHook, "MemoryPointer": MemoryPointer,
+                  "MemoryPool": MemoryPool, "get_current_stream": get_current_stream,
+                  "is_available": lambda: True, "get_device_id": getDevice},
+    "cupy.cuda.runtime": {"getDeviceCount": getDeviceCount, "getDevice": getDevice, "setDevice": setDevice,
+                          "memGetInfo": memGetInfo, "getDeviceProperties": getDeviceProperties,
+                          "runtimeGetVersion": runtimeGetVersion, "driverGetVersion": driverGetVersion,
+                          "deviceSynchronize": deviceSynchronize},
+    "cupy.random": {"RandomState": RandomState, "get_random_state": get_random_state,
+                    **{n: _random_function(n) for n in ("random_sample", "standard_normal", "normal", "uniform",
+                                                        "randint", "permutation", "rand", "randn")},
+                    "seed": lambda seed=None: get_random_state().seed(seed)},
+    "cupy.cuda.nccl": {"NcclCommunicator": NcclCommunicator, "get_unique_id": get_unique_id},
+    "cupy._core._routines_linalg": {"set_compute_type": set_compute_type, "get_compute_type": get_compute_type},
+    "cupyx": {"allow_synchronize": allow_synchronize, "DeviceSynchronized": DeviceSynchronized},
+    "cupyx.profiler": {}, "cupy.cuda.curand": {},
+}
+CHILDREN = {"cupy": ["cuda", "random", "_core"], "cupy.cuda": ["runtime", "nccl", "curand"], "cupyx": ["profiler"]}
+
+
+class SpecModule(types.ModuleType):
+    """A module whose attributes are the spec's names: implemented ones as given, ufuncs and
+    NumPy-backed functions built on first use, constants with CuPy's values; any other name
+    raises AttributeError as the real module would."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.__dict__["_spec"] = SPEC["modules"].get(name, {})
+        self.__dict__.update(IMPLEMENTED.get(name, {}))
+
+    def __getattr__(self, attr):
+        entry = self._spec.get(attr)
+        if entry is None:
+            raise AttributeError(f"module '{self.__name__}' has no attribute '{attr}'")
+        value = _build(self.__name__, attr, entry)
+        self.__dict__[attr] = value
+        return value
+
+    def __dir__(self):
+        return sorted(set(self._spec) | set(self.__dict__))
+
+
+def _build(module: str, attr: str, entry: dict):
+    kind = entry["kind"]
+    if entry.get("is_numpy"):
+        return getattr(np.linalg if module == "cupy.linalg" else np.fft if module == "cupy.fft" else np, attr)
+    if kind == "constant":
+        return entry.get("value")
+    if kind == "scalar type":
+        return getattr(np, entry["numpy"])
+    if kind == "ufunc":
+        return Ufunc(attr, entry)
+    if kind == "function" and module == "cupy" and hasattr(np, attr):
+        return _function(attr)
+    if kind == "exception":
+        return type(attr, (RuntimeError,), {"__module__": module})
+    if kind == "module":
+        return _module(f"{module}.{attr}")
+
+    def unmodelled(*args, **kwargs):
+        raise UnmodelledError(f"the CuPy double does not model {module}.{attr}")
+    unmodelled.__name__ = attr
+    return unmodelled
+
+
+_MODULES: dict[str, SpecModule] = {}
+
+
+def _module(name: str) -> SpecModule:
+    if name not in _MODULES:
+        _MODULES[name] = SpecModule(name)
+    return _MODULES[name]
+
+
+def install(devices: int = 1) -> types.ModuleType:
+    """Put the double into ``sys.modules`` as ``cupy`` (refusing if a real CuPy is already
+    imported there) with ``devices`` devices; returns the ``cupy`` module."""
+    existing = sys.modules.get("cupy")
+    if existing is not None and not isinstance(existing, SpecModule):
+        raise RuntimeError("a real CuPy is already imported: the double would shadow it")
+    _state.update(devices=int(devices), current=0, installed=True)
+    for name in SPEC["modules"]:
+        sys.modules[name] = _module(name)
+    for parent, children in CHILDREN.items():
+        for child in children:
+            full = f"{parent}.{child}"
+            if full == "cupy._core":
+                core = _MODULES.setdefault("cupy._core", SpecModule("cupy._core"))
+                sys.modules["cupy._core"] = core
+                core.__dict__["_routines_linalg"] = _module("cupy._core._routines_linalg")
+                _module("cupy").__dict__["_core"] = core
+                continue
+            _module(parent).__dict__[child] = _module(full)
+    return _module("cupy")
+
+
+def uninstall() -> None:
+    for name in list(sys.modules):
+        if isinstance(sys.modules[name], SpecModule):
+            del sys.modules[name]
+    _state["installed"] = False
+
+
+def installed() -> bool:
+    return _state["installed"]
+
+

@@ -1,0 +1,232 @@
+"""The CuPy double fails where CuPy fails: each test plants one mistake in a small piece of
+code shaped like the project's and shows the double rejecting it, beside the correct version
+that it accepts. The double is put in place of ``cupy`` for each test and taken out after
+(a real CuPy, when one is imported, is set aside meanwhile and put back)."""
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minitensor import backend
+from tests.cupy_double import double
+
+SPEC = json.loads((Path(double.__file__).parent / "spec.json").read_text())
+
+
+@pytest.fixture
+def cp():
+    if double.installed():                       # the whole run is under --cupy-double
+        yield sys.modules["cupy"]
+        return
+    real = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ("cupy", "cupyx", "cupy_backends")}
+    cached = backend._cupy, backend._cupy_error                # what minitensor imported as cupy, if anything
+    for n in real:
+        del sys.modules[n]
+    backend._cupy = backend._cupy_error = None
+    try:
+        yield double.install(devices=2)
+    finally:
+        double.uninstall()
+        sys.modules.update(real)
+        backend._cupy, backend._cupy_error = cached
+
+
+# ---------------------------------------------------------------- the seven planted mistakes
+def test_an_implicit_conversion_to_numpy_is_refused(cp):
+    """A beam step that ranks on the host by ``np.asarray`` of device scores."""
+    scores = cp.asarray(np.array([[-0.5, -2.0]], np.float32))
+
+    def best_beam_on_host(s):
+        return np.argsort(-np.asarray(s), axis=1)        # the planted mistake
+
+    with pytest.raises(TypeError, match="Implicit conversion to a NumPy array is not allowed"):
+        best_beam_on_host(scores)
+    with pytest.raises(TypeError, match="Implicit conversion"):
+        np.array(scores)
+    assert np.argsort(-cp.asnumpy(scores), axis=1).tolist() == [[0, 1]]     # the explicit copy works
+    assert not isinstance(scores, np.ndarray) and type(scores).__module__ == "cupy"
+
+
+def test_a_numpy_operand_in_a_ufunc_is_refused_even_0d_but_not_in_a_comparison(cp):
+    """Adding a mask built with NumPy to device logits."""
+    logits = cp.zeros((2, 5), np.float32)
+    host_mask = np.where(np.arange(5) < 3, 0.0, -1e9).astype(np.float32)
+    with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+        logits + host_mask                                   # the planted mistake
+    with pytest.raises(TypeError, match="Unsupported type"):
+        logits * np.asarray(0.5, np.float32)                 # 0-d too
+    assert (logits + cp.asarray(host_mask)).dtype == np.float32
+    assert (logits * np.float32(0.5)).dtype == np.float32    # a NumPy scalar is a scalar
+    assert bool((logits == np.asarray(0.0)).all())          # comparisons take a 0-d array as its value
+
+
+def test_assigning_a_list_or_a_numpy_array_is_refused(cp):
+    """Filling a device buffer of token ids from a Python list."""
+    ids = cp.zeros(4, np.int64)
+    with pytest.raises(TypeError, match="Unsupported type <class 'list'>"):
+        ids[...] = [1, 2, 3, 4]                              # the planted mistake
+    with pytest.raises(TypeError, match="Unsupported type <class 'numpy.ndarray'>"):
+        ids[:2] = np.array([5, 6])
+    with pytest.raises(TypeError, match="Unsupported type <class 'list'>"):
+        ids.fill([1])
+    ids[...] = cp.asarray(np.array([1, 2, 3, 4]))
+    ids[0] = np.asarray(7)                                   # a 0-d array is a value
+    assert ids.get().tolist() == [7, 2, 3, 4]
+
+
+def test_a_name_cupy_lacks_is_an_attribute_error(cp):
+    """A stable log-sum-exp written with NumPy's errstate, which CuPy does not have."""
+    x = cp.asarray(np.array([1e30, -1e30], np.float32))
+
+    def logsumexp(xp, a):
+        with xp.errstate(over="ignore"):                     # the planted mistake
+            return xp.log(xp.exp(a).sum())
+
+    assert "errstate" not in SPEC["modules"]["cupy"] and hasattr(np, "errstate")
+    with pytest.raises(AttributeError, match="module 'cupy' has no attribute 'errstate'"):
+        logsumexp(cp, x)
+    assert np.isfinite(logsumexp(np, np.array([1.0, 2.0])))
+    assert cp.log(cp.exp(x[1:]).sum()).ndim == 0             # the names CuPy has work
+
+
+SCALE = r"""
+extern "C" __global__ void scale(float* x, int n, float a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+"""
+
+
+def test_a_kernel_argument_of_the_wrong_size_is_refused(cp):
+    """A launcher passing a float64 where the kernel takes a float, or a host array."""
+    pytest.importorskip("minitensor.cuda.emulator")
+    from minitensor.cuda import emulator
+
+    ok, why = emulator.available()
+    if not ok:
+        pytest.skip(why)
+    kernel = cp.RawModule(code=SCALE, options=("--std=c++17",)).get_function("scale")
+    x = cp.asarray(np.arange(6, dtype=np.float32))
+    with pytest.raises(emulator.EmulatorError, match=r"`a` \(float, 4 bytes\): the launch passes numpy.float64, 8"):
+        kernel((1,), (32,), (x, np.int32(6), np.float64(2.0)))          # the planted mistake
+    with pytest.raises(emulator.EmulatorError, match="takes 3 arguments"):
+        kernel((1,), (32,), (x, np.int32(6)))                            # a missing argument
+    with pytest.raises(emulator.EmulatorError, match="a Python int"):
+        kernel((1,), (32,), (x, 6, np.float32(2.0)))                     # a Python int is an int64
+    with pytest.raises(TypeError, match="Unsupported type"):
+        kernel((1,), (32,), (np.arange(6, dtype=np.float32), np.int32(6), np.float32(2.0)))
+    kernel((1,), (32,), (x, np.int32(6), np.float32(2.0)))
+    assert cp.asnumpy(x).tolist() == [0, 2, 4, 6, 8, 10]
+
+
+def test_a_batched_bfloat16_product_is_refused_and_the_project_avoids_it(cp):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from minitensor.ops import linalg
+
+    a = cp.asarray(np.ones((2, 3, 4), np.float32)).astype(ml_dtypes.bfloat16)
+    b = cp.asarray(np.ones((2, 4, 5), np.float32)).astype(ml_dtypes.bfloat16)
+    with pytest.raises(TypeError, match="data type 'E' not understood"):
+        a @ b                                                            # the planted mistake
+    out = linalg.product(a, b)
+    assert out.dtype == ml_dtypes.bfloat16 and float(out[0, 0, 0]) == 4.0
+    assert (a[0] @ b[0]).dtype == ml_dtypes.bfloat16                     # 2-D goes to cuBLAS: fine
+
+
+def test_an_nccl_id_of_the_wrong_type_or_length_is_refused(cp):
+    """CuPy 13 gave the id as a tuple of 128 ints; CuPy 14 takes 128 bytes."""
+    nccl = cp.cuda.nccl
+    with pytest.raises(TypeError, match="commId"):
+        nccl.NcclCommunicator(1, tuple(range(128)), 0)                   # the planted mistake
+    with pytest.raises(ValueError, match="commId length 127"):
+        nccl.NcclCommunicator(1, bytes(127), 0)
+    with pytest.raises(TypeError, match="integer"):
+        nccl.NcclCommunicator(1.0, nccl.get_unique_id(), 0)
+    assert len(nccl.get_unique_id()) == 128 and nccl.NCCL_FLOAT32 == 7
+
+
+# ---------------------------------------------------------------- the other rules
+def test_reductions_return_0d_arrays_and_host_reads_are_explicit(cp):
+    x = cp.asarray(np.arange(4, dtype=np.float32))
+    total = x.sum()
+    assert type(total) is cp.ndarray and total.ndim == 0
+    assert float(total) == 6.0 and total.item() == 6.0 and int(x.max()) == 3 and bool(x.any())
+
+
+def test_output_dtypes_follow_cupys_loop_tables(cp):
+    """The first loop every input can be cast to safely; a Python scalar fits its kind."""
+    i8 = cp.zeros(2, np.int8)
+    f16 = cp.zeros(2, np.float16)
+    i32 = cp.zeros(2, np.int32)
+    f32 = cp.zeros(2, np.float32)
+    assert (i8 + f16).dtype == np.float16
+    assert (i32 + f32).dtype == np.float64                               # no 'if->' loop: 'dd->d'
+    assert (f16 * 0.5).dtype == np.float16 and (i8 + 1).dtype == np.int8
+    assert cp.exp(i32).dtype == np.float64 and cp.exp(f16).dtype == np.float16
+    assert "ff->f" in cp.add.types and cp.add.types == SPEC["modules"]["cupy"]["add"]["types"]
+    with pytest.raises(TypeError, match="Wrong type"):
+        cp.bitwise_and(f32, f32)
+
+
+def test_random_state_draws_float32_and_float64_only(cp):
+    rs = cp.random.RandomState(0, method=cp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+    assert rs.standard_normal((3,), dtype=np.float32).dtype == np.float32
+    with pytest.raises(TypeError, match="only supports float32 and float64"):
+        rs.random_sample((3,), dtype=np.float16)
+    assert cp.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10 == 161           # CuPy 14.2's value
+
+
+def test_an_elementwise_kernel_runs_its_reference_and_a_changed_one_is_refused(cp):
+    from minitensor import optim
+
+    optim._ADAM = None
+    kernel = optim._gpu_adam_kernel()
+    w, m, v = (cp.zeros(3, np.float32) for _ in range(3))
+    g = cp.asarray(np.array([1.0, -1.0, 0.0], np.float32))
+    kernel(g, 0.9, 0.98, 0.1, 1.0, 1e-9, 0.0, w, m, v)
+    # m = 0.1·g, v = 0.02·g², so w moves by 0.1 · 0.1 / √0.02 = 0.0707 against g
+    assert np.allclose(cp.asnumpy(m), [0.1, -0.1, 0.0]) and np.allclose(cp.asnumpy(w), [-0.0707107, 0.0707107, 0])
+    with pytest.raises(NotImplementedError, match="changed its parameters"):
+        cp.ElementwiseKernel("T g, float64 b1", "T w", "w = g;", "minitensor_adam")
+    optim._ADAM = None
+
+
+def test_a_name_cupy_has_but_the_double_does_not_model_says_so(cp):
+    with pytest.raises(NotImplementedError, match="does not model cupy.cuda.runtime.malloc"):
+        cp.cuda.runtime.malloc(16)
+
+
+def test_allow_synchronize_false_forbids_host_reads(cp):
+    import cupyx
+
+    x = cp.ones(2, np.float32)
+    with cupyx.allow_synchronize(False):
+        y = x * 2                                            # device work: fine
+        with pytest.raises(cupyx.DeviceSynchronized):
+            y.sum().item()
+    assert float(y.sum()) == 4.0
+
+
+def test_devices_are_configurable(cp):
+    assert cp.cuda.runtime.getDeviceCount() == 2
+    with cp.cuda.Device(1):
+        assert cp.cuda.runtime.getDevice() == 1
+    assert cp.cuda.runtime.getDevice() == 0
+    with pytest.raises(RuntimeError, match="invalid device"):
+        cp.cuda.Device(2)
+
+
+def test_the_spec_is_what_the_installed_cupy_offers():
+    """Regenerating the module part of the spec from the installed CuPy gives the checked-in
+    one (needs the ``[nvrtc]`` extra's CuPy, of the spec's version)."""
+    if double.installed():
+        pytest.skip("the double is in place of CuPy in this run")
+    real = pytest.importorskip("cupy")
+    if real.__version__ != SPEC["cupy_version"]:
+        pytest.skip(f"the spec is of CuPy {SPEC['cupy_version']}, this is {real.__version__}")
+    from tests.cupy_double import make_spec
+
+    for name in make_spec.MODULES:
+        assert json.dumps(make_spec.module_spec(name), sort_keys=True) == json.dumps(SPEC["modules"][name],
+                                                                                 sort_keys=True), name
