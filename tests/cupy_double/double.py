@@ -594,6 +594,20 @@ class Device:
         return f"<CUDA Device {self.id}>"
 
 
+class Event:
+    """cupy/cuda/stream.pyx, Event: every call of the double is synchronous, so an event is
+    done as soon as it is recorded."""
+
+    def __init__(self, block=False, disable_timing=False, interprocess=False):
+        self.done = True
+
+    def record(self, stream=None):
+        self.done = True
+
+    def synchronize(self):
+        pass
+
+
 class Stream:
     null = None
 
@@ -602,6 +616,11 @@ class Stream:
 
     def synchronize(self):
         pass
+
+    def record(self, event=None):
+        event = Event() if event is None else event
+        event.record(self)
+        return event
 
     def __enter__(self):
         return self
@@ -915,7 +934,7 @@ IMPLEMENTED = {
              "zeros": zeros, "ones": ones, "get_default_memory_pool": get_default_memory_pool,
              "RawModule": RawModule, "RawKernel": RawKernel, "ElementwiseKernel": ElementwiseKernel,
              "__version__": SPEC["cupy_version"]},
-    "cupy.cuda": {"Device": Device, "Stream": Stream, "MemoryHook": MemoryHook, "MemoryPointer": MemoryPointer,
+    "cupy.cuda": {"Device": Device, "Stream": Stream, "Event": Event, "MemoryHook": MemoryHook, "MemoryPointer": MemoryPointer,
                   "MemoryPool": MemoryPool, "get_current_stream": get_current_stream,
                   "is_available": lambda: True, "get_device_id": getDevice},
     "cupy.cuda.runtime": {"getDeviceCount": getDeviceCount, "getDevice": getDevice, "setDevice": setDevice,

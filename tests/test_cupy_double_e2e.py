@@ -1,0 +1,108 @@
+"""The command line's ``--device cuda`` path, end to end, on the CuPy double (each run a process
+started by ``python -m tests.cupy_double.run``): with dropout off it makes the CPU's updates;
+mixed precision trains; checkpoints move between devices; translate, evaluate and average work;
+two ranks over (the double's) NCCL make one process's updates with the whole batch."""
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from transformer.cli import main
+
+from .test_distributed import mpiexec
+from .transformer.test_distributed_training import (REPO, SHARED, args, assert_same_weights, run_dir, spm_model,  # noqa: F401
+                                                    weights)
+
+pytestmark = [pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present"),
+              pytest.mark.slow]
+
+
+def on_double(*argv, devices=None, ranks=None, stdin=None):
+    """Run ``python -m transformer *argv`` with the double in place of CuPy; returns stdout."""
+    cmd = [sys.executable, "-m", "tests.cupy_double.run"] + (["--devices", str(devices)] if devices else [])
+    cmd += ["-m", "transformer", *argv]
+    if ranks:
+        cmd = [mpiexec(), "-n", str(ranks)] + cmd
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, input=stdin)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def losses(run):
+    return {r["step"]: r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+            if "loss" in r}
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, spm_model):  # noqa: F811
+    run = run_dir(tmp_path_factory.mktemp("cpu"), "cpu", spm_model)
+    main(args(run, "--device", "cpu", "--max-steps", "6"))
+    return run
+
+
+@pytest.fixture(scope="module")
+def cuda_run(tmp_path_factory, spm_model):  # noqa: F811
+    run = run_dir(tmp_path_factory.mktemp("cuda"), "cuda", spm_model)
+    on_double(*args(run, "--device", "cuda", "--max-steps", "6"))
+    return run
+
+
+def test_cuda_makes_the_cpus_updates_with_dropout_off(cpu_run, cuda_run):
+    cpu, cuda = losses(cpu_run), losses(cuda_run)
+    assert sorted(cpu) == sorted(cuda) == list(range(1, 7))
+    for step in cpu:
+        assert cuda[step] == pytest.approx(cpu[step], rel=1e-5), step
+    assert_same_weights(weights(cpu_run, 6), weights(cuda_run, 6))
+    assert json.loads((cuda_run / "settings.json").read_text())["device"] == "cuda"
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_mixed_precision_trains_on_cuda(tmp_path, spm_model, precision):  # noqa: F811
+    if precision == "bf16":
+        pytest.importorskip("ml_dtypes")
+    run = run_dir(tmp_path, precision, spm_model)
+    on_double(*args(run, "--device", "cuda", "--precision", precision, "--max-steps", "12", "--lr-factor", "2"))
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r["loss"] for r in records if "loss" in r and not r.get("skipped")]
+    skipped = sum(bool(r.get("skipped")) for r in records)
+    assert skipped < 6 and np.mean(trained[-3:]) < np.mean(trained[:3]) - 0.3, (skipped, trained)
+
+
+@pytest.mark.parametrize("first, then", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_a_run_resumed_on_the_other_device_continues_as_if_uninterrupted(tmp_path, spm_model, cpu_run, first,  # noqa: F811
+                                                                         then):
+    run = run_dir(tmp_path, f"{first}-{then}", spm_model)
+    for device, steps in ((first, "4"), (then, "6")):
+        extra = ("--device", device, "--max-steps", steps) + (("--resume",) if steps == "6" else ())
+        if device == "cuda":
+            on_double(*args(run, *extra))
+        else:
+            main(args(run, *extra))
+    resumed, straight = losses(run), losses(cpu_run)
+    for step in (5, 6):
+        assert resumed[step] == pytest.approx(straight[step], rel=1e-5), step
+
+
+def test_translate_evaluate_and_average_run_on_cuda(cuda_run):
+    out = on_double("translate", "--run-dir", str(cuda_run), "--device", "cuda", stdin="A dog runs in the park.\n")
+    assert out.strip()
+    out = on_double("evaluate", "--run-dir", str(cuda_run), "--device", "cuda", "--data-dir", str(SHARED),
+                    "--limit", "8", "--beam", "2")
+    assert "BLEU" in out
+    avg = cuda_run / "average.npz"
+    on_double("average", "--run-dir", str(cuda_run), "--last", "2", "--output", str(avg))
+    assert avg.exists()
+
+
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install -e '.[mpi]')")
+def test_two_cuda_ranks_over_nccl_make_one_processs_updates(tmp_path, spm_model):  # noqa: F811
+    single = run_dir(tmp_path, "single", spm_model)
+    main(args(single, "--update-freq", "2", "--max-steps", "4"))
+    dp = run_dir(tmp_path, "dp", spm_model)
+    on_double(*args(dp, "--distributed", "--device", "cuda", "--max-steps", "4"), ranks=2, devices=2)
+    assert_same_weights(weights(single, 4), weights(dp, 4))
+    assert json.loads((dp / "train_summary.json").read_text())["world_size"] == 2
+    shutil.rmtree(dp)
