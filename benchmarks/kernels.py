@@ -10,10 +10,14 @@
 * a transformer-base training step with the kernels on and off.
 
     python benchmarks/kernels.py --out benchmarks/results/kernels_h100.json
+
+``--tiny`` cuts every shape down so that the whole script runs in seconds where the kernels are
+emulated (CI runs it on the CuPy double, tests/cupy_double); its timings mean nothing.
 """
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 import numpy as np
 from gpu_common import environment, write_results
@@ -21,6 +25,25 @@ from gpu_common import environment, write_results
 import minitensor as mt
 import minitensor.functional as F
 from minitensor import cuda
+
+
+@dataclass(frozen=True)
+class Sizes:
+    copy_mib: int
+    layer_norm: list       # (rows, d, dtype)
+    softmax: list          # (B, H, T, dtype)
+    attention_lengths: tuple
+    attention_tokens: int  # B x T at every length
+    attention_heads: int
+    step: tuple            # (B, T, V) of the transformer-base step
+    repeat: int            # timed calls per figure (attention: a fifth of it)
+
+
+FULL = Sizes(256, [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"), (8192, 768, "float32")],
+             [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"), (64, 8, 128, "float16")],
+             (128, 256, 512, 1024, 2048, 4096), 16384, 8, (400, 64, 37000), 50)
+TINY = Sizes(1, [(16, 512, "float32"), (16, 512, "float16")], [(2, 2, 128, "float32"), (2, 2, 128, "float16")],
+             (128, 256), 256, 2, (2, 8, 64), 2)
 
 
 def gpu_ms(fn, repeat=50, warmup=5) -> float:
@@ -47,23 +70,23 @@ def torch_ms(fn, repeat=50, warmup=5) -> float:
     return float(np.median(times))
 
 
-def copy_bandwidth() -> float:
+def copy_bandwidth(sizes: Sizes) -> float:
     import cupy as cp
 
-    x = cp.random.standard_normal(256 * 2**20 // 4, dtype=cp.float32)  # 256 MiB
+    x = cp.random.standard_normal(sizes.copy_mib * 2**20 // 4, dtype=cp.float32)
     y = cp.empty_like(x)
-    ms = gpu_ms(lambda: cp.copyto(y, x), repeat=20)
+    ms = gpu_ms(lambda: cp.copyto(y, x), repeat=max(2, sizes.repeat // 2))
     return 2 * x.nbytes / (ms / 1e3) / 1e9
 
 
-def layer_norm_rows(bw: float, torch_ok: bool) -> list[dict]:
+def layer_norm_rows(sizes: Sizes, bw: float, torch_ok: bool) -> list[dict]:
     import cupy as cp
 
     from minitensor.cuda import layer_norm as k
 
     rows = []
-    for n, d, dtype in [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"),
-                        (8192, 768, "float32")]:
+    ms = lambda fn: gpu_ms(fn, repeat=sizes.repeat)  # noqa: E731
+    for n, d, dtype in sizes.layer_norm:
         x = cp.random.standard_normal((n, d)).astype(dtype)
         dy = cp.random.standard_normal((n, d)).astype(dtype)
         w, b = cp.ones(d, dtype), cp.zeros(d, dtype)
@@ -72,8 +95,8 @@ def layer_norm_rows(bw: float, torch_ok: bool) -> list[dict]:
         fwd_bytes = 2 * n * d * item + 8 * n            # read x, write y (+ mean, rstd)
         bwd_bytes = 3 * n * d * item + 8 * n            # read dy, x, write dx (+ mean, rstd)
         r = {"shape": [n, d], "dtype": dtype,
-             "forward_ms": gpu_ms(lambda: k.forward(x, w, b, 1e-5)),
-             "backward_ms": gpu_ms(lambda: k.backward(dy, x, w, mean, rstd))}
+             "forward_ms": ms(lambda: k.forward(x, w, b, 1e-5)),
+             "backward_ms": ms(lambda: k.backward(dy, x, w, mean, rstd))}
         r["forward_gb_s"] = fwd_bytes / (r["forward_ms"] / 1e3) / 1e9
         r["backward_gb_s"] = bwd_bytes / (r["backward_ms"] / 1e3) / 1e9
         r["forward_fraction_of_copy"] = r["forward_gb_s"] / bw
@@ -94,22 +117,22 @@ def layer_norm_rows(bw: float, torch_ok: bool) -> list[dict]:
     return rows
 
 
-def softmax_rows(bw: float, torch_ok: bool) -> list[dict]:
+def softmax_rows(sizes: Sizes, bw: float, torch_ok: bool) -> list[dict]:
     import cupy as cp
 
     from minitensor.cuda import softmax as k
 
     rows = []
-    for B, H, T, dtype in [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"),
-                           (64, 8, 128, "float16")]:
+    ms = lambda fn: gpu_ms(fn, repeat=sizes.repeat)  # noqa: E731
+    for B, H, T, dtype in sizes.softmax:
         s = cp.random.standard_normal((B, H, T, T)).astype(dtype)
         g = cp.random.standard_normal((B, H, T, T)).astype(dtype)
         mask = cp.asarray(np.random.default_rng(0).random((B, 1, 1, T)) > 0.1)
         p = k.forward(s, mask, 0.125)
         nbytes = s.size * s.itemsize
         r = {"shape": [B, H, T, T], "dtype": dtype, "mask": "padding (B,1,1,T)",
-             "forward_ms": gpu_ms(lambda: k.forward(s, mask, 0.125)),
-             "backward_ms": gpu_ms(lambda: k.backward(p, g, 0.125))}
+             "forward_ms": ms(lambda: k.forward(s, mask, 0.125)),
+             "backward_ms": ms(lambda: k.backward(p, g, 0.125))}
         r["forward_gb_s"] = 2 * nbytes / (r["forward_ms"] / 1e3) / 1e9
         r["backward_gb_s"] = 3 * nbytes / (r["backward_ms"] / 1e3) / 1e9
         r["forward_fraction_of_copy"] = r["forward_gb_s"] / bw
@@ -130,13 +153,14 @@ def softmax_rows(bw: float, torch_ok: bool) -> list[dict]:
     return rows
 
 
-def attention_rows(torch_ok: bool) -> list[dict]:
+def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     import cupy as cp
 
     rows = []
-    H, d = 8, 64
-    for T in (128, 256, 512, 1024, 2048, 4096):
-        B = max(1, 16384 // T)  # the same number of tokens at every length
+    H, d = sizes.attention_heads, 64
+    repeat, warmup = max(1, sizes.repeat // 5), min(2, sizes.repeat)
+    for T in sizes.attention_lengths:
+        B = max(1, sizes.attention_tokens // T)  # the same number of tokens at every length
         rng = np.random.default_rng(T)
         q, k_, v = (mt.tensor(rng.standard_normal((B, H, T, d)).astype(np.float32), requires_grad=True, device="cuda")
                     for _ in range(3))
@@ -151,7 +175,7 @@ def attention_rows(torch_ok: bool) -> list[dict]:
                                         ("plain_cupy", "auto", False)):
             cuda.set_attention(mode)
             with cuda.use_kernels(kernels_on):
-                r[f"{route}_ms"] = gpu_ms(step, repeat=10, warmup=2)
+                r[f"{route}_ms"] = gpu_ms(step, repeat=repeat, warmup=warmup)
                 cp.get_default_memory_pool().free_all_blocks()
                 with cuda.PeakMemory() as mem:
                     step()
@@ -167,7 +191,7 @@ def attention_rows(torch_ok: bool) -> list[dict]:
                 tq.grad = tk.grad = tv.grad = None
                 torch.nn.functional.scaled_dot_product_attention(tq, tk, tv).backward(tg)
 
-            r["torch_sdpa_ms"] = torch_ms(tstep, repeat=10, warmup=2)
+            r["torch_sdpa_ms"] = torch_ms(tstep, repeat=repeat, warmup=warmup)
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
             tstep()
@@ -178,7 +202,7 @@ def attention_rows(torch_ok: bool) -> list[dict]:
     return rows
 
 
-def base_step_with_and_without_kernels() -> dict:
+def base_step_with_and_without_kernels(sizes: Sizes) -> dict:
     import time
 
     import cupy as cp
@@ -186,7 +210,7 @@ def base_step_with_and_without_kernels() -> dict:
     from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam
 
     rng = np.random.default_rng(0)
-    B, T, V = 400, 64, 37000
+    B, T, V = sizes.step
     src = mt.tensor(rng.integers(3, V, (B, T)), device="cuda")
     tgt = rng.integers(3, V, (B, T + 1))
     ti, to = mt.tensor(tgt[:, :-1], device="cuda"), mt.tensor(tgt[:, 1:], device="cuda")
@@ -214,7 +238,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", help="also write the JSON here")
     p.add_argument("--skip-step", action="store_true", help="leave out the transformer-base step")
+    p.add_argument("--tiny", action="store_true", help="every shape cut down: checks that the script runs, "
+                   "timings meaningless (CI runs it on the CuPy double)")
     a = p.parse_args()
+    sizes = TINY if a.tiny else FULL
     if not cuda.is_available():
         raise SystemExit("benchmarks/kernels.py needs a CUDA GPU and CuPy")
     try:
@@ -223,12 +250,12 @@ def main() -> None:
         torch_ok = torch.cuda.is_available()
     except ImportError:
         torch_ok = False
-    bw = copy_bandwidth()
-    out = {"benchmark": "hand-written CUDA kernels", "environment": environment("cuda"),
-           "copy_bandwidth_gb_s": round(bw, 1), "layer_norm": layer_norm_rows(bw, torch_ok),
-           "attention_softmax": softmax_rows(bw, torch_ok), "attention": attention_rows(torch_ok)}
+    bw = copy_bandwidth(sizes)
+    out = {"benchmark": "hand-written CUDA kernels", "environment": environment("cuda"), "tiny": a.tiny,
+           "copy_bandwidth_gb_s": round(bw, 1), "layer_norm": layer_norm_rows(sizes, bw, torch_ok),
+           "attention_softmax": softmax_rows(sizes, bw, torch_ok), "attention": attention_rows(sizes, torch_ok)}
     if not a.skip_step:
-        out["base_step"] = base_step_with_and_without_kernels()
+        out["base_step"] = base_step_with_and_without_kernels(sizes)
     write_results(out, a.out)
 
 

@@ -208,6 +208,18 @@ def test_allow_synchronize_false_forbids_host_reads(cp):
     assert float(y.sum()) == 4.0
 
 
+def test_the_profilers_benchmark_checks_its_arguments_and_times_each_call(cp):
+    from cupyx.profiler import benchmark
+
+    calls = []
+    result = benchmark(lambda: calls.append(1), n_repeat=3, n_warmup=2)
+    assert len(calls) == 5 and result.cpu_times.shape == (3,) and result.gpu_times.shape == (1, 3)
+    with pytest.raises(ValueError, match="`args` should be of tuple type"):
+        benchmark(print, args=[1])
+    with pytest.raises(ValueError, match="`n_repeat` should be an integer"):
+        benchmark(print, n_repeat=2.0)
+
+
 def test_devices_are_configurable(cp):
     assert cp.cuda.runtime.getDeviceCount() == 2
     with cp.cuda.Device(1):

@@ -1,8 +1,10 @@
 """The command line's ``--device cuda`` path, end to end, on the CuPy double (each run a process
 started by ``python -m tests.cupy_double.run``): with dropout off it makes the CPU's updates;
 mixed precision trains; checkpoints move between devices; translate, evaluate and average work;
-two ranks over (the double's) NCCL make one process's updates with the whole batch."""
+two ranks over (the double's) NCCL make one process's updates with the whole batch; the GPU
+lesson runs in full mode and the GPU benchmarks at a tiny size, without PyTorch."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -20,14 +22,15 @@ pytestmark = [pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/mul
               pytest.mark.slow]
 
 
-def on_double(*argv, devices=None, ranks=None, stdin=None):
-    """Run ``python -m transformer *argv`` with the double in place of CuPy; returns stdout."""
+def on_double(*argv, devices=None, ranks=None, stdin=None, script=None, env=None):
+    """Run ``python -m transformer *argv`` (or ``python script *argv``) with the double in place
+    of CuPy; returns stdout."""
     cmd = [sys.executable, "-m", "tests.cupy_double.run"] + (["--devices", str(devices)] if devices else [])
-    cmd += ["-m", "transformer", *argv]
+    cmd += [str(script), *argv] if script else ["-m", "transformer", *argv]
     if ranks:
         cmd = [mpiexec(), "-n", str(ranks)] + cmd
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, input=stdin)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, input=stdin, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
 
 
@@ -106,3 +109,29 @@ def test_two_cuda_ranks_over_nccl_make_one_processs_updates(tmp_path, spm_model)
     assert_same_weights(weights(single, 4), weights(dp, 4))
     assert json.loads((dp / "train_summary.json").read_text())["world_size"] == 2
     shutil.rmtree(dp)
+
+
+def test_the_gpu_lesson_runs_in_full_mode_and_times_the_three_attention_routes(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "LESSON_SMOKE"}
+    out = on_double(script=REPO / "lessons" / "23_gpu_backend.py",
+                    env={**env, "LESSON_OUT": str(tmp_path), "MPLBACKEND": "Agg"})
+    assert "T=256: flash" in out and "no GPU here" not in out  # the GPU branch ran, at full mode's first length
+    assert (tmp_path / "23" / "results.json").exists()
+
+
+def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
+    step = on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--steps", "1",
+                     "--precisions", "fp32,tf32,fp16,bf16", "--no-torch", "--out", str(tmp_path / "step.json"),
+                     script=REPO / "benchmarks" / "base_step_vs_torch.py")
+    results = json.loads((tmp_path / "step.json").read_text())["results"]
+    assert json.loads(step)["results"] == results
+    assert sorted(results) == ["bf16", "fp16", "fp32", "tf32"]
+    for row in results.values():
+        assert row["minitensor"]["ms_per_step"] > 0 and row["minitensor"]["peak_memory_gib"] > 0
+        assert "torch" not in row
+    on_double("--tiny", "--out", str(tmp_path / "kernels.json"), script=REPO / "benchmarks" / "kernels.py")
+    kernels = json.loads((tmp_path / "kernels.json").read_text())
+    assert [r["T"] for r in kernels["attention"]] == [128, 256]
+    assert all(r[f"{route}_ms"] > 0 for r in kernels["attention"] for route in ("flash", "fused", "plain_cupy"))
+    assert {r["dtype"] for r in kernels["layer_norm"]} == {"float32", "float16"}
+    assert set(kernels["base_step"]) >= {"kernels_on_ms", "kernels_off_ms"}

@@ -6,7 +6,9 @@ attributes are served from ``spec.json``: what CuPy 14.2 has exists, nothing els
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
 import types
 import weakref
 from pathlib import Path
@@ -452,7 +454,14 @@ def matmul(a, b, out=None, **kwargs):
     # 'efdFD' goes to the integer GEMM, whose code has no bfloat16: "data type 'E' not understood"
     if max(a.ndim, b.ndim) > 2 and bf16 is not None and bf16 in (a.dtype, b.dtype):
         raise TypeError("data type 'E' not understood")
-    result = np.matmul(a._a, b._a).astype(np.result_type(a.dtype, b.dtype), copy=False)
+    dtype = np.result_type(a.dtype, b.dtype)
+    if dtype in (np.float16, bf16):
+        # cupy/_core/_routines_linalg.pyx, tensordot_core_v11: a 16-bit product is computed in
+        # float32 (CUBLAS_COMPUTE_32F) and rounded once to the output type (and NumPy's own
+        # 16-bit product, which has no BLAS, is several times slower)
+        result = np.matmul(a._a.astype(np.float32), b._a.astype(np.float32)).astype(dtype)
+    else:
+        result = np.matmul(a._a, b._a).astype(dtype, copy=False)
     if out is not None:
         out._a[...] = result
         return out
@@ -915,6 +924,54 @@ def _typed(cls: str, method: str, args: tuple) -> None:
                             f"got {type(value).__name__})")
 
 
+# ---------------------------------------------------------------- cupyx.profiler.benchmark
+class _PerfCaseResult:
+    """cupyx/profiler/_time.py, _PerfCaseResult: row 0 of ``ts`` the CPU times, one row per device."""
+
+    def __init__(self, name, ts, devices):
+        self.name, self._ts, self._devices = name, ts, devices
+
+    @property
+    def cpu_times(self):
+        return self._ts[0]
+
+    @property
+    def gpu_times(self):
+        return self._ts[1:]
+
+    def __repr__(self):
+        return f"{self.name}: CPU {np.mean(self.cpu_times) * 1e6:.3f} us (the CuPy double: GPU times are CPU times)"
+
+
+def benchmark(func, args=(), kwargs={}, n_repeat=10000, *, name=None, n_warmup=10, max_duration=math.inf,  # noqa: B006 (CuPy's signature)
+              devices=None):
+    """cupyx/profiler/_time.py, benchmark: the same argument checks; every call of the double
+    is synchronous, so each device's time is the call's own wall time."""
+    name = func.__name__ if name is None else name
+    devices = (getDevice(),) if devices is None else devices
+    for ok, what in ((callable(func), "`func` should be a callable object."),
+                     (isinstance(args, tuple), "`args` should be of tuple type."),
+                     (isinstance(kwargs, dict), "`kwargs` should be of dict type."),
+                     (isinstance(n_repeat, int), "`n_repeat` should be an integer."),
+                     (isinstance(name, str), "`name` should be a string."),
+                     (isinstance(n_warmup, int), "`n_warmup` should be an integer."),
+                     (np.isreal(max_duration), "`max_duration` should be given in seconds"),
+                     (isinstance(devices, tuple), "`devices` should be of tuple type")):
+        if not ok:
+            raise ValueError(what)
+    for _ in range(n_warmup):
+        func(*args, **kwargs)
+    times, duration = [], 0.0
+    for _ in range(n_repeat):
+        t0 = time.perf_counter()
+        func(*args, **kwargs)
+        times.append(time.perf_counter() - t0)
+        duration += times[-1]
+        if duration > max_duration:
+            break
+    return _PerfCaseResult(name, np.asarray([times] * (1 + len(devices)), dtype=np.float64), devices)
+
+
 # ---------------------------------------------------------------- linalg compute types
 _COMPUTE = {}
 
@@ -948,7 +1005,7 @@ IMPLEMENTED = {
     "cupy.cuda.nccl": {"NcclCommunicator": NcclCommunicator, "get_unique_id": get_unique_id},
     "cupy._core._routines_linalg": {"set_compute_type": set_compute_type, "get_compute_type": get_compute_type},
     "cupyx": {"allow_synchronize": allow_synchronize, "DeviceSynchronized": DeviceSynchronized},
-    "cupyx.profiler": {}, "cupy.cuda.curand": {},
+    "cupyx.profiler": {"benchmark": benchmark}, "cupy.cuda.curand": {},
 }
 CHILDREN = {"cupy": ["cuda", "random", "_core"], "cupy.cuda": ["runtime", "nccl", "curand"], "cupyx": ["profiler"]}
 

@@ -1,7 +1,7 @@
 """Run a module or script with the CuPy double in place of CuPy, from the repository root.
 
     python -m tests.cupy_double.run -m transformer train ... --device cuda
-    python -m tests.cupy_double.run lessons/16_learning_rate_schedule.py --full
+    python -m tests.cupy_double.run lessons/23_gpu_backend.py
     mpiexec -n 2 python -m tests.cupy_double.run --devices 2 -m transformer train ... --distributed --device cuda
 
 ``--devices N`` sets how many devices the double shows (default: the ranks of an MPI launch,
