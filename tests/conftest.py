@@ -38,6 +38,29 @@ def pytest_configure(config):
         install(devices=int(os.environ.get("CUPY_DOUBLE_DEVICES", "1")))
 
 
+@pytest.fixture
+def cupy_double():
+    """The CuPy double with 2 devices in place of CuPy for one test (the installed one when the
+    whole run is under --cupy-double), and whatever was there before put back afterwards."""
+    from minitensor import backend  # noqa: PLC0415
+    from tests.cupy_double import double  # noqa: PLC0415
+
+    if double.installed():
+        yield sys.modules["cupy"]
+        return
+    real = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ("cupy", "cupyx", "cupy_backends")}
+    cached = backend._cupy, backend._cupy_error                # what minitensor imported as cupy, if anything
+    for n in real:
+        del sys.modules[n]
+    backend._cupy = backend._cupy_error = None
+    try:
+        yield double.install(devices=2)
+    finally:
+        double.uninstall()
+        sys.modules.update(real)
+        backend._cupy, backend._cupy_error = cached
+
+
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--cupy-double"):
         for item in items:

@@ -3,34 +3,19 @@ code shaped like the project's and shows the double rejecting it, beside the cor
 that it accepts. The double is put in place of ``cupy`` for each test and taken out after
 (a real CuPy, when one is imported, is set aside meanwhile and put back)."""
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from minitensor import backend
 from tests.cupy_double import double
 
 SPEC = json.loads((Path(double.__file__).parent / "spec.json").read_text())
 
 
 @pytest.fixture
-def cp():
-    if double.installed():                       # the whole run is under --cupy-double
-        yield sys.modules["cupy"]
-        return
-    real = {n: m for n, m in sys.modules.items() if n.split(".")[0] in ("cupy", "cupyx", "cupy_backends")}
-    cached = backend._cupy, backend._cupy_error                # what minitensor imported as cupy, if anything
-    for n in real:
-        del sys.modules[n]
-    backend._cupy = backend._cupy_error = None
-    try:
-        yield double.install(devices=2)
-    finally:
-        double.uninstall()
-        sys.modules.update(real)
-        backend._cupy, backend._cupy_error = cached
+def cp(cupy_double):
+    return cupy_double
 
 
 # ---------------------------------------------------------------- the seven planted mistakes

@@ -1,10 +1,11 @@
 """The CuPy code paths, checked on the CPU against what CuPy 14.2's source says its API
-does: stand-in modules that offer exactly the calls CuPy offers (and fail where CuPy
-fails) show that each GPU-only branch makes only calls CuPy accepts.
+does: the strict CuPy double (tests/cupy_double, the ``cupy_double`` fixture) or a smaller
+stand-in offers exactly the calls CuPy offers (and fails where CuPy fails), so each GPU-only
+branch is shown to make only calls CuPy accepts.
 
 Each test here would have caught a bug that a line-by-line reading of the GPU code against
-CuPy 14.2 found: a generator method CuPy lacks, a deprecated scatter, a cuRAND generator
-built every update, bfloat16 batched products sent to an integer GEMM, a kernel cache shared
+CuPy 14.2 found: a generator method CuPy lacks, a deprecated scatter, a cuRAND generator built
+every update, bfloat16 batched products sent to an integer GEMM, a kernel cache shared
 between devices, an NCCL id of the wrong type, extras that installed no NCCL.
 """
 import sys
@@ -26,55 +27,28 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------- random numbers
-class FakeCupyRandomState:
-    """cupy.random.RandomState as in cupy/random/_generator.py (14.2): seed(seed),
-    random_sample(size, dtype), standard_normal(size, dtype), uniform(low, high, size, dtype);
-    backed by NumPy so that draws are real. Counts how many were ever made."""
-
-    made = 0
-
-    def __init__(self, seed=None, method=None):
-        FakeCupyRandomState.made += 1
-        self.method = method
-        self.seed(seed)
-
-    def seed(self, seed=None):
-        if not 0 <= int(seed) < 2**64:
-            raise ValueError("Seed must be an integer between 0 and 2**64 - 1")
-        self._rs = np.random.RandomState(int(seed) % 2**32)
-
-    def random_sample(self, size=None, dtype=float):
-        return self._rs.random_sample(size).astype(dtype)
-
-    def standard_normal(self, size=None, dtype=float):
-        return self._rs.standard_normal(size).astype(dtype)
-
-    def uniform(self, low=0.0, high=1.0, size=None, dtype=float):
-        return self._rs.uniform(low, high, size).astype(dtype)
-
-
-def fake_cupy():
-    cp = types.SimpleNamespace(__name__="cupy")
-    cp.random = types.SimpleNamespace(RandomState=FakeCupyRandomState)
-    cp.cuda = types.SimpleNamespace(curand=types.SimpleNamespace(CURAND_RNG_PSEUDO_PHILOX4_32_10=105))
-    return cp
-
-
-def test_one_cuda_generator_is_kept_and_reseeded_in_place(monkeypatch):
+def test_one_cuda_generator_is_kept_and_reseeded_in_place(monkeypatch, cupy_double):
     """The trainer reseeds before every update. A new cuRAND generator each time allocates
     and initialises a state per GPU thread; the kept Philox generator only takes a new seed."""
+    made = []
+
+    class Counted(cupy_double.random.RandomState):
+        def __init__(self, *args, **kwargs):
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cupy_double.random, "RandomState", Counted)
     monkeypatch.setattr(mt_random, "_generators", {})
-    cp = fake_cupy()
-    FakeCupyRandomState.made = 0
-    gen = mt_random.generator(cp)
+    gen = mt_random.generator(cupy_double)
     first = gen.random(5, dtype=np.float32)
     for step in range(10):
         mt_random.manual_seed(1000 + step)
-        assert mt_random.generator(cp) is gen
+        assert mt_random.generator(cupy_double) is gen
     mt_random.manual_seed(mt_random._seed)
-    assert FakeCupyRandomState.made == 1 and gen._state.method == 105  # Philox4x32-10
+    assert len(made) == 1 and gen._state.method == 161  # curand.pxd: CURAND_RNG_PSEUDO_PHILOX4_32_10
     mt_random.manual_seed(0)
-    np.testing.assert_array_equal(gen.random(5, dtype=np.float32), first)  # reseeding restarts the stream
+    np.testing.assert_array_equal(cupy_double.asnumpy(gen.random(5, dtype=np.float32)),
+                                  cupy_double.asnumpy(first))  # reseeding restarts the stream
 
 
 def test_the_numpy_generator_reseeded_in_place_draws_what_a_fresh_one_would():
@@ -122,11 +96,11 @@ def test_initialisers_dropout_and_sampling_use_only_methods_cupys_generator_has(
     nn.Embedding(10, 4)
 
 
-def test_cupy_generator_calls_match_cupy_randomstate():
-    gen = mt_random.CupyGenerator(fake_cupy(), 7)
+def test_cupy_generator_calls_match_cupy_randomstate(cupy_double):
+    gen = mt_random.CupyGenerator(cupy_double, 7)
     assert gen.random((2, 3), dtype=np.float32).dtype == np.float32
     assert gen.standard_normal((4,), dtype=np.float32).shape == (4,)
-    assert gen.uniform(-1, 1, size=(5,)).min() >= -1
+    assert float(gen.uniform(-1, 1, size=(5,)).min()) >= -1
     gen.seed(2**63)  # within CuPy's 0 .. 2**64-1
 
 
@@ -152,56 +126,37 @@ def test_bfloat16_batched_products_on_cupy_are_computed_in_float32():
     assert not linalg.product_in_float32("numpy", bf16, bf16, 4)
 
 
-def test_the_float32_detour_gives_a_bfloat16_result_close_to_the_exact_product():
+def test_the_float32_detour_gives_a_bfloat16_result_close_to_the_exact_product(cupy_double):
     ml_dtypes = pytest.importorskip("ml_dtypes")
     bf16 = np.dtype(ml_dtypes.bfloat16)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((2, 3, 4, 8)).astype(bf16), rng.standard_normal((2, 3, 8, 5)).astype(bf16)
-
-    class CupyLike(np.ndarray):  # a NumPy array that says it comes from cupy, to take the detour
-        pass
-
-    CupyLike.__module__ = "cupy"
-    out = linalg.product(a.view(CupyLike), b.view(CupyLike))
+    out = linalg.product(cupy_double.asarray(a), cupy_double.asarray(b))
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert out.dtype == bf16
-    np.testing.assert_allclose(out.astype(np.float64), exact, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(cupy_double.asnumpy(out).astype(np.float64), exact, rtol=1e-2, atol=1e-2)
 
 
 # ---------------------------------------------------------------- kernel modules per device
-def test_each_gpu_gets_its_own_compiled_kernel_module(monkeypatch):
-    modules = []
-    state = {"device": 0}
+def test_each_gpu_gets_its_own_compiled_kernel_module(monkeypatch, cupy_double):
+    if cupy_double.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("the double in place for this run shows one device (CUPY_DOUBLE_DEVICES)")
+    compiled_on = []
 
-    class RawModule:
-        def __init__(self, code, name_expressions):
-            self.device = state["device"]
-            modules.append(self)
+    class Recorded(cupy_double.RawModule):
+        def __init__(self, *args, **kwargs):
+            compiled_on.append(cupy_double.cuda.runtime.getDevice())
+            super().__init__(*args, **kwargs)
 
-        def get_function(self, expression):
-            return (self.device, expression)
-
-    class Device:
-        def __init__(self, i):
-            self.i = i
-
-        def __enter__(self):
-            self.prev, state["device"] = state["device"], self.i
-
-        def __exit__(self, *exc):
-            state["device"] = self.prev
-
-    cp = types.SimpleNamespace(__name__="cupy", RawModule=RawModule,
-                               cuda=types.SimpleNamespace(Device=Device, runtime=types.SimpleNamespace(
-                                   getDevice=lambda: state["device"])))
-    monkeypatch.setattr(backend, "cupy", lambda: cp)
+    monkeypatch.setattr(cupy_double, "RawModule", Recorded)
     build._gpu_kernel.cache_clear()
     try:
         expr = "layer_norm_forward<float, 1>"
-        assert build.kernel("layer_norm.cu", expr, cp) == (0, expr)
-        assert build.kernel("layer_norm.cu", expr, cp) == (0, expr) and len(modules) == 1  # cached
-        state["device"] = 1
-        assert build.kernel("layer_norm.cu", expr, cp) == (1, expr) and len(modules) == 2  # compiled for GPU 1
+        first = build.kernel("layer_norm.cu", expr, cupy_double)
+        assert build.kernel("layer_norm.cu", expr, cupy_double) is first and compiled_on == [0]  # cached
+        with cupy_double.cuda.Device(1):
+            second = build.kernel("layer_norm.cu", expr, cupy_double)
+        assert second is not first and compiled_on == [0, 1]                  # compiled again, for GPU 1
     finally:
         build._gpu_kernel.cache_clear()
 
