@@ -5,8 +5,8 @@
     from minitensor import nn, optim
 """
 from . import allocator, amp, cuda, functional, nn, optim
-from .autograd import Function, GraphError, ShapeError, enable_grad, is_grad_enabled, no_grad
-from .backend import DeviceError
+from .autograd import Function, enable_grad, is_grad_enabled, no_grad
+from .errors import DeviceError, GraphError, ShapeError
 from .gradcheck import GradcheckError, gradcheck
 from .random import get_rng_state, manual_seed, set_rng_state
 from .tensor import Tensor, arange, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like

@@ -20,7 +20,10 @@ from __future__ import annotations
 import threading
 from contextlib import ContextDecorator
 
-from .backend import DeviceError, array_module, is_array
+from . import backend
+from .backend import array_module, is_array
+from .errors import DeviceError, GraphError, ShapeError
+from .tensor import Tensor
 
 _state = threading.local()
 
@@ -49,14 +52,6 @@ class enable_grad(no_grad):
         self._prev = is_grad_enabled()
         _state.enabled = True
         return self
-
-
-class ShapeError(ValueError):
-    """An op got inputs whose shapes, dtypes or values it cannot take."""
-
-
-class GraphError(RuntimeError):
-    """The graph cannot be differentiated (freed, or nothing requires grad)."""
 
 
 def sum_to(grad, shape: tuple):
@@ -123,8 +118,6 @@ class Function:
     @classmethod
     def apply_with_context(cls, *inputs, **params):
         """Like :meth:`apply`, and also return the Context (e.g. to read what forward kept on it)."""
-        from .tensor import Tensor  # noqa: PLC0415 (cycle: tensor imports this module)
-
         arrays, needs = [], []
         any_needs = False
         first = None
@@ -188,10 +181,31 @@ def _freed_error() -> GraphError:
     )
 
 
+def backward(tensor: Tensor, grad=None, retain_graph: bool = False) -> None:
+    """Accumulate d(tensor)/d(leaf) into ``leaf.grad`` for every leaf that requires grad
+    (``tensor.backward(...)``).
+
+    ``grad`` is the cotangent (same shape as tensor); it may be omitted only for a
+    single-element tensor, where it defaults to 1. Without ``retain_graph`` the saved
+    arrays are freed, and a second backward through the same graph raises.
+    """
+    if not tensor.requires_grad:
+        raise GraphError("backward() on a tensor that does not require grad (nothing in its graph does)")
+    if grad is None:
+        if tensor.data.size != 1:
+            raise GraphError(f"backward() without grad needs a single-element tensor, this one has shape {tensor.shape}")
+        g = tensor.xp.ones_like(tensor.data)
+    else:
+        g = grad.data if isinstance(grad, Tensor) else tensor.xp.asarray(grad, dtype=tensor.dtype)
+        if g.shape != tensor.data.shape:
+            raise GraphError(f"backward(): grad has shape {tuple(g.shape)} but the tensor has shape {tensor.shape}")
+        if backend.device_of(g) != tensor.device:
+            raise DeviceError("backward(): grad is on a different device from the tensor")
+    run_backward(tensor, g, retain_graph=retain_graph)
+
+
 def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
     """Accumulate d(root)/d(leaf) · grad into ``leaf.grad`` for every leaf requiring grad."""
-    from .tensor import Tensor  # noqa: PLC0415
-
     root = root_tensor._ctx
     if root is None:
         if root_tensor.requires_grad:  # a leaf: its gradient is the seed itself
@@ -250,8 +264,6 @@ def _accumulate_leaf(leaf, g, handed: set, stored: dict, pending: dict) -> None:
     (``pending``) shares its memory; the first sum of an op's array makes a new one. A gradient
     stored by an earlier backward (micro-batches) is never written into: the caller may hold it.
     """
-    from .tensor import Tensor  # noqa: PLC0415
-
     if g.dtype != leaf.data.dtype:
         g = g.astype(leaf.data.dtype)
     if leaf.grad is None:

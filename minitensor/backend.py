@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import DeviceError
+
 _cupy = None          # the cupy module once imported
 _cupy_error = None    # why importing it failed, if it did
 
@@ -16,10 +18,6 @@ CUDA_HELP = (
     "install the GPU extra that matches your CUDA toolkit, e.g. "
     "pip install -e '.[cuda12]' or pip install -e '.[cuda13]'"
 )
-
-
-class DeviceError(RuntimeError):
-    """A device is unavailable, unknown, or two devices were mixed in one op."""
 
 
 def _import_cupy():

@@ -1,4 +1,10 @@
-"""The Tensor: an n-d array on a device, plus what autograd needs to know about it."""
+"""The Tensor: an n-d array on a device, plus what autograd needs to know about it.
+
+This module holds the tensor itself, its creation functions and the conversion of an op's
+arguments into tensors. Its operators and methods that compute (``+``, ``@``, ``sum``,
+``softmax``, ``backward``, ...) are the public functions of ``minitensor.functional``,
+bound onto the class from one table there.
+"""
 from __future__ import annotations
 
 import numbers
@@ -6,7 +12,8 @@ import numbers
 import numpy as np
 
 from . import backend
-from .autograd import GraphError, no_grad, run_backward
+from .errors import GraphError, ShapeError
+from .random import generator
 
 
 def _default_dtype(data):
@@ -111,10 +118,6 @@ class Tensor:
     def xp(self):
         return backend.array_module(self.data)
 
-    @property
-    def T(self) -> "Tensor":
-        return F.transpose(self)
-
     def __len__(self) -> int:
         return len(self.data)
 
@@ -137,100 +140,15 @@ class Tensor:
     def tolist(self):
         return self.numpy().tolist()
 
-    def to(self, device) -> "Tensor":
-        """This tensor on ``device``; differentiable (gradients flow back to the source device)."""
-        if backend.device_of(self.data) == backend.normalize_device(device):
-            return self
-        return F.to_device(self, device)
-
-    def cpu(self) -> "Tensor":
-        return self.to("cpu")
-
-    def cuda(self) -> "Tensor":
-        return self.to("cuda")
-
-    def astype(self, dtype) -> "Tensor":
-        return F.cast(self, dtype)
-
-    def float(self) -> "Tensor":
-        return self.astype(np.float32)
-
-    def double(self) -> "Tensor":
-        return self.astype(np.float64)
-
     def detach(self) -> "Tensor":
         """The same data (shared, not copied) with no history and no grad."""
         return Tensor._wrap(self.data)
 
-    # ----------------------------------------------------------------- autograd
-    def backward(self, grad=None, retain_graph: bool = False) -> None:
-        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad.
-
-        ``grad`` is the cotangent (same shape as self); it may be omitted only for a
-        single-element tensor, where it defaults to 1. Without ``retain_graph`` the saved
-        arrays are freed, and a second backward through the same graph raises.
-        """
-        if not self.requires_grad:
-            raise GraphError("backward() on a tensor that does not require grad (nothing in its graph does)")
-        if grad is None:
-            if self.data.size != 1:
-                raise GraphError(f"backward() without grad needs a single-element tensor, this one has shape {self.shape}")
-            g = self.xp.ones_like(self.data)
-        else:
-            g = grad.data if isinstance(grad, Tensor) else self.xp.asarray(grad, dtype=self.dtype)
-            if g.shape != self.data.shape:
-                raise GraphError(f"backward(): grad has shape {tuple(g.shape)} but the tensor has shape {self.shape}")
-            if backend.device_of(g) != self.device:
-                raise backend.DeviceError("backward(): grad is on a different device from the tensor")
-        run_backward(self, g, retain_graph=retain_graph)
-
     def zero_grad(self) -> None:
         self.grad = None
 
-    # ----------------------------------------------------------------- operators
-    def __add__(self, other):
-        return F.add(self, other)
-
-    def __radd__(self, other):
-        return F.add(other, self)
-
-    def __sub__(self, other):
-        return F.sub(self, other)
-
-    def __rsub__(self, other):
-        return F.sub(other, self)
-
-    def __mul__(self, other):
-        return F.mul(self, other)
-
-    def __rmul__(self, other):
-        return F.mul(other, self)
-
-    def __truediv__(self, other):
-        return F.div(self, other)
-
-    def __rtruediv__(self, other):
-        return F.div(other, self)
-
-    def __pow__(self, other):
-        return F.pow(self, other)
-
-    def __rpow__(self, other):
-        return F.pow(other, self)
-
-    def __matmul__(self, other):
-        return F.matmul(self, other)
-
-    def __rmatmul__(self, other):
-        return F.matmul(other, self)
-
-    def __neg__(self):
-        return F.neg(self)
-
-    def __getitem__(self, index):
-        return F.getitem(self, index)
-
-    # comparisons give bool tensors without history
+    # ----------------------------------------------------------------- without history
+    # comparisons give bool tensors, argmax integer ones: nothing to differentiate
     def _compare(self, other, op):
         o = other.data if isinstance(other, Tensor) else other
         return Tensor._wrap(op(self.data, o))
@@ -268,64 +186,6 @@ class Tensor:
 
     def __int__(self) -> int:
         return int(self.item())
-
-    # ----------------------------------------------------------------- methods
-    def sum(self, axis=None, keepdims: bool = False):
-        return F.sum(self, axis=axis, keepdims=keepdims)
-
-    def mean(self, axis=None, keepdims: bool = False):
-        return F.mean(self, axis=axis, keepdims=keepdims)
-
-    def max(self, axis=None, keepdims: bool = False):
-        return F.max(self, axis=axis, keepdims=keepdims)
-
-    def reshape(self, *shape):
-        return F.reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape)
-
-    def view(self, *shape):
-        return self.reshape(*shape)
-
-    def transpose(self, *axes):
-        return F.transpose(self, *axes)
-
-    def permute(self, *axes):
-        return F.permute(self, *axes)
-
-    def broadcast_to(self, shape):
-        return F.broadcast_to(self, shape)
-
-    def exp(self):
-        return F.exp(self)
-
-    def log(self):
-        return F.log(self)
-
-    def sqrt(self):
-        return F.sqrt(self)
-
-    def tanh(self):
-        return F.tanh(self)
-
-    def relu(self):
-        return F.relu(self)
-
-    def sigmoid(self):
-        return F.sigmoid(self)
-
-    def softmax(self, axis: int = -1):
-        return F.softmax(self, axis=axis)
-
-    def log_softmax(self, axis: int = -1):
-        return F.log_softmax(self, axis=axis)
-
-    def logsumexp(self, axis=None, keepdims: bool = False):
-        return F.logsumexp(self, axis=axis, keepdims=keepdims)
-
-    def masked_fill(self, mask, value):
-        return F.masked_fill(self, mask, value)
-
-    def split(self, sections, axis: int = 0):
-        return F.split(self, sections, axis=axis)
 
     def argmax(self, axis=None):
         return Tensor._wrap(self.data.argmax(axis=axis))
@@ -383,8 +243,6 @@ def arange(start, stop=None, step=1, dtype=None, device=None) -> Tensor:
 
 def randn(*shape, dtype=np.float32, device=None, requires_grad: bool = False) -> Tensor:
     """Standard normal samples from the generator seeded by ``manual_seed``."""
-    from .random import generator  # noqa: PLC0415
-
     xp = backend.xp_for(device)
     data = generator(xp).standard_normal(_shape(shape), dtype=dtype)
     return Tensor(data, requires_grad=requires_grad)
@@ -392,13 +250,47 @@ def randn(*shape, dtype=np.float32, device=None, requires_grad: bool = False) ->
 
 def rand(*shape, dtype=np.float32, device=None, requires_grad: bool = False) -> Tensor:
     """Uniform [0, 1) samples from the generator seeded by ``manual_seed``."""
-    from .random import generator  # noqa: PLC0415
-
     xp = backend.xp_for(device)
     data = generator(xp).random(_shape(shape), dtype=dtype)
     return Tensor(data, requires_grad=requires_grad)
 
 
-from . import functional as F  # noqa: E402  (functional needs Tensor defined first)
+# ----------------------------------------------------------------- an op's arguments as tensors
+def as_tensor(x, like: Tensor | None = None) -> Tensor:
+    """``x`` as a Tensor; a Python number takes the floating dtype and device of ``like``."""
+    if isinstance(x, Tensor):
+        return x
+    if backend.is_array(x):
+        return Tensor._wrap(x)
+    if like is None:
+        return Tensor(x)
+    if isinstance(x, numbers.Number) and not isinstance(x, bool):
+        kind = like.data.dtype.kind
+        dtype = like.data.dtype if (kind == "f" or isinstance(x, numbers.Integral)) else np.float32
+        return Tensor._wrap(like.xp.asarray(x, dtype=dtype))
+    return Tensor(x, device=like.device)
 
-__all__ = ["Tensor", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand", "no_grad"]
+
+def as_tensors(a, b) -> tuple:
+    """The two operands of a binary op as tensors; a number takes the other one's dtype and device."""
+    if isinstance(a, Tensor):
+        return a, as_tensor(b, a)
+    b = as_tensor(b)
+    return as_tensor(a, b), b
+
+
+def as_mask(m, like: Tensor, op: str) -> Tensor:
+    """A bool condition or mask as a tensor on ``like``'s device; any other dtype is refused."""
+    m = m if isinstance(m, Tensor) else Tensor._wrap(like.xp.asarray(m))
+    if m.dtype != np.bool_:
+        raise ShapeError(f"{op}: the condition/mask must be a bool tensor, got dtype {m.dtype}")
+    return m
+
+
+def as_ids(ids, like: Tensor) -> Tensor:
+    """Integer ids (an embedding's rows, a loss's targets) as a tensor on ``like``'s device."""
+    return ids if isinstance(ids, Tensor) else Tensor._wrap(like.xp.asarray(ids))
+
+
+__all__ = ["Tensor", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
+           "as_tensor", "as_tensors", "as_mask", "as_ids"]

@@ -26,6 +26,7 @@ from contextlib import ContextDecorator
 import numpy as np
 
 from ..backend import cuda_available
+from .memory import PeakMemory, memory_stats
 
 ATTENTION_MODES = ("auto", "flash", "fused")
 # "auto" takes the flash kernel from this many keys on. Below it the scores are small and
@@ -169,9 +170,6 @@ def tf32_enabled() -> bool:
     from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
 
     return linalg.get_compute_type(cp.float32) == linalg.COMPUTE_TYPE_TF32
-
-
-from .memory import PeakMemory, memory_stats  # noqa: E402
 
 __all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
            "emulator_check", "kernels_may_run", "attention_mode",

@@ -17,16 +17,12 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from .. import backend
-from . import emulator
-
-FOLDER = Path(__file__).resolve().parent
-SOURCES = ("layer_norm.cu", "softmax.cu", "flash_attention.cu")
-_INCLUDE = '#include "common.cuh"'
+from . import emulator, emulator_check
+from .sources import FOLDER, SOURCES, source, with_common  # noqa: F401 (the launchers' and tests' names)
 
 # storage dtype name -> the C++ type the kernels are instantiated with (common.cuh)
 CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16", "float64": "double"}
@@ -42,23 +38,10 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
-def with_common(text: str) -> str:
-    """Kernel text with ``common.cuh`` pasted in place of its ``#include`` line."""
-    return text.replace(_INCLUDE, (FOLDER / "common.cuh").read_text(), 1)
-
-
-@lru_cache(maxsize=None)
-def source(filename: str) -> str:
-    """The text of ``filename`` with ``common.cuh`` pasted in."""
-    return with_common((FOLDER / filename).read_text())
-
-
 def kernel(filename: str, expression: str, xp):
     """The compiled kernel ``expression`` (a template instantiation) of ``filename`` for arrays
     of ``xp``: CuPy's, for the current device, or the emulator's for NumPy arrays."""
     if xp is np or isinstance(xp, emulator.DeviceArrays):
-        from . import emulator_check  # noqa: PLC0415
-
         return emulator.kernel(filename, expression, emulator_check())
     return _gpu_kernel(filename, expression, int(xp.cuda.runtime.getDevice()))
 

@@ -69,7 +69,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import build
+from . import sources
 
 HEADER = Path(__file__).resolve().parent / "emulator.h"
 CHECKS = (None, "race", "memory")
@@ -304,7 +304,7 @@ def precompile(items, check: str | None = None, workers: int | None = None) -> N
     """Build several ``(filename, expression)`` pairs of this folder at once, a compiler per core."""
     items = list(items)
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        list(pool.map(lambda it: build_unit(build.source(it[0]), it[1], check, it[0]), items))
+        list(pool.map(lambda it: build_unit(sources.source(it[0]), it[1], check, it[0]), items))
 
 
 _KERNEL_DATA = ("_ZZN12_GLOBAL__N_1", "_ZN12_GLOBAL__N_1")  # statics of the kernel text (anonymous namespace)
@@ -627,13 +627,13 @@ launches: dict[str, int] = {}      # how many times each instantiation was launc
 def kernel(filename: str, expression: str, check: str | None = None) -> EmulatedKernel:
     """The emulated kernel ``expression`` of this folder's source ``filename`` (compiled on
     the first launch)."""
-    return EmulatedKernel(build.source(filename), expression, check, filename)
+    return EmulatedKernel(sources.source(filename), expression, check, filename)
 
 
 def compile_source(source: str, expression: str, check: str | None = None) -> EmulatedKernel:
     """An emulated kernel from CUDA text of your own (``#include "common.cuh"`` works), e.g.
     ``compile_source(text, "my_kernel<float>")``: for experiments, lessons and tests."""
-    return EmulatedKernel(build.with_common(source), expression, check)
+    return EmulatedKernel(sources.with_common(source), expression, check)
 
 
 @lru_cache(maxsize=None)

@@ -1,11 +1,12 @@
 """The differentiable primitives, one family per module.
 
 Each op is a :class:`~minitensor.autograd.Function` with its forward and backward side
-by side. ``minitensor.functional`` is the public face that calls them.
+by side, and directly under it the public function that checks its arguments and applies it
+(``Softmax``, then ``softmax``). ``minitensor.functional`` lists the public functions.
 
 - ``elementwise``: + - * / ** neg exp log sqrt tanh relu sigmoid, where, masked_fill, cast
 - ``reduce``: sum mean max logsumexp
-- ``shape``: reshape transpose getitem concat stack broadcast_to, device moves
+- ``shape``: reshape transpose permute getitem split concat stack broadcast_to, device moves
 - ``linalg``: matmul, linear
 - ``softmax``: softmax, log_softmax
 - ``norm``: layer_norm

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function, ShapeError
+from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_mask, as_tensor
 from .dropout import dropout_mask
 from .linalg import product
 from .precision import compute_dtype
 from .reduce import sum_last
+from .shape import broadcasts
 from .softmax import softmax_array
 
 
@@ -48,11 +51,7 @@ def _check(q, k, v, mask, scores_shape):
     if mask is not None:
         if mask.dtype != bool:
             raise ShapeError(f"scaled_dot_product_attention: mask must be bool (True = may attend), got dtype {mask.dtype}")
-        try:
-            full = np.broadcast_shapes(mask.shape, scores_shape)
-        except ValueError:
-            full = None
-        if full != scores_shape:
+        if not broadcasts(mask.shape, scores_shape):
             raise ShapeError(
                 f"scaled_dot_product_attention: mask of shape {tuple(mask.shape)} does not broadcast to the "
                 f"scores' shape {tuple(scores_shape)} (..., Tq, Tk)"
@@ -144,3 +143,22 @@ class ScaledDotProductAttention(Function):
         gq = product(gs, k) if nq else None
         gk = product(gs.swapaxes(-1, -2), q) if nk else None
         return gq, gk, gv, None
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, training: bool = False,
+                                 return_weights: bool = False):
+    """softmax(q kᵀ/√d + mask) v for q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv) -> (..., Tq, dv).
+
+    mask: bool, broadcastable to (..., Tq, Tk); True = may attend. With
+    ``return_weights=True`` also returns the attention weights (..., Tq, Tk), detached.
+    """
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
+    q = as_tensor(q)
+    k, v = as_tensor(k, q), as_tensor(v, q)
+    m = None if mask is None else as_mask(mask, q, "scaled_dot_product_attention")
+    out, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, m, dropout_p=dropout_p, training=training,
+                                                            need_weights=return_weights)
+    if return_weights:
+        return out, Tensor._wrap(ctx.weights)
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
+from ..tensor import Tensor, as_tensor
 from ..random import generator
 
 
@@ -40,3 +41,13 @@ class Dropout(Function):
     def backward(ctx, grad):
         (m,) = ctx.saved
         return ctx.xp.multiply(grad, m, out=m if ctx.last_use else None)  # the mask is ours to overwrite
+
+
+def dropout(x, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each entry with probability p and scale the rest by 1/(1-p); identity when not training."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    x = as_tensor(x)
+    if not training or p == 0.0:
+        return x
+    return Dropout.apply(x, p=p)

@@ -2,7 +2,12 @@
 shape and the engine's ``sum_to`` reduces them to each input's shape."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_mask, as_tensor, as_tensors
+from .shape import broadcasts
 
 
 class Add(Function):
@@ -17,6 +22,11 @@ class Add(Function):
         return grad, grad
 
 
+def add(a, b) -> Tensor:
+    """a + b, broadcasting."""
+    return Add.apply(*as_tensors(a, b))
+
+
 class Sub(Function):
     """z = a - b.  dz/da = 1, dz/db = -1."""
 
@@ -27,6 +37,11 @@ class Sub(Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, (-grad if ctx.needs_input_grad[1] else None)
+
+
+def sub(a, b) -> Tensor:
+    """a - b, broadcasting."""
+    return Sub.apply(*as_tensors(a, b))
 
 
 class Mul(Function):
@@ -44,6 +59,11 @@ class Mul(Function):
         return (grad * b if na else None), (grad * a if nb else None)
 
 
+def mul(a, b) -> Tensor:
+    """a * b, broadcasting."""
+    return Mul.apply(*as_tensors(a, b))
+
+
 class Div(Function):
     """z = a / b.  dz/da = 1/b, dz/db = -a/b² = -z/b."""
 
@@ -59,6 +79,11 @@ class Div(Function):
         ga = grad / b
         gb = -ga * z if ctx.needs_input_grad[1] else None
         return ga, gb
+
+
+def div(a, b) -> Tensor:
+    """a / b, broadcasting."""
+    return Div.apply(*as_tensors(a, b))
 
 
 class Pow(Function):
@@ -79,6 +104,11 @@ class Pow(Function):
         return ga, gb
 
 
+def pow(a, b) -> Tensor:  # noqa: A001 (mirrors the operator's name)
+    """a ** b, broadcasting (the gradient wrt b needs a > 0)."""
+    return Pow.apply(*as_tensors(a, b))
+
+
 class Neg(Function):
     """z = -a."""
 
@@ -89,6 +119,10 @@ class Neg(Function):
     @staticmethod
     def backward(ctx, grad):
         return -grad
+
+
+def neg(x) -> Tensor:
+    return Neg.apply(as_tensor(x))
 
 
 class Exp(Function):
@@ -106,6 +140,10 @@ class Exp(Function):
         return grad * y
 
 
+def exp(x) -> Tensor:
+    return Exp.apply(as_tensor(x))
+
+
 class Log(Function):
     """y = ln(x).  dy/dx = 1/x."""
 
@@ -118,6 +156,10 @@ class Log(Function):
     def backward(ctx, grad):
         (x,) = ctx.saved
         return grad / x
+
+
+def log(x) -> Tensor:
+    return Log.apply(as_tensor(x))
 
 
 class Sqrt(Function):
@@ -135,6 +177,10 @@ class Sqrt(Function):
         return grad / (2 * y)
 
 
+def sqrt(x) -> Tensor:
+    return Sqrt.apply(as_tensor(x))
+
+
 class Tanh(Function):
     """y = tanh(x).  dy/dx = 1 - y²."""
 
@@ -150,6 +196,10 @@ class Tanh(Function):
         return grad * (1 - y * y)
 
 
+def tanh(x) -> Tensor:
+    return Tanh.apply(as_tensor(x))
+
+
 class Relu(Function):
     """y = max(x, 0).  dy/dx = 1 where x > 0, else 0 (0 at x = 0, as PyTorch)."""
 
@@ -163,6 +213,10 @@ class Relu(Function):
     def backward(ctx, grad):
         (y,) = ctx.saved
         return grad * (y > 0)
+
+
+def relu(x) -> Tensor:
+    return Relu.apply(as_tensor(x))
 
 
 class Sigmoid(Function):
@@ -183,6 +237,10 @@ class Sigmoid(Function):
         return grad * y * (1 - y)
 
 
+def sigmoid(x) -> Tensor:
+    return Sigmoid.apply(as_tensor(x))
+
+
 class Where(Function):
     """z = a where cond else b (cond: bool, not differentiable)."""
 
@@ -199,6 +257,12 @@ class Where(Function):
         return None, (ctx.xp.where(cond, grad, zero) if na else None), (ctx.xp.where(cond, zero, grad) if nb else None)
 
 
+def where(cond, a, b) -> Tensor:
+    """a where cond is True, else b (all three broadcast together)."""
+    a, b = as_tensors(a, b)
+    return Where.apply(as_mask(cond, a, "where"), a, b)
+
+
 class MaskedFill(Function):
     """z = value where mask else x.  dz/dx = 0 where mask, else 1."""
 
@@ -213,6 +277,15 @@ class MaskedFill(Function):
         return ctx.xp.where(mask, ctx.xp.zeros((), dtype=grad.dtype), grad), None
 
 
+def masked_fill(x, mask, value: float) -> Tensor:
+    """x with ``value`` wherever the bool ``mask`` (broadcastable to x's shape) is True."""
+    x = as_tensor(x)
+    mask = as_mask(mask, x, "masked_fill")
+    if not broadcasts(mask.shape, x.shape):
+        raise ShapeError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the input's shape {x.shape}")
+    return MaskedFill.apply(x, mask, value=value)
+
+
 class Cast(Function):
     """y = x converted to ``dtype``; the gradient goes back in x's dtype."""
 
@@ -224,3 +297,11 @@ class Cast(Function):
     @staticmethod
     def backward(ctx, grad):
         return grad.astype(ctx.in_dtype)
+
+
+def cast(x, dtype) -> Tensor:
+    """x converted to ``dtype``; differentiable between floating dtypes."""
+    x = as_tensor(x)
+    if np.dtype(dtype).kind != "f":
+        return Tensor._wrap(x.data.astype(dtype))
+    return Cast.apply(x, dtype=np.dtype(dtype))

@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from ..autograd import Function, ShapeError
+from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_ids, as_tensor
 
 
 class Embedding(Function):
@@ -36,3 +38,10 @@ class Embedding(Function):
         gw = xp.zeros(ctx.weight_shape, dtype=grad.dtype)
         backend.index_add_rows(xp, gw, ids.reshape(-1), grad.reshape(-1, ctx.weight_shape[1]))
         return None, gw
+
+
+def embedding(ids, weight) -> Tensor:
+    """Rows of ``weight`` (V, D) picked by integer ``ids`` (...) -> (..., D)."""
+    weight = as_tensor(weight)
+    ids = as_ids(ids, weight)
+    return Embedding.apply(ids, weight)

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function, ShapeError
+from ..amp import autocast_dtype
+from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_tensor, as_tensors
+from .elementwise import Cast
 
 
 def _swap(a):
@@ -55,6 +59,36 @@ class Matmul(Function):
         return (product(grad, _swap(b)) if na else None), (product(_swap(a), grad) if nb else None)
 
 
+def _autocast(*tensors):
+    """Inside ``minitensor.amp.autocast``: floating inputs of a matrix product cast to its dtype
+    (a differentiable cast, so float32 parameters get float32 gradients)."""
+    dt = autocast_dtype()
+    if dt is None:
+        return tensors
+    return tuple(t if t is None or t.dtype == dt or t.dtype.kind != "f" else Cast.apply(t, dtype=dt) for t in tensors)
+
+
+def matmul(a, b) -> Tensor:
+    """a @ b: matrix product over the last two axes, leading axes broadcast.
+
+    A 1-D operand is treated as a row (first) or column (second) vector, and that axis
+    is dropped from the result, as in NumPy. Runs in 16-bit inside ``amp.autocast``.
+    """
+    a, b = _autocast(*as_tensors(a, b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul: both operands need at least 1 dimension, got shapes {a.shape} and {b.shape}")
+    if a.ndim == 1 and b.ndim == 1:
+        if a.shape != b.shape:
+            raise ShapeError(f"matmul: vectors of shapes {a.shape} and {b.shape} differ in length")
+        return Matmul.apply(a.reshape(1, -1), b.reshape(-1, 1)).reshape(())
+    if a.ndim == 1:
+        out = Matmul.apply(a.reshape(1, -1), b)
+        return out.reshape(out.shape[:-2] + out.shape[-1:])
+    if b.ndim == 1:
+        return Matmul.apply(a, b.reshape(-1, 1)).reshape(a.shape[:-1])
+    return Matmul.apply(a, b)
+
+
 class Linear(Function):
     """y = x W + b for x (..., in), W (in, out), b (out,) — the paper's xW + b.
 
@@ -86,3 +120,10 @@ class Linear(Function):
         gw = x.reshape(-1, x.shape[-1]).T @ g2 if nw else None
         gb = ctx.xp.ones(g2.shape[0], dtype=g2.dtype) @ g2 if nb else None  # column sums as one GEMV
         return gx, gw, gb
+
+
+def linear(x, weight, bias=None) -> Tensor:
+    """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out).
+    Runs in 16-bit inside ``amp.autocast``."""
+    x = as_tensor(x)
+    return Linear.apply(*_autocast(x, as_tensor(weight, x), None if bias is None else as_tensor(bias, x)))

@@ -3,9 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function, ShapeError
+from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_ids, as_tensor
 from .precision import compute_dtype
 from .reduce import sum_last
+
+
+_REDUCTIONS = ("mean", "sum", "none")
 
 
 class CrossEntropy(Function):
@@ -91,3 +96,20 @@ class CrossEntropy(Function):
         flat, w_flat = g.reshape(-1, V), w.reshape(-1)
         flat[xp.arange(flat.shape[0]), t.reshape(-1)] -= (1 - ctx.eps) * w_flat
         return g.astype(ctx.logits_dtype, copy=False), None
+
+
+def cross_entropy(logits, target, ignore_index: int | None = None, label_smoothing: float = 0.0,
+                  reduction: str = "mean") -> Tensor:
+    """Cross entropy of ``logits`` (..., V) against integer ``target`` (...), classes on the last axis.
+
+    label_smoothing ε: PyTorch's definition (true class 1-ε+ε/V, every class ε/V).
+    ignore_index: targets with this value count for nothing; "mean" averages over the rest.
+    """
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
+    logits = as_tensor(logits)
+    target = as_ids(target, logits)
+    return CrossEntropy.apply(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                              reduction=reduction)

@@ -7,7 +7,9 @@ D <= 1024, and kernels on: ``minitensor.cuda.use_kernels``).
 """
 from __future__ import annotations
 
-from ..autograd import Function, ShapeError
+from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_tensor
 from ..cuda import kernels_may_run
 from .precision import compute_dtype
 from .reduce import sum_last
@@ -106,3 +108,11 @@ class LayerNorm(Function):
             return kernel.backward(grad, x, weight, mean, rstd)
         xhat, r, weight = ctx.saved
         return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad, overwrite=ctx.last_use)
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
+    """Normalise over the last axis to mean 0 and variance 1, then scale by weight and shift by bias."""
+    x = as_tensor(x)
+    w = None if weight is None else as_tensor(weight, x)
+    b = None if bias is None else as_tensor(bias, x)
+    return LayerNorm.apply(x, w, b, eps=eps)

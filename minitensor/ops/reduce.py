@@ -5,7 +5,10 @@ broadcasts against the input.
 """
 from __future__ import annotations
 
+import builtins
+
 from ..autograd import Function
+from ..tensor import Tensor, as_tensor
 
 
 def normalize_axes(axis, ndim: int) -> tuple:
@@ -15,9 +18,9 @@ def normalize_axes(axis, ndim: int) -> tuple:
     axes = (axis,) if isinstance(axis, int) else tuple(axis)
     out = []
     for a in axes:
-        if not -ndim <= a < max(ndim, 1):
+        if not -ndim <= a < builtins.max(ndim, 1):
             raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
-        out.append(a % max(ndim, 1))
+        out.append(a % builtins.max(ndim, 1))
     return tuple(sorted(set(out)))
 
 
@@ -82,6 +85,11 @@ class Sum(Function):
         return xp.broadcast_to(_keep(grad, ctx.axes, ctx.keepdims, xp), ctx.in_shape)
 
 
+def sum(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Sum over ``axis`` (None: all; int or tuple; negatives allowed)."""
+    return Sum.apply(as_tensor(x), axis=axis, keepdims=keepdims)
+
+
 class Mean(Function):
     """y = (1/n) Σ_axes x.  dy/dx = 1/n."""
 
@@ -100,6 +108,11 @@ class Mean(Function):
     def backward(ctx, grad):
         xp = ctx.xp
         return xp.broadcast_to(_keep(grad, ctx.axes, ctx.keepdims, xp) / ctx.n, ctx.in_shape)
+
+
+def mean(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Mean over ``axis`` (None: all)."""
+    return Mean.apply(as_tensor(x), axis=axis, keepdims=keepdims)
 
 
 class Max(Function):
@@ -124,6 +137,11 @@ class Max(Function):
         return _keep(grad, ctx.axes, ctx.keepdims, xp) * hit
 
 
+def max(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Maximum over ``axis``; ties share the gradient equally."""
+    return Max.apply(as_tensor(x), axis=axis, keepdims=keepdims)
+
+
 class LogSumExp(Function):
     """y = log Σ exp(x), computed as m + log Σ exp(x - m).  dy/dx = softmax(x)."""
 
@@ -141,3 +159,8 @@ class LogSumExp(Function):
     def backward(ctx, grad):
         x, y = ctx.saved
         return _keep(grad, ctx.axes, ctx.keepdims, ctx.xp) * ctx.xp.exp(x - y)
+
+
+def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
+    """log Σ exp(x) over ``axis``, without overflow."""
+    return LogSumExp.apply(as_tensor(x), axis=axis, keepdims=keepdims)

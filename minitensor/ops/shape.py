@@ -2,8 +2,25 @@
 gradients back to where each element came from."""
 from __future__ import annotations
 
+import builtins
+import numbers
+from typing import Sequence
+
+import numpy as np
+
 from .. import backend
 from ..autograd import Function
+from ..errors import ShapeError
+from ..tensor import Tensor, as_tensor
+from .reduce import normalize_axes
+
+
+def broadcasts(shape: tuple, target: tuple) -> bool:
+    """True when an array of ``shape`` broadcasts to exactly ``target``."""
+    try:
+        return np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        return False
 
 
 class Reshape(Function):
@@ -17,6 +34,16 @@ class Reshape(Function):
     @staticmethod
     def backward(ctx, grad):
         return grad.reshape(ctx.in_shape)
+
+
+def reshape(x, *shape) -> Tensor:
+    """x with a new shape, given as a tuple or as separate sizes (one entry may be -1)."""
+    x = as_tensor(x)
+    shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], numbers.Integral) else shape
+    try:
+        return Reshape.apply(x, shape=shape)
+    except ShapeError as e:
+        raise ShapeError(f"reshape: cannot reshape a tensor of shape {x.shape} ({x.size} elements) to {shape}") from e
 
 
 class Transpose(Function):
@@ -33,6 +60,35 @@ class Transpose(Function):
         for i, a in enumerate(ctx.axes):
             inverse[a] = i
         return grad.transpose(inverse)
+
+
+def transpose(x, *axes) -> Tensor:
+    """No axes: reverse all axes. Two axes: swap them. ndim axes: a full permutation."""
+    x = as_tensor(x)
+    if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
+        axes = tuple(axes[0])
+    n = x.ndim
+    if not axes:
+        perm = tuple(reversed(range(n)))
+    elif len(axes) == 2 and n != 2:
+        i, j = normalize_axes(axes[0], n)[0], normalize_axes(axes[1], n)[0]
+        perm = list(range(n))
+        perm[i], perm[j] = perm[j], perm[i]
+        perm = tuple(perm)
+    else:
+        return permute(x, *axes)
+    return Transpose.apply(x, axes=perm)
+
+
+def permute(x, *axes) -> Tensor:
+    """x with axes reordered: output axis i is input axis ``axes[i]``."""
+    x = as_tensor(x)
+    if len(axes) == 1 and not isinstance(axes[0], numbers.Integral):
+        axes = tuple(axes[0])
+    perm = tuple(a % x.ndim if x.ndim else a for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"permute: {axes} is not a permutation of the {x.ndim} axes of a tensor of shape {x.shape}")
+    return Transpose.apply(x, axes=perm)
 
 
 def _has_integer_array(index) -> bool:
@@ -71,6 +127,45 @@ class GetItem(Function):
         return g
 
 
+def _index_part(p, xp):
+    if isinstance(p, Tensor):
+        return p.data
+    if isinstance(p, (list, np.ndarray)):
+        return xp.asarray(p)
+    return p
+
+
+def getitem(x, index) -> Tensor:
+    """x[index]: ints, slices, None, Ellipsis, integer or bool arrays (lists and tensors too)."""
+    x = as_tensor(x)
+    xp = x.xp
+    index = tuple(_index_part(p, xp) for p in index) if isinstance(index, tuple) else _index_part(index, xp)
+    try:
+        return GetItem.apply(x, index=index)
+    except IndexError as e:
+        raise IndexError(f"getitem: index {index!r} does not fit a tensor of shape {x.shape}: {e}") from e
+
+
+def split(x, sections, axis: int = 0) -> list:
+    """Cut x along ``axis``: an int gives that many equal parts; a list gives parts of those sizes."""
+    x = as_tensor(x)
+    n = x.shape[axis]
+    if isinstance(sections, numbers.Integral):
+        if sections <= 0 or n % sections:
+            raise ShapeError(f"split: axis {axis} of length {n} does not divide into {sections} equal parts")
+        sizes = [n // sections] * sections
+    else:
+        sizes = [int(s) for s in sections]
+        if builtins.sum(sizes) != n or any(s < 0 for s in sizes):
+            raise ShapeError(f"split: sizes {sizes} do not add up to the length {n} of axis {axis}")
+    pieces, start = [], 0
+    lead = (slice(None),) * (axis % x.ndim)
+    for s in sizes:
+        pieces.append(getitem(x, lead + (slice(start, start + s),)))
+        start += s
+    return pieces
+
+
 class Concat(Function):
     """y = the inputs joined along ``axis``.  Each input gets its slice of the gradient."""
 
@@ -89,6 +184,14 @@ class Concat(Function):
         return tuple(ctx.xp.split(grad, splits, axis=ctx.axis))
 
 
+def concat(tensors: Sequence, axis: int = 0) -> Tensor:
+    """Join tensors along an existing axis."""
+    ts = [as_tensor(t) for t in tensors]
+    if not ts:
+        raise ShapeError("concat: needs at least one tensor")
+    return Concat.apply(*ts, axis=axis)
+
+
 class Stack(Function):
     """y = the inputs stacked along a new ``axis``.  Each input gets its slice of the gradient."""
 
@@ -103,6 +206,17 @@ class Stack(Function):
         return tuple(xp.squeeze(g, axis=ctx.axis) for g in xp.split(grad, grad.shape[ctx.axis], axis=ctx.axis))
 
 
+def stack(tensors: Sequence, axis: int = 0) -> Tensor:
+    """Join same-shaped tensors along a new axis."""
+    ts = [as_tensor(t) for t in tensors]
+    if not ts:
+        raise ShapeError("stack: needs at least one tensor")
+    shapes = {t.shape for t in ts}
+    if len(shapes) > 1:
+        raise ShapeError(f"stack: all tensors need the same shape, got {sorted(shapes)}")
+    return Stack.apply(*ts, axis=axis)
+
+
 class BroadcastTo(Function):
     """y = x broadcast to ``shape``.  The engine's sum_to undoes it, so backward is the identity."""
 
@@ -113,6 +227,15 @@ class BroadcastTo(Function):
     @staticmethod
     def backward(ctx, grad):
         return grad
+
+
+def broadcast_to(x, shape) -> Tensor:
+    """x repeated along size-1 (or new leading) axes to reach ``shape``."""
+    x = as_tensor(x)
+    shape = tuple(shape)
+    if not broadcasts(x.shape, shape):
+        raise ShapeError(f"broadcast_to: cannot broadcast shape {x.shape} to {shape}")
+    return BroadcastTo.apply(x, shape=shape)
 
 
 class ToDevice(Function):
@@ -126,3 +249,11 @@ class ToDevice(Function):
     @staticmethod
     def backward(ctx, grad):
         return backend.to_device(grad, ctx.source)
+
+
+def to_device(x, device) -> Tensor:
+    """x copied to ``device`` ("cpu" or "cuda"); gradients flow back to x's device."""
+    device = backend.normalize_device(device)
+    if device == "cuda":
+        backend.cupy()  # clear error when there is no GPU or no CuPy
+    return ToDevice.apply(as_tensor(x), device=device)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..autograd import Function
+from ..tensor import Tensor, as_tensor
 from .reduce import finite_max, sum_last
 
 
@@ -36,6 +37,11 @@ class Softmax(Function):
         return gy - y * gy.sum(axis=ctx.axis, keepdims=True)
 
 
+def softmax(x, axis: int = -1) -> Tensor:
+    """exp(x) / Σ exp(x) along ``axis``."""
+    return Softmax.apply(as_tensor(x), axis=axis)
+
+
 class LogSoftmax(Function):
     """y_i = x_i - log Σ_j exp(x_j).  dx = g - softmax(x) · Σ_j g_j."""
 
@@ -52,3 +58,8 @@ class LogSoftmax(Function):
     def backward(ctx, grad):
         (y,) = ctx.saved
         return grad - ctx.xp.exp(y) * grad.sum(axis=ctx.axis, keepdims=True)
+
+
+def log_softmax(x, axis: int = -1) -> Tensor:
+    """x - logsumexp(x) along ``axis``."""
+    return LogSoftmax.apply(as_tensor(x), axis=axis)
