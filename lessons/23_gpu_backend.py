@@ -140,7 +140,7 @@ if EMULATOR:
 
     # a classic bug, caught: the backward's __syncthreads removed, so warp 0 reads partial
     # sums the other warps have not written yet
-    buggy = emulator.EmulatedKernel(mt.cuda.build.source("layer_norm.cu").replace("    __syncthreads();\n", "", 1),
+    buggy = emulator.EmulatedKernel(mt.cuda.sources.source("layer_norm.cu").replace("    __syncthreads();\n", "", 1),
                                     ln_kernel.names("float", 48)[1], check="race")
     dx, pg, pb = (emulator.arrays.empty(shape, np.float32) for shape in ((6, 48), (2, 48), (2, 48)))
     try:

@@ -75,7 +75,7 @@ def sum_to(grad, shape: tuple):
 class Context:
     """One node of the graph: what a Function call saved, and where its inputs came from."""
 
-    __slots__ = ("fn", "xp", "needs_input_grad", "edges", "shape", "saved", "freed", "last_use", "__dict__")
+    __slots__ = ("fn", "xp", "needs_input_grad", "edges", "shape", "saved", "freed", "__dict__")
 
     def __init__(self, fn, xp, needs_input_grad):
         self.fn = fn
@@ -84,9 +84,6 @@ class Context:
         self.edges = ()
         self.saved = ()
         self.freed = False
-        # True while the backward runs for the last time (no retain_graph): the saved arrays
-        # are freed right after it, so a backward may overwrite the ones forward made itself
-        self.last_use = False
 
     def save_for_backward(self, *arrays) -> None:
         self.saved = arrays
@@ -205,26 +202,27 @@ def backward(tensor: Tensor, grad=None, retain_graph: bool = False) -> None:
 
 
 def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) · grad into ``leaf.grad`` for every leaf requiring grad."""
+    """Accumulate d(root)/d(leaf) · grad into ``leaf.grad`` for every leaf requiring grad.
+
+    The chain rule, node by node in reverse topological order: a node's output gradient is
+    the sum of what its consumers sent it; its backward turns that into one gradient per
+    input; each goes to the input's node (to be summed) or, for a leaf, into ``leaf.grad``.
+    """
     root = root_tensor._ctx
     if root is None:
         if root_tensor.requires_grad:  # a leaf: its gradient is the seed itself
-            _accumulate_leaf(root_tensor, grad, {id(grad)}, {}, {})
+            _accumulate_leaf(root_tensor, grad)
             return
         raise GraphError("backward() on a tensor that does not require grad and has no graph")
     if root.freed:
         raise _freed_error()
-    order = _topological_order(root)
     grads = {id(root): grad}
-    handed = {id(grad)}  # arrays already stored somewhere: a leaf must not share them
-    stored = {}  # id(leaf) -> (the gradient array this call stored, whether the engine made it)
-    for node in order:
+    for node in _topological_order(root):
         g = grads.pop(id(node), None)
         if g is None:
             continue
         if node.freed:
             raise _freed_error()
-        node.last_use = not retain_graph
         input_grads = node.fn.backward(node, g)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
@@ -232,7 +230,7 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             if edge is None or gi is None:
                 continue
             if isinstance(edge, Tensor):
-                _accumulate_leaf(edge, sum_to(gi, edge.data.shape), handed, stored, grads)
+                _accumulate_leaf(edge, sum_to(gi, edge.data.shape))
             else:
                 gi = sum_to(gi, edge.shape)
                 prev = grads.get(id(edge))
@@ -243,43 +241,16 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             node.__dict__.clear()
 
 
-def _owner(a):
-    """The array that owns ``a``'s memory: ``a`` itself, or the array it is a view of."""
-    base = getattr(a, "base", None)
-    return a if base is None else base
+def _accumulate_leaf(leaf, g) -> None:
+    """leaf.grad += g (in the leaf's dtype).
 
-
-def _accumulate_leaf(leaf, g, handed: set, stored: dict, pending: dict) -> None:
-    """Add ``g`` into ``leaf.grad``.
-
-    The first gradient is kept without a copy when nothing else can see it: it owns its
-    memory, is writable, and was not handed to another leaf (Add, e.g., returns one array
-    twice). Otherwise a copy is stored, so in-place changes (clipping) touch this gradient
-    alone; a view is copied too, so that what is stored is contiguous (the tied projection's
-    gradient is a transposed view: adding into it and flattening it for Adam would then be
-    strided, 57 ms against 23 ms for a copy and contiguous passes on the base model's E).
-
-    Later gradients of the same leaf (a weight used twice, e.g. the tied embedding) are added
-    in place into the array this backward stored, when no gradient still waiting in the graph
-    (``pending``) shares its memory; the first sum of an op's array makes a new one. A gradient
-    stored by an earlier backward (micro-batches) is never written into: the caller may hold it.
+    The first gradient is stored as a C-contiguous copy of its own: an op may hand back a view
+    or one array for two inputs, and the caller may change ``leaf.grad`` in place (clipping),
+    and the optimizer reads it in flat passes. Later ones (a weight used twice, micro-batches)
+    make a new sum, so an array the caller holds is never written into.
     """
-    if g.dtype != leaf.data.dtype:
-        g = g.astype(leaf.data.dtype)
+    xp, dtype = leaf.xp, leaf.data.dtype
     if leaf.grad is None:
-        private = g.base is None and getattr(g.flags, "writeable", True) and id(g) not in handed
-        if not private:
-            g = g.copy()
-        handed.add(id(g))
-        leaf.grad = Tensor._wrap(g)
-        stored[id(leaf)] = (leaf.grad.data, not private)
-        return
-    cur = leaf.grad.data
-    mine, made_here = stored.get(id(leaf), (None, False))
-    owner = _owner(cur)
-    if (mine is cur and is_array(cur) and _owner(g) is not owner  # (a NumPy scalar has no in place)
-            and (made_here or not any(_owner(p) is owner for p in pending.values()))):
-        cur += g
-    else:
-        leaf.grad.data = cur + g
-        stored[id(leaf)] = (leaf.grad.data, True)
+        leaf.grad = Tensor._wrap(xp.array(g, dtype=dtype, order="C"))
+    else:  # (asarray: NumPy's sum of two 0-d arrays is a scalar)
+        leaf.grad.data = xp.asarray(leaf.grad.data + g, dtype=dtype)

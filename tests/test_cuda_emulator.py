@@ -13,7 +13,7 @@ import pytest
 
 import minitensor as mt
 from minitensor import cuda
-from minitensor.cuda import build, emulator
+from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import softmax as softmax_kernels
@@ -31,7 +31,7 @@ def _needs_the_emulator():
 
 def broken(filename: str, old: str, new: str) -> str:
     """The text of one of our kernels with ``old`` replaced by ``new`` (which must occur)."""
-    text = build.source(filename)
+    text = sources.source(filename)
     assert text.count(old) == 1, f"{old!r} is not (once) in {filename}"
     return text.replace(old, new)
 

@@ -15,7 +15,7 @@ import pytest
 import minitensor as mt
 import minitensor.functional as F
 from minitensor import cuda
-from minitensor.cuda import build, emulator
+from minitensor.cuda import emulator
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import softmax as softmax_kernels

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from minitensor.cuda import build, flash_attention, layer_norm, softmax
+from minitensor.cuda import flash_attention, layer_norm, softmax, sources
 
 from .helpers import require
 
@@ -59,7 +59,7 @@ def compiled():
     def one(job):
         arch, filename = job
         options, method = cupy_nvrtc_options(compiler, arch)
-        program = compiler._NVRTCProgram(build.source(filename), "kern.cu",
+        program = compiler._NVRTCProgram(sources.source(filename), "kern.cu",
                                          name_expressions=LAUNCHERS[filename].instantiations(), method=method)
         return job, program.compile(options)
 
@@ -69,7 +69,7 @@ def compiled():
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("filename", build.SOURCES)
+@pytest.mark.parametrize("filename", sources.SOURCES)
 def test_every_instantiation_compiles_with_nvrtc_under_cupys_options(compiled, arch, filename):
     binary, mapping = compiled[(arch, filename)]
     expressions = LAUNCHERS[filename].instantiations()

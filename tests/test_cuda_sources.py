@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from minitensor.cuda import build, flash_attention, layer_norm, softmax
+from minitensor.cuda import flash_attention, layer_norm, softmax, sources
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
@@ -19,15 +19,15 @@ SMEM_LIMIT = 48 * 1024  # static shared memory per block without opting in
 
 
 def test_every_source_has_a_launcher():
-    assert set(LAUNCHERS) == set(build.SOURCES)
-    assert sorted(p.name for p in build.FOLDER.glob("*.cu")) == sorted(build.SOURCES)
+    assert set(LAUNCHERS) == set(sources.SOURCES)
+    assert sorted(p.name for p in sources.FOLDER.glob("*.cu")) == sorted(sources.SOURCES)
 
 
 def _compile(tmp_path, filename):
     """Compile ``filename`` plus a function taking the address of every instantiation its
     launcher uses; returns {mangled kernel name: resource line} from ptxas."""
     exprs = LAUNCHERS[filename].instantiations()
-    text = build.source(filename) + "\nvoid instantiate_all() {\n    void* kernels[] = {\n"
+    text = sources.source(filename) + "\nvoid instantiate_all() {\n    void* kernels[] = {\n"
     text += "".join(f"        (void*)&{e},\n" for e in exprs) + "    };\n    (void)kernels;\n}\n"
     src = tmp_path / filename
     src.write_text(text)
@@ -54,7 +54,7 @@ def _first_template_argument(mangled: str) -> str:
     return rest[1] if rest[1].isalpha() else re.match(r"\d+", rest[1:]).group(0)
 
 
-@pytest.mark.parametrize("filename", build.SOURCES)
+@pytest.mark.parametrize("filename", sources.SOURCES)
 def test_source_compiles_for_sm90_within_limits(tmp_path, filename):
     """nvcc accepts the source; every kernel fits the static 48 KB of shared memory; and the
     float32 and 16-bit kernels (the fast paths) spill no registers. The float64 versions

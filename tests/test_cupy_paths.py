@@ -20,8 +20,8 @@ import minitensor as mt
 from minitensor import backend, distributed, nn
 from minitensor import random as mt_random
 from minitensor.ops.dropout import dropout_mask
-from minitensor.cuda import build
-from minitensor.ops import linalg
+from minitensor.cuda import build, sources
+from minitensor.ops import fastpaths
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -119,11 +119,11 @@ def test_scatter_add_uses_ufunc_at_on_cupy_not_the_deprecated_cupyx_call(monkeyp
 # ---------------------------------------------------------------- bfloat16 products
 def test_bfloat16_batched_products_on_cupy_are_computed_in_float32():
     bf16 = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
-    assert linalg.product_in_float32("cupy", bf16, bf16, 4)                  # CuPy 14: integer GEMM, fails
-    assert linalg.product_in_float32("cupy._core.core", np.float32, bf16, 3)
-    assert not linalg.product_in_float32("cupy", bf16, bf16, 2)              # 2-D goes to cuBLAS: fine
-    assert not linalg.product_in_float32("cupy", np.float16, np.float16, 4)
-    assert not linalg.product_in_float32("numpy", bf16, bf16, 4)
+    assert fastpaths.product_in_float32("cupy", bf16, bf16, 4)                  # CuPy 14: integer GEMM, fails
+    assert fastpaths.product_in_float32("cupy._core.core", np.float32, bf16, 3)
+    assert not fastpaths.product_in_float32("cupy", bf16, bf16, 2)              # 2-D goes to cuBLAS: fine
+    assert not fastpaths.product_in_float32("cupy", np.float16, np.float16, 4)
+    assert not fastpaths.product_in_float32("numpy", bf16, bf16, 4)
 
 
 def test_the_float32_detour_gives_a_bfloat16_result_close_to_the_exact_product(cupy_double):
@@ -131,7 +131,7 @@ def test_the_float32_detour_gives_a_bfloat16_result_close_to_the_exact_product(c
     bf16 = np.dtype(ml_dtypes.bfloat16)
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((2, 3, 4, 8)).astype(bf16), rng.standard_normal((2, 3, 8, 5)).astype(bf16)
-    out = linalg.product(cupy_double.asarray(a), cupy_double.asarray(b))
+    out = fastpaths.product(cupy_double.asarray(a), cupy_double.asarray(b))
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert out.dtype == bf16
     np.testing.assert_allclose(cupy_double.asnumpy(out).astype(np.float64), exact, rtol=1e-2, atol=1e-2)
@@ -187,5 +187,5 @@ def test_gpu_extras_bring_cupy_14_its_cuda_libraries_nccl_and_a_numpy_it_support
         assert f"cupy-{cuda}x[ctk]>=14" in deps
         assert nccl in deps and "numpy>=2.1.2" in deps and any(d.startswith("ml_dtypes") for d in deps)
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    shipped = {p.name for pattern in package_data["minitensor.cuda"] for p in build.FOLDER.glob(pattern)}
-    assert {"common.cuh", "emulator.h", *build.SOURCES} <= shipped   # an installed package compiles too
+    shipped = {p.name for pattern in package_data["minitensor.cuda"] for p in sources.FOLDER.glob(pattern)}
+    assert {"common.cuh", "emulator.h", *sources.SOURCES} <= shipped   # an installed package compiles too

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import backend
 from . import emulator, emulator_check
-from .sources import FOLDER, SOURCES, source, with_common  # noqa: F401 (the launchers' and tests' names)
+from .sources import source
 
 # storage dtype name -> the C++ type the kernels are instantiated with (common.cuh)
 CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16", "float64": "double"}

@@ -20,12 +20,11 @@ import numpy as np
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_mask, as_tensor
-from .dropout import dropout_mask
-from .linalg import product
+from .dropout import check_probability, dropout_mask
+from .fastpaths import product
 from .precision import compute_dtype
-from .reduce import sum_last
 from .shape import broadcasts
-from .softmax import softmax_array
+from .softmax import softmax_array, softmax_backward
 
 
 def masked_softmax_reference(xp, scores, mask, scale: float = 1.0, overwrite: bool = False):
@@ -137,8 +136,7 @@ class ScaledDotProductAttention(Function):
 
             gs = softmax.backward(p, gp, ctx.scale)
         else:
-            gs = gp * p
-            gs -= p * sum_last(ctx.xp, gs)  # P ⊙ (dP - Σ_k dP ⊙ P)
+            gs = softmax_backward(ctx.xp, p, gp)  # P ⊙ (dP - Σ_k dP ⊙ P)
             gs *= gs.dtype.type(ctx.scale)
         gq = product(gs, k) if nq else None
         gk = product(gs.swapaxes(-1, -2), q) if nk else None
@@ -152,8 +150,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, tra
     mask: bool, broadcastable to (..., Tq, Tk); True = may attend. With
     ``return_weights=True`` also returns the attention weights (..., Tq, Tk), detached.
     """
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {dropout_p}")
+    check_probability("scaled_dot_product_attention: dropout_p", dropout_p, one_allowed=False)
     q = as_tensor(q)
     k, v = as_tensor(k, q), as_tensor(v, q)
     m = None if mask is None else as_mask(mask, q, "scaled_dot_product_attention")

@@ -6,8 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
-from ..tensor import Tensor, as_tensor
 from ..random import generator
+from ..tensor import Tensor, as_tensor
+
+
+def check_probability(name: str, p: float, one_allowed: bool = True) -> None:
+    """Raise ValueError unless ``p`` is a probability: in [0, 1], or [0, 1) where 1 would drop
+    everything (attention's weights must keep something to renormalise)."""
+    if not (0.0 <= p <= 1.0 if one_allowed else 0.0 <= p < 1.0):
+        raise ValueError(f"{name} must be in [0, {'1]' if one_allowed else '1)'}, got {p}")
 
 
 def dropout_mask(xp, shape, p: float, dtype):
@@ -40,13 +47,12 @@ class Dropout(Function):
     @staticmethod
     def backward(ctx, grad):
         (m,) = ctx.saved
-        return ctx.xp.multiply(grad, m, out=m if ctx.last_use else None)  # the mask is ours to overwrite
+        return grad * m
 
 
 def dropout(x, p: float = 0.5, training: bool = True) -> Tensor:
     """Zero each entry with probability p and scale the rest by 1/(1-p); identity when not training."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout: p must be in [0, 1], got {p}")
+    check_probability("dropout: p", p)
     x = as_tensor(x)
     if not training or p == 0.0:
         return x

@@ -1,38 +1,17 @@
 """Matrix products: batched matmul, and the fused linear layer y = xW + b."""
 from __future__ import annotations
 
-import numpy as np
-
 from ..amp import autocast_dtype
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
 from .elementwise import Cast
+from .fastpaths import product, sum_rows
 
 
 def _swap(a):
     """Transpose the last two axes."""
     return a.swapaxes(-1, -2)
-
-
-def product_in_float32(module: str, a_dtype, b_dtype, ndim: int) -> bool:
-    """Whether ``a @ b`` must run in float32: on CuPy (``module``, the arrays' module name),
-    bfloat16 products with more than two axes. CuPy 14's matmul sends every batched product
-    whose dtype is not one of 'efdFD' to its integer GEMM kernels, which reject bfloat16
-    (``TypeError: data type 'E' not understood``); 2-D products go to cuBLAS and work."""
-    return (module.split(".")[0] == "cupy" and ndim > 2
-            and "bfloat16" in (np.dtype(a_dtype).name, np.dtype(b_dtype).name))
-
-
-def product(a, b):
-    """``a @ b`` on raw arrays, with bfloat16 batched products on CuPy computed in float32
-    (accumulating in float32, as a bfloat16 GEMM does) and rounded back to bfloat16."""
-    if type(a) is np.ndarray:  # NumPy: the common case, no detour to consider
-        return a @ b
-    if product_in_float32(type(a).__module__, a.dtype, b.dtype, max(a.ndim, b.ndim)):
-        out = np.promote_types(a.dtype, b.dtype)
-        return (a.astype(np.float32) @ b.astype(np.float32)).astype(out)
-    return a @ b
 
 
 class Matmul(Function):
@@ -50,7 +29,7 @@ class Matmul(Function):
                 f"(last axis of the first is {a.shape[-1]}, second-to-last of the second is {b.shape[-2]})"
             )
         ctx.save_for_backward(a, b)
-        return product(a, b)
+        return product(a, b)  # a @ b; why product: batched bfloat16 on CuPy (fastpaths)
 
     @staticmethod
     def backward(ctx, grad):
@@ -118,7 +97,7 @@ class Linear(Function):
         g2 = grad.reshape(-1, grad.shape[-1])
         gx = (g2 @ w.T).reshape(x.shape) if nx else None
         gw = x.reshape(-1, x.shape[-1]).T @ g2 if nw else None
-        gb = ctx.xp.ones(g2.shape[0], dtype=g2.dtype) @ g2 if nb else None  # column sums as one GEMV
+        gb = sum_rows(ctx.xp, g2) if nb else None  # why: one GEMV on every core (fastpaths)
         return gx, gw, gb
 
 

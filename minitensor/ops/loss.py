@@ -7,7 +7,8 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_ids, as_tensor
 from .precision import compute_dtype
-from .reduce import sum_last
+from .fastpaths import sum_last
+from .softmax import exp_normalise
 
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -46,23 +47,19 @@ class CrossEntropy(Function):
             lo, hi = int(safe_t[valid].min()), int(safe_t[valid].max())
             if lo < 0 or hi >= V:
                 raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
-        # log p = (x - m) - log Σ exp(x - m). The picked and mean shifted logits are read
-        # first, then exp overwrites the shifted logits (one big temporary, not two) and is
-        # kept for the backward. Row sums are products with a vector of ones (``sum_last``):
-        # BLAS runs them on every core, where a reduction would use one.
+        # log p = (x - m) - log Σ exp(x - m): the picked and mean logits are read first, then
+        # exp_normalise makes the one big temporary, e = exp(x - m), kept for the backward
         work = compute_dtype(logits.dtype)
         ctx.logits_dtype = logits.dtype
         x = logits.astype(work, copy=False)
-        shifted = x - x.max(axis=-1, keepdims=True)
-        picked = xp.take_along_axis(shifted, safe_t[..., None], axis=-1)[..., 0]
         eps = label_smoothing
-        mean_shifted = sum_last(xp, shifted)[..., 0] / work.type(V) if eps else None
-        e = xp.exp(shifted, out=shifted)
-        sum_e = sum_last(xp, e)
-        lse = xp.log(sum_e)[..., 0]
-        nll = lse - picked
-        # with smoothing, mean_c(-log p_c) = lse - mean_c(x_c - m)
-        loss = (1 - eps) * nll + eps * (lse - mean_shifted) if eps else nll
+        picked = xp.take_along_axis(x, safe_t[..., None], axis=-1)
+        mean_x = sum_last(xp, x) / work.type(V) if eps else None  # why: BLAS row sums (fastpaths)
+        e, sum_e, m = exp_normalise(xp, x, -1)
+        log_s = xp.log(sum_e)  # log Σ exp(x - m): every term below is shifted by m, so stays small
+        nll = (log_s - (picked - m))[..., 0]
+        # with smoothing, mean_c(-log p_c) = log Σ exp(x) - mean_c(x_c)
+        loss = (1 - eps) * nll + eps * (log_s - (mean_x - m))[..., 0] if eps else nll
         loss = xp.where(valid, loss, 0).astype(work, copy=False)
         count = valid.sum()
         ctx.count = int(count) if on_host else count.astype(work)  # a device scalar on the GPU
@@ -87,9 +84,8 @@ class CrossEntropy(Function):
         else:
             w = xp.broadcast_to(grad / xp.maximum(ctx.count, 1), t.shape)
         w = (w * valid)[..., None].astype(e.dtype, copy=False)
-        # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t): two passes over the (…, V)
-        # array, written into e itself when this is its last use
-        g = xp.multiply(e, w / sum_e, out=e if ctx.last_use else None)
+        # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t)
+        g = e * (w / sum_e)
         V = g.shape[-1]
         if ctx.eps:
             g -= w * (ctx.eps / V)

@@ -12,7 +12,7 @@ from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
 from ..cuda import kernels_may_run
 from .precision import compute_dtype
-from .reduce import sum_last
+from .fastpaths import sum_last
 
 
 def layer_norm_reference(xp, x, weight, bias, eps):
@@ -35,13 +35,12 @@ def layer_norm_reference(xp, x, weight, bias, eps):
     return y.astype(x.dtype, copy=False), xhat, r
 
 
-def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, True), overwrite=False):
+def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, True)):
     """(dx, dγ, dβ) with ĝ = g ⊙ γ:  dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂)),
     dγ = Σ_rows g ⊙ x̂,  dβ = Σ_rows g.  Entries of ``need`` that are False give None.
 
     The row means of ĝ and ĝ ⊙ x̂ are products of g and g ⊙ x̂ with γ, and the sums over rows
-    products with a vector of ones: one pass each, with BLAS. ``overwrite`` lets x̂ be used
-    as scratch space (the op's backward passes it when this is the arrays' last use).
+    products with a vector of ones: one pass each, with BLAS.
     """
     gx = gw = gb = None
     g = grad.astype(xhat.dtype, copy=False)
@@ -59,7 +58,7 @@ def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, T
             mean_gh = sum_last(xp, g) * inv_d
             gh = g.copy()
         gh -= mean_gh
-        gh -= xp.multiply(xhat, proj, out=xhat if overwrite else None)
+        gh -= xhat * proj
         gh *= r
         gx = gh.astype(grad.dtype, copy=False)
     ones = xp.ones(g.size // d, dtype=g.dtype)
@@ -107,7 +106,7 @@ class LayerNorm(Function):
             x, weight, mean, rstd = ctx.saved
             return kernel.backward(grad, x, weight, mean, rstd)
         xhat, r, weight = ctx.saved
-        return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad, overwrite=ctx.last_use)
+        return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad)
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:

@@ -6,9 +6,12 @@ broadcasts against the input.
 from __future__ import annotations
 
 import builtins
+import math
 
 from ..autograd import Function
 from ..tensor import Tensor, as_tensor
+from .precision import compute_dtype
+from .softmax import exp_normalise
 
 
 def normalize_axes(axis, ndim: int) -> tuple:
@@ -22,46 +25,6 @@ def normalize_axes(axis, ndim: int) -> tuple:
             raise ValueError(f"axis {a} is out of range for a tensor with {ndim} dimensions")
         out.append(a % builtins.max(ndim, 1))
     return tuple(sorted(set(out)))
-
-
-# Up to this many entries per row, max_last folds the columns one by one (measured on the
-# 2-core CI machine: 8x faster than ``max`` for attention's rows of 11, 1.6x at 64, slower at 128).
-SHORT_ROW = 64
-
-
-def max_last(xp, a):
-    """max over the last axis, keeping it (size 1): (..., n) -> (..., 1).
-
-    NumPy reduces a short last axis row by row, which for the 10-30 keys of an attention row
-    costs far more than the arithmetic; taking the elementwise maximum of column after column
-    runs n vectorised passes over all rows at once instead.
-    """
-    n = a.shape[-1] if a.ndim else 0
-    if xp.__name__ != "numpy" or not 1 < n <= SHORT_ROW:
-        return a.max(axis=-1, keepdims=True)
-    m = a[..., 0].copy()
-    for j in range(1, n):
-        xp.maximum(m, a[..., j], out=m)
-    return m[..., None]
-
-
-def finite_max(xp, x, axis):
-    """max over ``axis`` (kept), with an all -inf row clamped to the lowest finite value, so
-    ``x - max`` stays -inf there instead of becoming NaN (stable softmax / logsumexp)."""
-    last = axis in (-1, x.ndim - 1) or axis == (x.ndim - 1,)
-    m = max_last(xp, x) if last else x.max(axis=axis, keepdims=True)
-    return xp.maximum(m, xp.finfo(x.dtype).min)
-
-
-def sum_last(xp, a):
-    """Σ over the last axis, keeping it (size 1): (..., n) -> (..., 1).
-
-    On NumPy a matrix-vector product with a vector of ones is ~3x faster than ``sum`` for
-    the short rows of attention and layer norm (BLAS instead of a strided reduction).
-    """
-    if xp.__name__ == "numpy" and a.dtype.kind == "f" and a.ndim >= 1:
-        return (a @ xp.ones(a.shape[-1], dtype=a.dtype))[..., None]
-    return a.sum(axis=-1, keepdims=True)
 
 
 def _keep(grad, axes: tuple, keepdims: bool, xp):
@@ -90,29 +53,17 @@ def sum(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     return Sum.apply(as_tensor(x), axis=axis, keepdims=keepdims)
 
 
-class Mean(Function):
-    """y = (1/n) Σ_axes x.  dy/dx = 1/n."""
-
-    @staticmethod
-    def forward(ctx, x, axis=None, keepdims=False):
-        ctx.axes = normalize_axes(axis, x.ndim)
-        ctx.keepdims = keepdims
-        ctx.in_shape = x.shape
-        n = 1
-        for a in ctx.axes:
-            n *= x.shape[a]
-        ctx.n = n
-        return x.mean(axis=ctx.axes, keepdims=keepdims)
-
-    @staticmethod
-    def backward(ctx, grad):
-        xp = ctx.xp
-        return xp.broadcast_to(_keep(grad, ctx.axes, ctx.keepdims, xp) / ctx.n, ctx.in_shape)
-
-
 def mean(x, axis=None, keepdims: bool = False) -> Tensor:
-    """Mean over ``axis`` (None: all)."""
-    return Mean.apply(as_tensor(x), axis=axis, keepdims=keepdims)
+    """Mean over ``axis`` (None: all): Σ x / n, with n the number of entries summed, so dy/dx = 1/n.
+
+    16-bit inputs are summed in float32 (their sum may exceed float16's range where the mean
+    does not) and the mean is cast back.
+    """
+    x = as_tensor(x)
+    n = math.prod(x.shape[a] for a in normalize_axes(axis, x.ndim))
+    if x.dtype.kind == "f" and compute_dtype(x.dtype) != x.dtype:
+        return mean(x.astype(compute_dtype(x.dtype)), axis, keepdims).astype(x.dtype)
+    return sum(x, axis=axis, keepdims=keepdims) / n
 
 
 class Max(Function):
@@ -150,8 +101,8 @@ class LogSumExp(Function):
         xp = ctx.xp
         ctx.axes = normalize_axes(axis, x.ndim)
         ctx.keepdims = keepdims
-        m = finite_max(xp, x, ctx.axes)
-        y = xp.log(xp.exp(x - m).sum(axis=ctx.axes, keepdims=True)) + m
+        _, s, m = exp_normalise(xp, x, ctx.axes)
+        y = m + xp.log(s)
         ctx.save_for_backward(x, y)
         return y if keepdims else y.reshape([n for i, n in enumerate(x.shape) if i not in ctx.axes])
 

@@ -1,19 +1,49 @@
-"""softmax and log_softmax along one axis, computed stably (max subtracted first)."""
+"""softmax and log_softmax along one axis, and the two steps they share with the rest of the
+ops: the stable exp-normalise (also behind logsumexp and cross entropy) and the softmax
+backward (also behind attention)."""
 from __future__ import annotations
 
 from ..autograd import Function
 from ..tensor import Tensor, as_tensor
-from .reduce import finite_max, sum_last
+from .fastpaths import max_last, sum_last
+
+
+def finite_max(xp, x, axis):
+    """max over ``axis`` (kept), with an all -inf row clamped to the lowest finite value, so
+    ``x - max`` stays -inf there instead of becoming NaN."""
+    last = axis in (-1, x.ndim - 1) or axis == (x.ndim - 1,)
+    m = max_last(xp, x) if last else x.max(axis=axis, keepdims=True)  # why: short rows (fastpaths)
+    return xp.maximum(m, xp.finfo(x.dtype).min)
+
+
+def exp_normalise(xp, x, axis):
+    """(e, s, m) with m = max x, e = exp(x - m) and s = Σ e over ``axis`` (m and s kept as size 1).
+
+    Then softmax(x) = e / s and log Σ exp(x) = m + log s, and no exp overflows: the largest
+    is exp(0) = 1. A row that is all -inf gives e = 0 and s = 0.
+    """
+    m = finite_max(xp, x, axis)
+    e = x - m
+    e = xp.exp(e, out=e) if e.ndim else xp.exp(e)  # in place: one temporary (0-d: a NumPy scalar)
+    last = axis in (-1, x.ndim - 1) or axis == (x.ndim - 1,)
+    s = sum_last(xp, e) if last else e.sum(axis=axis, keepdims=True)  # why: BLAS row sums (fastpaths)
+    return e, s, m
 
 
 def softmax_array(xp, x, axis: int):
-    """Plain-array softmax; a row that is all -inf gives zeros, not NaN."""
-    m = finite_max(xp, x, axis)
-    e = xp.exp(x - m)
-    s = sum_last(xp, e) if axis in (-1, x.ndim - 1) else e.sum(axis=axis, keepdims=True)
+    """softmax on a plain array; a row that is all -inf gives zeros, not NaN."""
+    e, s, _ = exp_normalise(xp, x, axis)
     # every other row has s >= 1 (its max contributes exp(0)); an empty row has s = 0 and e = 0
     e *= 1 / xp.maximum(s, xp.finfo(x.dtype).tiny)
     return e
+
+
+def softmax_backward(xp, y, g, axis: int = -1):
+    """dx = y ⊙ (g - Σ_j g_j y_j): the softmax Jacobian diag(y) - y yᵀ applied to a cotangent g."""
+    gy = g * y
+    last = axis in (-1, y.ndim - 1)
+    gy -= y * (sum_last(xp, gy) if last else gy.sum(axis=axis, keepdims=True))
+    return gy
 
 
 class Softmax(Function):
@@ -33,8 +63,7 @@ class Softmax(Function):
     @staticmethod
     def backward(ctx, grad):
         (y,) = ctx.saved
-        gy = grad * y
-        return gy - y * gy.sum(axis=ctx.axis, keepdims=True)
+        return softmax_backward(ctx.xp, y, grad, ctx.axis)
 
 
 def softmax(x, axis: int = -1) -> Tensor:
@@ -47,9 +76,9 @@ class LogSoftmax(Function):
 
     @staticmethod
     def forward(ctx, x, axis=-1):
-        xp = ctx.xp
-        shifted = x - finite_max(xp, x, axis)
-        y = shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+        _, s, m = exp_normalise(ctx.xp, x, axis)
+        y = x - m
+        y -= ctx.xp.log(s)  # (x - m) - log s: rounded near 0 where x is the max, not near m
         ctx.axis = axis
         ctx.save_for_backward(y)
         return y

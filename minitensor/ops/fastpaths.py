@@ -1,0 +1,67 @@
+"""Array-level fast paths and detours that the ops call instead of a plain NumPy/CuPy expression.
+
+Each function returns what its one-line reference says; it only takes a faster (or, for
+``product``, a working) road there. The ops name the reason where they call one. Read the
+ops first: the reference expression is in each docstring below, and the figures behind
+these choices are in ``docs/performance.md``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# Up to this many entries per row ``max_last`` folds the columns one by one; above it
+# NumPy's own reduction is faster (docs/performance.md, "Short rows").
+SHORT_ROW = 64
+
+
+def max_last(xp, a):
+    """Reference: ``a.max(axis=-1, keepdims=True)``.
+
+    NumPy reduces a short last axis row by row, which for the 10-30 keys of an attention row
+    costs far more than the arithmetic; taking the elementwise maximum of column after column
+    runs n vectorised passes over all rows at once instead.
+    """
+    n = a.shape[-1] if a.ndim else 0
+    if xp.__name__ != "numpy" or not 1 < n <= SHORT_ROW:
+        return a.max(axis=-1, keepdims=True)
+    m = a[..., 0].copy()
+    for j in range(1, n):
+        xp.maximum(m, a[..., j], out=m)
+    return m[..., None]
+
+
+def sum_last(xp, a):
+    """Reference: ``a.sum(axis=-1, keepdims=True)``.
+
+    On NumPy a matrix-vector product with a vector of ones runs in BLAS (on every core) where
+    ``sum`` makes a strided reduction on one: faster for the short rows of attention, layer
+    norm and the loss.
+    """
+    if xp.__name__ == "numpy" and a.dtype.kind == "f" and a.ndim >= 1:
+        return (a @ xp.ones(a.shape[-1], dtype=a.dtype))[..., None]
+    return a.sum(axis=-1, keepdims=True)
+
+
+def sum_rows(xp, a):
+    """Reference: ``a.sum(axis=0)`` for a 2-D ``a``: one GEMV with a vector of ones (BLAS)."""
+    return xp.ones(a.shape[0], dtype=a.dtype) @ a
+
+
+def product_in_float32(module: str, a_dtype, b_dtype, ndim: int) -> bool:
+    """Whether ``a @ b`` must run in float32: on CuPy (``module``, the arrays' module name),
+    bfloat16 products with more than two axes. CuPy 14's matmul sends every batched product
+    whose dtype is not one of 'efdFD' to its integer GEMM kernels, which reject bfloat16
+    (``TypeError: data type 'E' not understood``); 2-D products go to cuBLAS and work."""
+    return (module.split(".")[0] == "cupy" and ndim > 2
+            and "bfloat16" in (np.dtype(a_dtype).name, np.dtype(b_dtype).name))
+
+
+def product(a, b):
+    """Reference: ``a @ b``. Batched bfloat16 products on CuPy are computed in float32
+    (accumulating in float32, as a bfloat16 GEMM does) and rounded back to bfloat16."""
+    if type(a) is np.ndarray:  # NumPy: the common case, no detour to consider
+        return a @ b
+    if product_in_float32(type(a).__module__, a.dtype, b.dtype, max(a.ndim, b.ndim)):
+        out = np.promote_types(a.dtype, b.dtype)
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(out)
+    return a @ b
