@@ -21,7 +21,7 @@ import threading
 from contextlib import ContextDecorator
 
 from . import backend
-from .backend import array_module, is_array
+from .backend import array_module
 from .errors import DeviceError, GraphError, ShapeError
 from .tensor import Tensor
 
