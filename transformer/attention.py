@@ -12,6 +12,8 @@ import minitensor as mt
 import minitensor.functional as F
 from minitensor import nn
 
+from .config import check_heads
+
 
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention with projections ``w_q w_k w_v w_o`` (nn.Linear).
@@ -23,8 +25,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        check_heads(d_model, n_heads)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
         self.w_q = nn.Linear(d_model, d_model)

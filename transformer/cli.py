@@ -31,7 +31,7 @@ from .evaluate import bleu, translate
 from .model import Transformer
 from .presets import PRESETS
 from .tokenizer import Tokenizer, VocabularyTooLarge, encode_cached
-from .train import Interrupted, ParallelData, SettingsError, Trainer, TrainingDiverged, TrainSettings
+from .train import MODEL_FLAGS, Interrupted, ParallelData, SettingsError, Trainer, TrainingDiverged, TrainSettings
 
 
 class InputError(Exception):
@@ -137,7 +137,8 @@ def check_data_args(args, vocab_size: int) -> None:
 def cmd_train(args) -> dict:
     preset = PRESETS[args.preset]
     args.dataset = args.dataset or preset["dataset"]
-    overrides = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
+    names = [*MODEL_FLAGS, *(f.name for f in fields(TrainSettings) if f.name != "model")]
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     settings = TrainSettings(**{**preset["settings"], **overrides, "run_dir": args.run_dir,
                                 "progress": not args.no_progress})
     check_data_args(args, args.vocab_size or preset["vocab_size"])
@@ -223,11 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--distributed", action="store_true",
                    help="data parallel over the processes of an mpiexec launch (NCCL on cuda, MPI on cpu)")
     add_data_args(t)
-    for f in fields(TrainSettings):
-        if f.name in ("run_dir", "progress"):
-            continue
+    model_fields = {f.name: f for f in fields(TransformerConfig)}
+    settings = [(name, model_fields[first]) for name, (first, *_) in MODEL_FLAGS.items()]
+    settings += [(f.name, f) for f in fields(TrainSettings) if f.name not in ("run_dir", "progress", "model")]
+    for name, f in settings:
         kind = type(f.default)
-        flag = "--" + f.name.replace("_", "-")
+        flag = "--" + name.replace("_", "-")
         if kind is bool:
             t.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes"), default=None, help="true/false")
         else:

@@ -5,6 +5,39 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from minitensor.ops.dropout import check_probability
+
+WHOLE_FIELDS = ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len")
+
+
+def check_heads(d_model: int, n_heads: int, name=str) -> None:
+    """Raise ValueError unless the d_model columns split evenly into n_heads heads of d_k."""
+    if d_model % n_heads:
+        raise ValueError(f"{name('d_model')} ({d_model}) must be divisible by {name('n_heads')} ({n_heads})")
+
+
+def check_config(values: dict, name=str) -> None:
+    """Raise ValueError for the first of a config's ``values`` (field -> value) out of range.
+
+    Every model setting is checked here; ``name`` turns a field's name into the one the
+    message shows (the trainer passes its command-line flags).
+    """
+    for field in WHOLE_FIELDS:
+        v = values[field]
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ValueError(f"{name(field)} must be a whole number >= 1, got {v}")
+    check_heads(values["d_model"], values["n_heads"], name)
+    if values["positional"] not in ("sinusoidal", "learned"):
+        raise ValueError(f"{name('positional')} must be sinusoidal or learned, got {values['positional']!r}")
+    if values["tgt_vocab_size"] is not None and values["share_embeddings"]:
+        raise ValueError("a separate tgt_vocab_size needs share_embeddings=False")
+    vocab = min(values["vocab_size"], values["tgt_vocab_size"] or values["vocab_size"])
+    for field in ("pad_id", "bos_id", "eos_id"):
+        if not 0 <= values[field] < vocab:
+            raise ValueError(f"{field}={values[field]} is outside the vocabulary")
+    for field in ("dropout", "attention_dropout"):
+        check_probability(name(field), values[field], one_allowed=False)
+
 
 @dataclass
 class TransformerConfig:
@@ -40,17 +73,7 @@ class TransformerConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self):
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
-        if self.tgt_vocab_size is not None and self.share_embeddings:
-            raise ValueError("a separate tgt_vocab_size needs share_embeddings=False")
-        for name in ("pad_id", "bos_id", "eos_id"):
-            if not 0 <= getattr(self, name) < min(self.vocab_size, self.target_vocab_size):
-                raise ValueError(f"{name}={getattr(self, name)} is outside the vocabulary")
-        if not 0.0 <= self.dropout < 1.0 or not 0.0 <= self.attention_dropout < 1.0:
-            raise ValueError("dropout probabilities must be in [0, 1)")
+        check_config(dataclasses.asdict(self))
 
     @property
     def target_vocab_size(self) -> int:

@@ -10,10 +10,14 @@ def padding_mask(ids: mt.Tensor, pad_id: int) -> mt.Tensor:
     return mt.Tensor._wrap((ids.data != pad_id)[:, None, None, :])
 
 
-def causal_mask(size: int, device: str = "cpu") -> mt.Tensor:
-    """(T, T) lower-triangular: position i may attend to positions j <= i (Section 3.2.3)."""
+def causal_mask(size: int, device: str = "cpu", offset: int = 0) -> mt.Tensor:
+    """(T, offset + T) lower-triangular: query i may attend to keys j <= offset + i (Section 3.2.3).
+
+    ``offset`` > 0 is for incremental decoding: T new positions follow ``offset`` earlier
+    ones, which every new position may see.
+    """
     xp = xp_for(device)
-    return mt.Tensor._wrap(xp.tril(xp.ones((size, size), dtype=bool)))
+    return mt.Tensor._wrap(xp.tril(xp.ones((size, offset + size), dtype=bool), k=offset))
 
 
 def target_mask(ids: mt.Tensor, pad_id: int) -> mt.Tensor:

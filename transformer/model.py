@@ -8,7 +8,7 @@ from minitensor import nn
 from .config import TransformerConfig
 from .embedding import PositionalEncoding, ScaledEmbedding
 from .layers import DecoderLayer, EncoderLayer
-from .masks import padding_mask, target_mask
+from .masks import causal_mask, padding_mask, target_mask
 
 
 class LayerStack(nn.Module):
@@ -91,8 +91,7 @@ class Transformer(nn.Module):
         offset = cache[0].get("length", 0) if cache else 0
         new = tgt_in.shape[1]
         # the new tokens see every earlier position and, among themselves, the causal triangle
-        xp = tgt_in.xp
-        causal = mt.Tensor._wrap(xp.tril(xp.ones((new, offset + new), dtype=bool), k=offset)) if new > 1 else None
+        causal = causal_mask(new, tgt_in.device, offset) if new > 1 else None
         x = self.tgt_pos(self.tgt_embed(tgt_in), offset=offset)
         out = self.decoder(x, memory, causal, src_mask, caches=cache)
         for c in cache:

@@ -9,13 +9,14 @@ every ``save_every`` updates write ``checkpoint_<step>.npz`` (keeping the last N
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -24,11 +25,12 @@ from tqdm.auto import tqdm
 
 import minitensor as mt
 from minitensor import amp, optim
+from minitensor.ops.dropout import check_probability
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, token_batches
 from .checkpoint import newest_loadable, prune_checkpoints, remove_partial_checkpoints, save_checkpoint, step_checkpoints
-from .config import TransformerConfig
+from .config import TransformerConfig, check_config
 from .evaluate import bleu, translate
 from .loss import batch_loss
 from .model import Transformer
@@ -65,20 +67,38 @@ class TrainingDiverged(FloatingPointError):
 PRECISIONS = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}
 
 
-@dataclass
+# the training flags that shape the model, and the TransformerConfig fields each one sets
+MODEL_FLAGS = {"d_model": ("d_model",), "n_heads": ("n_heads",), "d_ff": ("d_ff",),
+               "layers": ("n_encoder_layers", "n_decoder_layers"), "dropout": ("dropout",),
+               "attention_dropout": ("attention_dropout",), "norm_first": ("norm_first",),
+               "positional": ("positional",)}
+
+
+def flag(name: str) -> str:
+    """The command-line flag of a setting or of a model field it sets: d_model -> --d-model,
+    n_encoder_layers -> --layers."""
+    for setting, model_fields in MODEL_FLAGS.items():
+        if name in model_fields:
+            name = setting
+    return "--" + name.replace("_", "-")
+
+
+def default_model() -> TransformerConfig:
+    """The paper's base shape; its vocab_size is a placeholder the trainer replaces with the tokenizer's."""
+    return TransformerConfig(vocab_size=8000, max_len=1024)
+
+
+@dataclass(init=False)
 class TrainSettings:
-    """Everything about a training run except the data (saved beside it as settings.json)."""
+    """Everything about a training run except the data (saved beside it as settings.json).
+
+    ``model`` is the :class:`TransformerConfig` to train (its vocab_size is replaced by the
+    tokenizer's). The model flags of :data:`MODEL_FLAGS` may also be given as keywords, as
+    the command line does: ``TrainSettings(d_model=256, layers=3, max_tokens=2500)``.
+    """
 
     run_dir: str = "runs/translate"
-    # model
-    d_model: int = 512
-    n_heads: int = 8
-    d_ff: int = 2048
-    layers: int = 6
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    norm_first: bool = False
-    positional: str = "sinusoidal"
+    model: TransformerConfig = field(default_factory=default_model)
     # optimisation
     max_tokens: int = 4096          # padded tokens per batch (the larger of source/target side)
     update_freq: int = 1            # batches per update (gradient accumulation)
@@ -103,34 +123,47 @@ class TrainSettings:
     memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
     progress: bool = True
 
-    def __post_init__(self):
+    def __init__(self, model: TransformerConfig | None = None, **settings):
+        values = dataclasses.asdict(model if model is not None else default_model())
+        for name in MODEL_FLAGS:
+            if name in settings:
+                values.update(dict.fromkeys(MODEL_FLAGS[name], settings.pop(name)))
+        for f in fields(self):
+            if f.name != "model":
+                setattr(self, f.name, settings.pop(f.name) if f.name in settings else
+                        f.default_factory() if f.default is dataclasses.MISSING else f.default)
+        if settings:
+            raise TypeError(f"TrainSettings: unknown settings {sorted(settings)}")
+        try:
+            check_config(values, flag)
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
+        self.model = TransformerConfig(**values)
         self.check()
 
     def check(self) -> None:
         """Raise :class:`SettingsError` naming the command-line flag and its allowed range for
-        the first setting out of range (the CLI calls this before it reads any data)."""
-        def flag(name):
-            return "--" + name.replace("_", "-")
-
-        for name in ("d_model", "n_heads", "d_ff", "layers", "max_tokens", "update_freq", "warmup", "max_steps",
-                     "max_epochs", "eval_every", "save_every", "keep_last", "beam_size"):
+        the first setting out of range (the CLI calls this before it reads any data). The
+        model's settings are checked by :func:`transformer.config.check_config`."""
+        try:
+            check_config(dataclasses.asdict(self.model), flag)
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
+        for name in ("max_tokens", "update_freq", "warmup", "max_steps", "max_epochs", "eval_every", "save_every",
+                     "keep_last", "beam_size"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise SettingsError(f"{flag(name)} must be a whole number >= 1, got {v}")
-        if self.d_model % self.n_heads:
-            raise SettingsError(f"--d-model ({self.d_model}) must be divisible by --n-heads ({self.n_heads})")
-        for name in ("dropout", "attention_dropout", "smoothing"):
-            v = getattr(self, name)
-            if not 0.0 <= v < 1.0:
-                raise SettingsError(f"{flag(name)} must be in [0, 1), got {v}")
+        try:
+            check_probability(flag("smoothing"), self.smoothing, one_allowed=False)
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
         if not self.lr_factor > 0:
             raise SettingsError(f"--lr-factor must be > 0, got {self.lr_factor}")
         for name in ("clip_norm", "max_minutes", "alpha", "bleu_sentences", "memory_every", "seed"):
             v = getattr(self, name)
             if not v >= 0:
                 raise SettingsError(f"{flag(name)} must be >= 0, got {v}")
-        if self.positional not in ("sinusoidal", "learned"):
-            raise SettingsError(f"--positional must be sinusoidal or learned, got {self.positional!r}")
         if self.precision not in PRECISIONS:
             raise SettingsError(f"--precision must be one of {', '.join(sorted(PRECISIONS))}, got {self.precision!r}")
         try:
@@ -141,10 +174,8 @@ class TrainSettings:
             raise SettingsError("--tf32 is a GPU setting: use it with --device cuda")
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
-        return TransformerConfig(vocab_size=vocab_size, d_model=self.d_model, n_heads=self.n_heads, d_ff=self.d_ff,
-                                 n_encoder_layers=self.layers, n_decoder_layers=self.layers, dropout=self.dropout,
-                                 attention_dropout=self.attention_dropout, norm_first=self.norm_first,
-                                 positional=self.positional, max_len=1024)
+        """``model`` with the tokenizer's vocabulary."""
+        return dataclasses.replace(self.model, vocab_size=vocab_size)
 
 
 @dataclass

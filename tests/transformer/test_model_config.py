@@ -103,3 +103,61 @@ def test_wmt_presets_checkpoint_every_10_paper_minutes_and_average_the_papers_wi
         assert PRESETS[name]["average_last"] == s["keep_last"] == last    # Section 6.1: last 5 / last 20
         # the averaged checkpoints span under a tenth of training (the old big preset: a third)
         assert s["save_every"] * (last - 1) < 0.1 * s["max_steps"], name
+
+
+def test_the_offset_causal_mask_is_the_last_rows_of_the_full_one():
+    """causal_mask(T, offset=k) is what T new positions after k earlier ones may see: the last
+    T rows of the (k+T, k+T) causal mask, and every earlier key is visible to them."""
+    from transformer import causal_mask
+
+    for offset in range(4):
+        for size in range(1, 5):
+            full = causal_mask(offset + size).numpy()
+            part = causal_mask(size, offset=offset).numpy()
+            assert part.shape == (size, offset + size)
+            np.testing.assert_array_equal(part, full[offset:])
+            assert part[:, :offset].all()
+
+
+def test_train_settings_hold_a_transformer_config_and_name_flags_in_errors():
+    """The training settings carry the model as a TransformerConfig (no copied fields); the
+    command-line keywords set its fields (--layers both stacks), and a bad model setting is
+    refused by the config's one check, worded with the flag."""
+    from transformer.train import SettingsError, TrainSettings
+
+    s = TrainSettings(d_model=64, n_heads=4, d_ff=128, layers=2, dropout=0.2, max_tokens=500)
+    assert s.model == TransformerConfig(8000, d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2,
+                                        n_decoder_layers=2, dropout=0.2, max_len=1024)
+    assert s.model_config(300).vocab_size == 300 and s.model_config(300).d_model == 64
+    cfg = TransformerConfig.tiny(50, norm_first=True)
+    assert TrainSettings(model=cfg).model == cfg
+    assert TrainSettings(model=cfg, n_heads=8).model.n_heads == 8
+    with pytest.raises(SettingsError, match=r"^--d-model \(30\) must be divisible by --n-heads \(4\)$"):
+        TrainSettings(d_model=30, n_heads=4)
+    with pytest.raises(SettingsError, match=r"^--layers must be a whole number >= 1, got 0$"):
+        TrainSettings(layers=0)
+    with pytest.raises(SettingsError, match=r"^--attention-dropout must be in \[0, 1\), got 1.0$"):
+        TrainSettings(attention_dropout=1.0)
+    with pytest.raises(TypeError, match="colour"):
+        TrainSettings(colour="red")
+    # the layer and the config say the same thing, from the same check
+    from transformer import MultiHeadAttention
+
+    with pytest.raises(ValueError, match=r"^d_model \(10\) must be divisible by n_heads \(3\)$"):
+        MultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match=r"^d_model \(10\) must be divisible by n_heads \(3\)$"):
+        TransformerConfig(10, d_model=10, n_heads=3)
+
+
+def test_every_training_flag_of_before_the_config_moved_still_parses():
+    """The model flags come from MODEL_FLAGS now, not from TrainSettings' fields: the command
+    line keeps every flag it had."""
+    from transformer.cli import build_parser
+
+    old = ("d_model n_heads d_ff layers dropout attention_dropout norm_first positional max_tokens update_freq "
+           "smoothing warmup lr_factor clip_norm max_steps max_epochs max_minutes eval_every bleu_sentences "
+           "beam_size alpha save_every keep_last seed device precision tf32 memory_every").split()
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = {s for a in train._actions for s in a.option_strings}
+    assert {"--" + n.replace("_", "-") for n in old} <= flags
+    assert "--model" not in flags
