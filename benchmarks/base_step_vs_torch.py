@@ -24,7 +24,7 @@ import contextlib
 import time
 
 import numpy as np
-from gpu_common import environment, peak_tflops, product_timer, sync, write_results
+from harness import environment, peak_tflops, product_timer, sync, write_results
 
 import minitensor as mt
 from minitensor import amp

@@ -1,15 +1,15 @@
 """The CPU benchmarks side by side in one sitting: the copy task over 3 seeds
 (copy_task_vs_torch.py) and the Transformer-base training step (base_step_vs_torch.py),
 minitensor against PyTorch, written with the machine's description to
-benchmarks/results/cpu_<date>.json; --readme then rewrites the README's performance table
-from that file.
+benchmarks/results/cpu_<date>.json, then rewrites the table of docs/performance.md and the
+README's summary from that file (--write JSON does only that).
 
 NumPy's OpenBLAS reads OPENBLAS_CORETYPE when it loads (see minitensor/blas.py), so each
 BLAS setting is its own process: the environment as it is, and, where that forces an AVX2
 core on an AVX-512 CPU, also without the variable (PyTorch's MKL does not read it).
 
     cd benchmarks && ../.venv-torch/bin/python cpu_session.py            # ~15 minutes on 2 cores
-    python benchmarks/cpu_session.py --readme benchmarks/results/cpu_2026-11-22.json
+    python benchmarks/cpu_session.py --write benchmarks/results/cpu_2026-11-23.json
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 README = HERE.parent / "README.md"
+PERFORMANCE = HERE.parent / "docs" / "performance.md"
 BEGIN, END = "<!-- cpu-benchmarks:begin -->", "<!-- cpu-benchmarks:end -->"
 
 
@@ -39,8 +40,8 @@ def next_results_file(date: str) -> Path:
 
 
 def machine() -> dict:
-    """gpu_common.environment("cpu") and the commit measured."""
-    from gpu_common import environment  # noqa: PLC0415 (beside this script; the README test imports only table)
+    """harness.environment("cpu") and the commit measured."""
+    from harness import environment  # noqa: PLC0415 (beside this script; the README test imports only table)
 
     out = environment("cpu")
     try:
@@ -88,7 +89,7 @@ def ceiling(base: dict) -> str:
 
 
 def table(result: dict) -> str:
-    """The README's performance table (Markdown) from one session's JSON."""
+    """docs/performance.md's table (Markdown) from one session's JSON."""
     m = result["machine"]
     rows = ["| BLAS kernels | copy task: median s to 99% (seeds 0-2) | ms per update | "
             "base step: target tokens/s | ratio time to 99% | ratio ms per update | ratio tokens/s (base) | "
@@ -117,13 +118,39 @@ def table(result: dict) -> str:
     return head + "\n\n" + "\n".join(rows)
 
 
-def update_readme(result: dict) -> None:
-    text = README.read_text()
+def summary(result: dict) -> str:
+    """The README's lines: the latest ratios against PyTorch, and where the rest is."""
+    m = result["machine"]
+    ratios = {}
+    for r in result["runs"].values():
+        c, b = r["copy_task"], r["base_step"]["results"]["fp32"]
+        forced = r["blas"].get("forced_core")
+        setting = f"OPENBLAS_CORETYPE={forced}" if forced else f"the {r['blas'].get('core')} kernels OpenBLAS chose"
+        ratios[setting] = (c.get("ratio_median_seconds"), c.get("ratio_ms_per_update"),
+                           b.get("ratio_tokens_per_s_minitensor_over_torch"))
+    best = next((s for s in ratios if not s.startswith("OPENBLAS_CORETYPE=")), next(iter(ratios)))
+    t, u, k = ratios[best]
+    text = (f"On {m['cores']} cores of an {m['cpu']} ({result['date']}), against PyTorch {m.get('torch')}: the copy "
+            f"task reaches 99% in {t}× PyTorch's time at {u}× its time per update, and a Transformer-base "
+            f"training step processes {k}× its tokens per second ({best}")
+    others = [f"{t2}×, {u2}× and {k2}× with {s}" for s, (t2, u2, k2) in ratios.items() if s != best]
+    text += ("; " + "; ".join(others) if others else "") + "). "
+    return text + "Method, tables and history: [docs/performance.md](docs/performance.md)."
+
+
+def fill(path: Path, block: str) -> None:
+    """Replace what lies between BEGIN and END in ``path`` by ``block``."""
+    text = path.read_text()
     if BEGIN not in text or END not in text:
-        raise SystemExit(f"README.md has no {BEGIN} ... {END} block to fill")
+        raise SystemExit(f"{path} has no {BEGIN} ... {END} block to fill")
     before, rest = text.split(BEGIN, 1)
     after = rest.split(END, 1)[1]
-    README.write_text(f"{before}{BEGIN}\n{table(result)}\n{END}{after}")
+    path.write_text(f"{before}{BEGIN}\n{block}\n{END}{after}")
+
+
+def write_docs(result: dict) -> None:
+    fill(PERFORMANCE, table(result))
+    fill(README, summary(result))
 
 
 def main() -> None:
@@ -131,12 +158,13 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--base-steps", type=int, default=9)
     p.add_argument("--out", help="default: benchmarks/results/cpu_<today>.json, or cpu_<today>_<n>.json for the "
-                                 "n-th session of a day (names sort in time order: the README shows the last)")
-    p.add_argument("--readme", metavar="JSON", help="only rewrite the README's table from this file")
+                                 "n-th session of a day (names sort in time order: the docs show the last)")
+    p.add_argument("--write", metavar="JSON", help="only rewrite docs/performance.md's table and the README's "
+                                                   "summary from this file")
     a = p.parse_args()
     sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor, whichever environment runs the script
-    if a.readme:
-        update_readme(json.loads(Path(a.readme).read_text()))
+    if a.write:
+        write_docs(json.loads(Path(a.write).read_text()))
         return
     date = datetime.date.today().isoformat()
     out = Path(a.out).resolve() if a.out else next_results_file(date)
@@ -150,7 +178,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
-    update_readme(result)
+    write_docs(result)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import argparse
 from dataclasses import dataclass
 
 import numpy as np
-from gpu_common import environment, write_results
+from harness import environment, write_results
 
 import minitensor as mt
 import minitensor.functional as F

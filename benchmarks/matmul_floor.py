@@ -36,7 +36,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor and transformer
 
-from gpu_common import environment, product_timer, write_results  # noqa: E402
+from harness import environment, product_timer, write_results  # noqa: E402
 
 from minitensor.ops.linalg import Linear  # noqa: E402
 
@@ -149,7 +149,7 @@ def multi30k_updates(counter: ProductCounter, steps: int, warmup: int, data_dir:
 
 
 def best_rate(shapes: list, top: int, repeats: int) -> dict:
-    """The ``top`` shapes that carry the most FLOPs timed alone (gpu_common.product_timer):
+    """The ``top`` shapes that carry the most FLOPs timed alone (harness.product_timer):
     the fastest rate seen (GFLOP/s), its shape, every rate, and the seconds the products would
     take at their own shape's rate (the best rate for the shapes not timed)."""
     rates = product_timer([s for _, s in shapes[:top]])(repeats)

@@ -6,18 +6,10 @@ glibc's ``malloc`` serves blocks above its *mmap threshold* (128 KiB to start wi
 fresh ``mmap`` and returns them with ``munmap`` when freed; it also trims the top of its heap
 when more than the *trim threshold* is free. Either way the next array of that size gets
 pages the kernel has never mapped, and each first touch of a 4 KiB page is a page fault in
-which the kernel zeroes the page. Measured on the copy task (d_model 128, batch 128, 2
-cores, 100 updates): about 650,000 page faults and 1.7 s of system time, against 29,000 and
-0.1 s with the thresholds raised, and the updates themselves faster, since the zeroed pages
-no longer push the working set out of the caches (``benchmarks/copy_task_vs_torch.py``
-prints the effect on time-to-99%). The mmap threshold is raised to 512 MiB, above the
-largest arrays of a CPU step: the logits of a ``multi30k-cpu`` batch (2,400 tokens × 8,000
-pieces, 77 MB) were above the first choice of 64 MiB and cost about 1,100 faults and 20-50 ms
-of system time per update; with 512 MiB, 40 faults and 1 ms. The trim threshold must exceed
-what one step frees at its end, or the heap top is handed back and faulted in again every
-step: with 256 MiB a ``multi30k-cpu`` update (peak 502 MiB resident) took about 29,700 faults
-and 110-140 ms of system time, 20% of the update; with 512 MiB or more, 40-80 faults and
-about 1 ms. It is 2 GiB, so that larger CPU steps keep their memory too.
+which the kernel zeroes the page. The zeroed pages also push the working set out of the
+caches. So the mmap threshold is raised above the largest arrays of a CPU step (512 MiB), and
+the trim threshold above what one step frees at its end (2 GiB), or the heap top is handed
+back and faulted in again every step (``docs/performance.md`` has the measurements).
 
 :func:`keep_freed_memory` raises both thresholds with ``mallopt``, which is what
 ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=…:glibc.malloc.trim_threshold=…`` would do at

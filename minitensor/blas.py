@@ -4,11 +4,9 @@ holds it back.
 On the CPU almost all of a Transformer's arithmetic is matrix products, and NumPy hands them
 to the BLAS it was built with (OpenBLAS for the wheels on PyPI). OpenBLAS picks its kernels
 for the CPU it finds when it loads, unless the environment variable ``OPENBLAS_CORETYPE``
-names a core: then it uses that core's kernels whatever the CPU can do. Measured on the
-2-core CI machine (an AMD EPYC with AVX-512), where the environment sets
-``OPENBLAS_CORETYPE=Haswell``: a 1024 x 1024 float32 product runs at about 200 GFLOP/s with
-the Haswell (AVX2) kernels and about 370 GFLOP/s with the SkylakeX (AVX-512) kernels OpenBLAS
-picks by itself. The variable is read once, when NumPy loads, so only the process's
+names a core: then it uses that core's kernels whatever the CPU can do, and an AVX2 core
+named on an AVX-512 CPU makes large float32 products about half as fast (``docs/performance.md``).
+The variable is read once, when NumPy loads, so only the process's
 environment can change it; :func:`advice` says when it would help.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for testing ops and layers (needs the ``test`` extra).
+"""Hypothesis strategies for testing ops and layers (they need hypothesis: the ``test`` extra).
 
 Values come from a NumPy generator seeded by hypothesis: hypothesis shrinks the shape
 and the seed, and the values are spread out (no accidental ties, which would make
@@ -6,23 +6,40 @@ max or relu non-differentiable at the test point).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 
-def shapes(min_dims: int = 0, max_dims: int = 4, min_side: int = 1, max_side: int = 5) -> st.SearchStrategy:
+def _hypothesis():
+    """hypothesis's strategies and its NumPy extra, imported when a strategy is first asked
+    for: the package does not depend on hypothesis, only these functions do."""
+    try:
+        from hypothesis import strategies as st  # noqa: PLC0415
+        from hypothesis.extra import numpy as hnp  # noqa: PLC0415
+    except ImportError as e:
+        raise ImportError("minitensor.testing's strategies need hypothesis: pip install hypothesis "
+                          "(or the project's [test] extra)") from e
+    return st, hnp
+
+
+def shapes(min_dims: int = 0, max_dims: int = 4, min_side: int = 1, max_side: int = 5) -> SearchStrategy:
     """Array shapes, size-1 axes included."""
+    _, hnp = _hypothesis()
     return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side)
 
 
 def arrays(shape, low: float = -2.0, high: float = 2.0, dtype=np.float64,
-           away_from_zero: float = 0.0) -> st.SearchStrategy:
+           away_from_zero: float = 0.0) -> SearchStrategy:
     """Arrays of ``shape`` (a tuple or a strategy of tuples), uniform in [low, high).
 
     ``away_from_zero`` > 0 pushes every entry at least that far from 0 (for relu, log of
     |x|, division) by moving it outward.
     """
+    st, _ = _hypothesis()
     shape_st = shape if isinstance(shape, st.SearchStrategy) else st.just(tuple(shape))
 
     @st.composite
@@ -38,15 +55,17 @@ def arrays(shape, low: float = -2.0, high: float = 2.0, dtype=np.float64,
 
 
 def broadcastable_shapes(num_shapes: int = 2, min_dims: int = 0, max_dims: int = 3,
-                         max_side: int = 4) -> st.SearchStrategy:
+                         max_side: int = 4) -> SearchStrategy:
     """Tuples of ``num_shapes`` shapes that broadcast together (size-1 and missing axes included)."""
+    _, hnp = _hypothesis()
     return hnp.mutually_broadcastable_shapes(
         num_shapes=num_shapes, min_dims=min_dims, max_dims=max_dims, max_side=max_side
     ).map(lambda b: b.input_shapes)
 
 
-def matmul_shapes(max_batch_dims: int = 2, max_side: int = 4) -> st.SearchStrategy:
+def matmul_shapes(max_batch_dims: int = 2, max_side: int = 4) -> SearchStrategy:
     """Pairs (a_shape, b_shape) with a (..., m, k) and b (..., k, n) whose leading axes broadcast."""
+    st, _ = _hypothesis()
 
     @st.composite
     def build(draw):
@@ -57,8 +76,9 @@ def matmul_shapes(max_batch_dims: int = 2, max_side: int = 4) -> st.SearchStrate
     return build()
 
 
-def matmul_pairs(max_batch_dims: int = 2, max_side: int = 4, dtype=np.float64) -> st.SearchStrategy:
+def matmul_pairs(max_batch_dims: int = 2, max_side: int = 4, dtype=np.float64) -> SearchStrategy:
     """Pairs of arrays that can be matrix-multiplied, leading axes broadcasting."""
+    st, _ = _hypothesis()
 
     @st.composite
     def build(draw):

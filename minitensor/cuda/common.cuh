@@ -1,7 +1,7 @@
 // Helpers shared by every kernel in this folder.
 //
 // No CUDA headers are included, so the same text compiles under NVRTC (what CuPy's
-// RawModule uses at run time), under nvcc (tests/test_cuda_sources.py) and, on the CPU,
+// RawModule uses at run time), under nvcc (tests/minitensor/cuda/test_sources.py) and, on the CPU,
 // under the host C++ compiler with emulator.h in front (minitensor/cuda/emulator.py, which
 // defines MT_EMULATOR). The launchers in Python paste this file in place of the
 // `#include "common.cuh"` line, so CuPy's kernel cache keys on the full text.

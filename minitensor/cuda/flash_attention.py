@@ -12,7 +12,7 @@ from .build import array_module, as4d, ctype, kernel, mask_view
 
 SOURCE = "flash_attention.cu"
 # (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK) of the dQ pass: shared memory
-# under 48 KB and no register spills at D = 64 (nvcc -Xptxas -v; tests/test_cuda_sources.py)
+# under 48 KB and no register spills at D = 64 (nvcc -Xptxas -v; tests/minitensor/cuda/test_sources.py)
 TILES = {"float": ((64, 32), (64, 16), (64, 16)), "double": ((32, 32), (32, 8), (32, 8))}
 HEAD_SIZES = {"float": (16, 32, 64), "double": (16, 32)}
 

@@ -11,4 +11,7 @@ by side, and directly under it the public function that checks its arguments and
 - ``softmax``: softmax, log_softmax
 - ``norm``: layer_norm
 - ``dropout``, ``embedding``, ``loss`` (cross_entropy), ``attention`` (scaled dot-product)
+
+``fastpaths`` is not an op: it holds the faster roads (and CuPy's bfloat16 detour) that the
+ops take to their reference expressions, each called with a one-line why.
 """

@@ -42,6 +42,20 @@ def sum_last(xp, a):
     return a.sum(axis=-1, keepdims=True)
 
 
+def _is_last(axis, ndim: int) -> bool:
+    return ndim > 0 and (axis in (-1, ndim - 1) or axis == (ndim - 1,))
+
+
+def max_kept(xp, a, axis):
+    """Reference: ``a.max(axis=axis, keepdims=True)``; over the last axis, ``max_last``."""
+    return max_last(xp, a) if _is_last(axis, a.ndim) else a.max(axis=axis, keepdims=True)
+
+
+def sum_kept(xp, a, axis):
+    """Reference: ``a.sum(axis=axis, keepdims=True)``; over the last axis, ``sum_last``."""
+    return sum_last(xp, a) if _is_last(axis, a.ndim) else a.sum(axis=axis, keepdims=True)
+
+
 def sum_rows(xp, a):
     """Reference: ``a.sum(axis=0)`` for a 2-D ``a``: one GEMV with a vector of ones (BLAS)."""
     return xp.ones(a.shape[0], dtype=a.dtype) @ a

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from ..autograd import Function
 from ..tensor import Tensor, as_tensor
-from .fastpaths import max_last, sum_last
+from .fastpaths import max_kept, sum_kept
 
 
 def finite_max(xp, x, axis):
     """max over ``axis`` (kept), with an all -inf row clamped to the lowest finite value, so
     ``x - max`` stays -inf there instead of becoming NaN."""
-    last = axis in (-1, x.ndim - 1) or axis == (x.ndim - 1,)
-    m = max_last(xp, x) if last else x.max(axis=axis, keepdims=True)  # why: short rows (fastpaths)
+    m = max_kept(xp, x, axis)  # x.max(axis, keepdims=True); why fastpaths: attention's short rows
     return xp.maximum(m, xp.finfo(x.dtype).min)
 
 
@@ -25,8 +24,7 @@ def exp_normalise(xp, x, axis):
     m = finite_max(xp, x, axis)
     e = x - m
     e = xp.exp(e, out=e) if e.ndim else xp.exp(e)  # in place: one temporary (0-d: a NumPy scalar)
-    last = axis in (-1, x.ndim - 1) or axis == (x.ndim - 1,)
-    s = sum_last(xp, e) if last else e.sum(axis=axis, keepdims=True)  # why: BLAS row sums (fastpaths)
+    s = sum_kept(xp, e, axis)  # e.sum(axis, keepdims=True); why fastpaths: BLAS row sums
     return e, s, m
 
 
@@ -41,8 +39,7 @@ def softmax_array(xp, x, axis: int):
 def softmax_backward(xp, y, g, axis: int = -1):
     """dx = y ⊙ (g - Σ_j g_j y_j): the softmax Jacobian diag(y) - y yᵀ applied to a cotangent g."""
     gy = g * y
-    last = axis in (-1, y.ndim - 1)
-    gy -= y * (sum_last(xp, gy) if last else gy.sum(axis=axis, keepdims=True))
+    gy -= y * sum_kept(xp, gy, axis)
     return gy
 
 

@@ -16,7 +16,7 @@ from transformer.checkpoint import load_checkpoint, step_checkpoints
 from transformer.cli import main
 from transformer.tokenizer import Tokenizer
 
-from ..test_distributed import mpiexec
+from ..minitensor.test_distributed import mpiexec
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
 REPO = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 
 from minitensor.cuda import flash_attention, layer_norm, softmax, sources
 
-from .helpers import require
+from ...helpers import require
 
 LAUNCHERS = {"layer_norm.cu": layer_norm, "softmax.cu": softmax, "flash_attention.cu": flash_attention}
 ARCHS = ("80", "90")

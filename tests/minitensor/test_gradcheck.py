@@ -8,7 +8,7 @@ from minitensor.autograd import Function
 from minitensor.ops.norm import LayerNorm
 from minitensor.ops.softmax import Softmax
 
-from .helpers import leaf
+from ..helpers import leaf
 
 
 class BrokenSoftmax(Softmax):

@@ -20,7 +20,7 @@ from minitensor.cuda import softmax as softmax_kernels
 from minitensor.cuda.emulator import EmulatorError, compile_source
 from minitensor.ops.norm import LayerNorm
 
-from .helpers import require
+from ...helpers import require
 
 
 @pytest.fixture(autouse=True, scope="module")

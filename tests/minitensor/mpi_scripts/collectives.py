@@ -1,4 +1,4 @@
-"""Run under mpiexec by tests/test_distributed.py: checks the collectives and prints one line per rank."""
+"""Run under mpiexec by tests/minitensor/test_distributed.py: checks the collectives and prints one line per rank."""
 import sys
 
 import numpy as np

@@ -5,7 +5,7 @@ import pytest
 import minitensor as mt
 from minitensor import nn
 
-from .helpers import close
+from ..helpers import close
 
 
 class Tiny(nn.Module):

@@ -10,7 +10,7 @@ import minitensor as mt
 import minitensor.functional as F
 from minitensor.testing import arrays, matmul_pairs, shapes
 
-from .helpers import close, leaf
+from ..helpers import close, leaf
 
 
 def np_softmax(x, axis=-1):

@@ -14,8 +14,8 @@ import pytest
 
 from transformer.cli import main
 
-from .test_distributed import mpiexec
-from .transformer.test_distributed_training import (REPO, SHARED, args, assert_same_weights, run_dir, spm_model,  # noqa: F401
+from ..minitensor.test_distributed import mpiexec
+from .test_distributed_training import (REPO, SHARED, args, assert_same_weights, run_dir, spm_model,  # noqa: F401
                                                     weights)
 
 pytestmark = [pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present"),

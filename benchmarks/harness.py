@@ -1,4 +1,4 @@
-"""Shared by the benchmarks: device description, timing, peaks, JSON results.
+"""The benchmarks' harness: the machine's description, timing, device peaks, JSON results.
 
 Not part of the package; imported by the scripts beside it.
 """

@@ -13,7 +13,7 @@ from minitensor.cuda import emulator
 from transformer import Transformer, TransformerConfig
 from transformer.loss import label_smoothed_loss
 
-from ..helpers import require, translation_batch
+from ...helpers import require, translation_batch
 
 
 def _step(cfg, batch, emulate: bool):

@@ -7,7 +7,7 @@ import pytest
 import minitensor as mt
 import minitensor.functional as F
 
-from .helpers import close, leaf
+from ..helpers import close, leaf
 
 
 def test_diamond_graph_sums_both_paths():

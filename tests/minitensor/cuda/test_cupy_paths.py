@@ -23,7 +23,7 @@ from minitensor.ops.dropout import dropout_mask
 from minitensor.cuda import build, sources
 from minitensor.ops import fastpaths
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 # ---------------------------------------------------------------- random numbers

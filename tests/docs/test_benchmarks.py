@@ -10,11 +10,11 @@ import minitensor as mt
 from minitensor.ops.linalg import Linear
 from transformer import Transformer, TransformerConfig, label_smoothed_loss
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _matmul_floor(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it imports gpu_common from beside it
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # it imports harness from beside it
     spec = importlib.util.spec_from_file_location("matmul_floor", BENCHMARKS / "matmul_floor.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

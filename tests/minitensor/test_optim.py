@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import minitensor as mt
 from minitensor import nn, optim, threads
 
-from .helpers import close
+from ..helpers import close
 
 
 def quadratic_grads(w, step):

@@ -5,7 +5,7 @@ import pytest
 import minitensor as mt
 import minitensor.functional as F
 
-from .helpers import leaf
+from ..helpers import leaf
 
 
 def test_matmul_with_mismatched_inner_dims_names_both_shapes():

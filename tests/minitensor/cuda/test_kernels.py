@@ -22,7 +22,7 @@ from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, masked_softmax_reference
 from minitensor.ops.norm import LayerNorm, layer_norm_backward_reference, layer_norm_reference
 
-from .helpers import require
+from ...helpers import require
 
 # float32 against float64, and 16-bit against float32 on the same (rounded) input
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 2e-2}

@@ -1,0 +1,89 @@
+"""The README's code blocks run as written, and its quick start names the real commands."""
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def python_blocks():
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_every_python_block_in_the_readme_runs():
+    blocks = python_blocks()
+    assert len(blocks) >= 2
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})
+
+
+def test_quick_start_is_two_commands_install_and_run_then_install_and_test():
+    text = README.read_text()
+    quick = text.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert quick == ['pip install -e . && python examples/copy_task.py', 'pip install -e ".[test]" && pytest']
+    assert (README.parent / "examples" / "copy_task.py").exists()
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert quick[1] in ci
+
+
+def test_the_cpu_figures_are_the_rendering_of_the_newest_results_file():
+    """The CPU figures are generated (benchmarks/cpu_session.py), never typed: the table of
+    docs/performance.md and the README's summary equal what the newest
+    benchmarks/results/cpu_*.json renders to."""
+    import importlib.util
+    import json
+
+    root = README.parent
+    results = sorted((root / "benchmarks" / "results").glob("cpu_*.json"))
+    assert results, "no benchmarks/results/cpu_*.json"
+    spec = importlib.util.spec_from_file_location("cpu_session", root / "benchmarks" / "cpu_session.py")
+    session = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(session)
+    newest = json.loads(results[-1].read_text())
+
+    def block(path):
+        return path.read_text().split(session.BEGIN, 1)[1].split(session.END, 1)[0].strip()
+
+    assert block(root / "docs" / "performance.md") == session.table(newest)
+    assert block(README) == session.summary(newest)
+
+
+def test_every_result_file_is_indexed_and_cited_and_every_cited_file_exists():
+    """benchmarks/results/ keeps what the docs cite: each JSON file has a row in its README
+    and is named in docs/performance.md, and every results file the docs name is there."""
+    import re
+
+    root = README.parent
+    folder = root / "benchmarks" / "results"
+    files = {p.name for p in folder.glob("*.json")}
+    index = (folder / "README.md").read_text()
+    performance = (root / "docs" / "performance.md").read_text()
+    assert files, "no results"
+    for name in files:
+        assert f"`{name}`" in index, f"{name} is not in benchmarks/results/README.md"
+        assert name in performance, f"{name} is cited nowhere in docs/performance.md"
+    cited = set(re.findall(r"[\w.-]+_20\d\d-\d\d-\d\d[\w.-]*\.json", index + performance + README.read_text()))
+    assert cited <= files, f"cited but missing: {sorted(cited - files)}"
+
+
+def test_the_user_guide_names_no_issue_commit_or_machine_anecdote():
+    """The README is a user's guide: dated results and their history live in docs/performance.md."""
+    import re
+
+    text = README.read_text()
+    assert not re.search(r"\bissue \d+|\bcommit [0-9a-f]{7}\b|\b[0-9a-f]{7}\b(?= against| →)", text)
+    assert "CI machine" not in text and "sitting" not in text
+
+
+def test_the_layout_block_names_every_top_level_folder_and_example():
+    import subprocess
+
+    root = README.parent
+    layout = README.read_text().split("## Layout", 1)[1].split("```", 2)[1]
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True).stdout.split()
+    if not tracked:  # not a git checkout: the folders on disk
+        tracked = [str(p.relative_to(root)) for p in root.rglob("*") if ".git" not in p.parts]
+    folders = {t.split("/")[0] for t in tracked if "/" in t}
+    for folder in folders:
+        assert f"{folder}/" in layout or folder in layout, f"{folder} is missing from the README's Layout"
+    for example in (root / "examples").glob("*.py"):
+        assert example.name in layout, f"examples/{example.name} is missing from the README's Layout"
