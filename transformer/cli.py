@@ -21,6 +21,8 @@ import traceback
 from dataclasses import fields
 from pathlib import Path
 
+from tqdm import tqdm
+
 from minitensor import blas, distributed
 
 from . import data as D
@@ -280,8 +282,6 @@ def main(argv=None):
 
 
 def _close_progress_bars() -> None:
-    from tqdm import tqdm  # noqa: PLC0415
-
     for bar in list(getattr(tqdm, "_instances", ())):
         bar.close()
 

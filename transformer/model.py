@@ -5,6 +5,7 @@ import minitensor as mt
 import minitensor.functional as F
 from minitensor import nn
 
+from .attention import MultiHeadAttention
 from .config import TransformerConfig
 from .embedding import PositionalEncoding, ScaledEmbedding
 from .layers import DecoderLayer, EncoderLayer
@@ -139,8 +140,6 @@ class Transformer(nn.Module):
 
     def store_attention(self, on: bool = True) -> None:
         """Keep the last attention weights of every MultiHeadAttention (for plots)."""
-        from .attention import MultiHeadAttention  # noqa: PLC0415
-
         for m in self.modules():
             if isinstance(m, MultiHeadAttention):
                 m.store_attention = on

@@ -20,12 +20,13 @@ tracker and AddressSanitizer; ``MINITENSOR_EMULATOR_CHECK`` sets them from the e
 """
 from __future__ import annotations
 
+import importlib
 import os
 from contextlib import ContextDecorator
 
 import numpy as np
 
-from ..backend import cuda_available
+from ..backend import cuda_available, cupy
 from .memory import PeakMemory, memory_stats
 
 ATTENTION_MODES = ("auto", "flash", "fused")
@@ -60,8 +61,6 @@ def device_count() -> int:
     """How many CUDA GPUs CuPy sees (0 without CuPy)."""
     if not cuda_available():
         return 0
-    from ..backend import cupy  # noqa: PLC0415
-
     return int(cupy().cuda.runtime.getDeviceCount())
 
 
@@ -137,6 +136,17 @@ def kernels_may_run(xp) -> bool:
     return _settings["emulate"] if xp is np else True
 
 
+KERNELS = ("layer_norm", "softmax", "flash_attention")
+
+
+def launcher(name: str):
+    """The Python launcher of one kernel (one of :data:`KERNELS`), imported on first use: the
+    launchers bring the NVRTC build and the CPU emulator, which a run on NumPy never needs."""
+    if name not in KERNELS:
+        raise ValueError(f"no kernel named {name!r}; the kernels are {KERNELS}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
 def attention_mode() -> str:
     return _settings["attention"]
 
@@ -153,10 +163,8 @@ def set_tf32(enabled: bool) -> None:
     """Let float32 matrix products use TF32 tensor cores (10-bit mantissa inputs, float32
     accumulation), as ``torch.backends.cuda.matmul.allow_tf32`` does. Needs compute
     capability 8.0 or newer; off by default."""
-    from ..backend import cupy  # noqa: PLC0415
-
     cp = cupy()
-    from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
+    from cupy._core import _routines_linalg as linalg  # noqa: PLC0415 (CuPy is optional: imported once it is in use)
 
     linalg.set_compute_type(cp.float32, linalg.COMPUTE_TYPE_TF32 if enabled else linalg.COMPUTE_TYPE_DEFAULT)
 
@@ -164,13 +172,12 @@ def set_tf32(enabled: bool) -> None:
 def tf32_enabled() -> bool:
     if not cuda_available():
         return False
-    from ..backend import cupy  # noqa: PLC0415
-
     cp = cupy()
-    from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
+    from cupy._core import _routines_linalg as linalg  # noqa: PLC0415 (CuPy is optional: imported once it is in use)
 
     return linalg.get_compute_type(cp.float32) == linalg.COMPUTE_TYPE_TF32
 
+
 __all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
-           "emulator_check", "kernels_may_run", "attention_mode",
+           "emulator_check", "kernels_may_run", "launcher", "KERNELS", "attention_mode",
            "set_attention", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cuda
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_mask, as_tensor
@@ -59,17 +60,13 @@ def _check(q, k, v, mask, scores_shape):
 
 def _route(xp, q, k, v, mask, scores_shape, dropping: bool, need_weights: bool) -> str:
     """"flash", "fused" (kernel softmax between cuBLAS products) or "xp"."""
-    from .. import cuda  # noqa: PLC0415
-
     if not cuda.kernels_may_run(xp) or len(scores_shape) > 4:
         return "xp"
-    from ..cuda import flash_attention, softmax  # noqa: PLC0415
-
     mode = cuda.attention_mode()
-    if (not dropping and not need_weights and mode != "fused" and flash_attention.applies(q, k, v)
+    if (not dropping and not need_weights and mode != "fused" and cuda.launcher("flash_attention").applies(q, k, v)
             and (mode == "flash" or k.shape[-2] >= cuda.FLASH_MIN_KEYS)):
         return "flash"
-    return "fused" if softmax.applies(q.dtype, scores_shape) else "xp"
+    return "fused" if cuda.launcher("softmax").applies(q.dtype, scores_shape) else "xp"
 
 
 class ScaledDotProductAttention(Function):
@@ -96,9 +93,7 @@ class ScaledDotProductAttention(Function):
         ctx.route = _route(xp, q, k, v, mask, scores_shape, dropping, need_weights)
         ctx.scale = scale
         if ctx.route == "flash":
-            from ..cuda import flash_attention  # noqa: PLC0415
-
-            out, lse = flash_attention.forward(q, k, v, mask, scale)
+            out, lse = cuda.launcher("flash_attention").forward(q, k, v, mask, scale)
             ctx.weights = None
             ctx.save_for_backward(q, k, v, out, lse, mask)
             return out
@@ -106,9 +101,7 @@ class ScaledDotProductAttention(Function):
         # (Tq x Tk), and in float16 the unscaled q·k overflows √d_k times sooner.
         scores = product(q * q.dtype.type(scale), k.swapaxes(-1, -2))
         if ctx.route == "fused":
-            from ..cuda import softmax  # noqa: PLC0415
-
-            p = softmax.forward(scores, mask, 1.0)
+            p = cuda.launcher("softmax").forward(scores, mask, 1.0)
         else:
             p = masked_softmax_reference(xp, scores, mask, overwrite=True)
         dm = dropout_mask(xp, p.shape, dropout_p, p.dtype) if dropping else None
@@ -121,10 +114,8 @@ class ScaledDotProductAttention(Function):
     def backward(ctx, grad):
         nq, nk, nv = ctx.needs_input_grad[:3]
         if ctx.route == "flash":
-            from ..cuda import flash_attention  # noqa: PLC0415
-
             q, k, v, out, lse, mask = ctx.saved
-            return flash_attention.backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
+            return cuda.launcher("flash_attention").backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
         q, k, v, p, dm = ctx.saved
         a = p * dm if dm is not None else p
         gv = product(a.swapaxes(-1, -2), grad) if nv else None
@@ -132,9 +123,7 @@ class ScaledDotProductAttention(Function):
         if dm is not None:
             gp *= dm
         if ctx.route == "fused":  # the kernel's scale turns d(scaled scores) into d(Q Kᵀ)
-            from ..cuda import softmax  # noqa: PLC0415
-
-            gs = softmax.backward(p, gp, ctx.scale)
+            gs = cuda.launcher("softmax").backward(p, gp, ctx.scale)
         else:
             gs = softmax_backward(ctx.xp, p, gp)  # P ⊙ (dP - Σ_k dP ⊙ P)
             gs *= gs.dtype.type(ctx.scale)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor
-from ..cuda import kernels_may_run
+from .. import cuda
 from .precision import compute_dtype
 from .fastpaths import sum_last
 
@@ -85,9 +85,8 @@ class LayerNorm(Function):
             if p is not None and p.shape != (d,):
                 raise ShapeError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected ({d},) for input {tuple(x.shape)}")
         xp = ctx.xp
-        if kernels_may_run(xp):
-            from ..cuda import layer_norm as kernel  # noqa: PLC0415
-
+        if cuda.kernels_may_run(xp):
+            kernel = cuda.launcher("layer_norm")
             if kernel.applies(x, weight, bias):
                 y, mean, rstd = kernel.forward(x, weight, bias, eps)
                 ctx.kernel = True
@@ -101,10 +100,8 @@ class LayerNorm(Function):
     @staticmethod
     def backward(ctx, grad):
         if ctx.kernel:
-            from ..cuda import layer_norm as kernel  # noqa: PLC0415
-
             x, weight, mean, rstd = ctx.saved
-            return kernel.backward(grad, x, weight, mean, rstd)
+            return cuda.launcher("layer_norm").backward(grad, x, weight, mean, rstd)
         xhat, r, weight = ctx.saved
         return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad)
 
