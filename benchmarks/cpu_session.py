@@ -4,12 +4,20 @@ minitensor against PyTorch, written with the machine's description to
 benchmarks/results/cpu_<date>.json, then rewrites the table of docs/performance.md and the
 README's summary from that file (--write JSON does only that).
 
+With --checkout NAME=DIR (twice or more) it compares source trees instead: every run takes
+its minitensor and transformer from one tree (PYTHONPATH), the trees alternate run by run
+(A B A B ... for --repeats rounds, in each BLAS setting), and the result goes to
+benchmarks/results/cpu_compare_<date>.json with a table of each tree's ratios against
+PyTorch and of its own figures against the first tree's; the docs are left alone.
+
 NumPy's OpenBLAS reads OPENBLAS_CORETYPE when it loads (see minitensor/blas.py), so each
 BLAS setting is its own process: the environment as it is, and, where that forces an AVX2
 core on an AVX-512 CPU, also without the variable (PyTorch's MKL does not read it).
 
     cd benchmarks && ../.venv-torch/bin/python cpu_session.py            # ~15 minutes on 2 cores
     python benchmarks/cpu_session.py --write benchmarks/results/cpu_2026-11-23.json
+    git worktree add /tmp/before <commit>
+    ../.venv-torch/bin/python cpu_session.py --checkout before=/tmp/before --checkout after=.. --repeats 2
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,28 +37,31 @@ PERFORMANCE = HERE.parent / "docs" / "performance.md"
 BEGIN, END = "<!-- cpu-benchmarks:begin -->", "<!-- cpu-benchmarks:end -->"
 
 
-def next_results_file(date: str) -> Path:
-    """results/cpu_<date>.json, or cpu_<date>_2.json, _3, ... when the day already has some."""
-    first = HERE / "results" / f"cpu_{date}.json"
+def next_results_file(date: str, stem: str = "cpu") -> Path:
+    """results/<stem>_<date>.json, or <stem>_<date>_2.json, _3, ... when the day already has some."""
+    first = HERE / "results" / f"{stem}_{date}.json"
     n = 1
     path = first
     while path.exists():
         n += 1
-        path = first.with_name(f"cpu_{date}_{n}.json")
+        path = first.with_name(f"{stem}_{date}_{n}.json")
     return path
+
+
+def commit(tree: Path) -> str | None:
+    """``git describe --always --dirty`` of a source tree (None outside git)."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=tree, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def machine() -> dict:
     """harness.environment("cpu") and the commit measured."""
     from harness import environment  # noqa: PLC0415 (beside this script; the README test imports only table)
 
-    out = environment("cpu")
-    try:
-        out["commit"] = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=HERE, capture_output=True,
-                                       text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        out["commit"] = None
-    return out
+    return {**environment("cpu"), "commit": commit(HERE)}
 
 
 def run_script(script: str, args: list, env: dict) -> dict:
@@ -62,13 +74,62 @@ def run_script(script: str, args: list, env: dict) -> dict:
 
 
 def blas_settings() -> dict:
-    """{name: environment}: as it is, plus one without OPENBLAS_CORETYPE where that holds OpenBLAS back."""
+    """{name: environment}: as it is, plus one without OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE)
+    where that holds OpenBLAS back."""
     from minitensor import blas  # noqa: PLC0415
 
     envs = {"as is": dict(os.environ)}
     if blas.advice():
-        envs["OPENBLAS_CORETYPE unset"] = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+        envs["OPENBLAS_CORETYPE unset"] = {k: v for k, v in os.environ.items()
+                                           if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     return envs
+
+
+def measure(seeds: list, base_steps: int, env: dict) -> dict:
+    """One copy-task run over ``seeds`` and one base-step run, each its own process."""
+    copy = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, seeds)], env)
+    base = run_script("base_step_vs_torch.py", ["--steps", str(base_steps)], env)
+    return {"blas": base["environment"]["blas"], "copy_task": copy, "base_step": base}
+
+
+FIGURES = {  # name: (where in one measure() result, True when larger is better for minitensor)
+    "copy ms per update": (lambda r: r["copy_task"]["minitensor_ms_per_update"], False),
+    "copy ratio ms per update": (lambda r: r["copy_task"].get("ratio_ms_per_update"), False),
+    "copy ratio time to 99%": (lambda r: r["copy_task"].get("ratio_median_seconds"), False),
+    "base tokens/s": (lambda r: r["base_step"]["results"]["fp32"]["minitensor"]["target_tokens_per_s"], True),
+    "base ratio tokens/s": (lambda r: r["base_step"]["results"]["fp32"].get(
+        "ratio_tokens_per_s_minitensor_over_torch"), True),
+}
+
+
+def compare(trees: dict, seeds: list, base_steps: int, repeats: int) -> dict:
+    """The trees measured in turn (A B A B ...) in each BLAS setting; every run as measure() gives it."""
+    runs = {}
+    for setting, env in blas_settings().items():
+        runs[setting] = {name: [] for name in trees}
+        for r in range(repeats):
+            for name, tree in trees.items():
+                print(f"== BLAS {setting}, round {r + 1}/{repeats}: {name} ({tree})", file=sys.stderr, flush=True)
+                runs[setting][name].append(measure(seeds, base_steps, {**env, "PYTHONPATH": str(tree)}))
+    return runs
+
+
+def comparison_table(result: dict) -> str:
+    """Medians over the rounds of each figure, per BLAS setting and tree; each tree's figure over
+    the first tree's in brackets (above 1: more of that figure)."""
+    rows = []
+    for setting, by_tree in result["runs"].items():
+        first = next(iter(by_tree))
+        commits = ", ".join(f"{n}: {result['trees'][n]['commit']}" for n in by_tree)
+        rows += [f"\n{setting} ({commits})\n",
+                 "| figure | better | " + " | ".join(by_tree) + " |", "|---|---|" + "---|" * len(by_tree)]
+        for figure, (get, larger) in FIGURES.items():
+            med = {n: statistics.median(v) if (v := [x for x in map(get, rs) if x is not None]) else None
+                   for n, rs in by_tree.items()}
+            cells = [("–" if m is None else f"{m:.4g}" if n == first or med[first] is None
+                      else f"{m:.4g} ({m / med[first]:.3f})") for n, m in med.items()]
+            rows.append(f"| {figure} | {'higher' if larger else 'lower'} | " + " | ".join(cells) + " |")
+    return "\n".join(rows).lstrip("\n")
 
 
 def rounds(base: dict) -> str:
@@ -161,20 +222,35 @@ def main() -> None:
                                  "n-th session of a day (names sort in time order: the docs show the last)")
     p.add_argument("--write", metavar="JSON", help="only rewrite docs/performance.md's table and the README's "
                                                    "summary from this file")
+    p.add_argument("--checkout", action="append", metavar="NAME=DIR",
+                   help="compare source trees (e.g. git worktrees of two commits), alternating run by run; "
+                        "give it twice or more")
+    p.add_argument("--repeats", type=int, default=2, help="with --checkout: rounds of A B ... per BLAS setting")
     a = p.parse_args()
     sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor, whichever environment runs the script
     if a.write:
         write_docs(json.loads(Path(a.write).read_text()))
         return
     date = datetime.date.today().isoformat()
+    if a.checkout:
+        if len(a.checkout) < 2 or any("=" not in c for c in a.checkout):
+            p.error("--checkout NAME=DIR, at least twice")
+        trees = {name: Path(tree).resolve() for name, tree in (c.split("=", 1) for c in a.checkout)}
+        out = Path(a.out).resolve() if a.out else next_results_file(date, "cpu_compare")
+        result = {"date": date, "file": str(out.relative_to(HERE.parent)) if out.is_relative_to(HERE.parent)
+                  else str(out), "machine": machine(), "seeds": a.seeds, "base_steps": a.base_steps,
+                  "trees": {n: {"dir": str(t), "commit": commit(t)} for n, t in trees.items()}}
+        result["runs"] = compare(trees, a.seeds, a.base_steps, a.repeats)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+        print(comparison_table(result))
+        return
     out = Path(a.out).resolve() if a.out else next_results_file(date)
     result = {"date": date, "file": str(out.relative_to(HERE.parent)) if out.is_relative_to(HERE.parent) else str(out),
               "machine": machine(), "runs": {}}
     for name, env in blas_settings().items():
         print(f"== BLAS: {name}", file=sys.stderr, flush=True)
-        copy = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, a.seeds)], env)
-        base = run_script("base_step_vs_torch.py", ["--steps", str(a.base_steps)], env)
-        result["runs"][name] = {"blas": base["environment"]["blas"], "copy_task": copy, "base_step": base}
+        result["runs"][name] = measure(a.seeds, a.base_steps, env)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
