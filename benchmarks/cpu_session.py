@@ -85,15 +85,18 @@ def blas_settings() -> dict:
     return envs
 
 
-def measure(seeds: list, base_steps: int, env: dict) -> dict:
-    """One copy-task run over ``seeds`` and one base-step run, each its own process."""
-    copy = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, seeds)], env)
-    base = run_script("base_step_vs_torch.py", ["--steps", str(base_steps)], env)
+def measure(seeds: list, base_steps: int, env: dict, torch: bool = True) -> dict:
+    """One copy-task run over ``seeds`` and one base-step run, each its own process (without
+    PyTorch's side when ``torch`` is False)."""
+    alone = [] if torch else ["--no-torch"]
+    copy = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, seeds), *alone], env)
+    base = run_script("base_step_vs_torch.py", ["--steps", str(base_steps), *alone], env)
     return {"blas": base["environment"]["blas"], "copy_task": copy, "base_step": base}
 
 
 FIGURES = {  # name: (where in one measure() result, True when larger is better for minitensor)
     "copy ms per update": (lambda r: r["copy_task"]["minitensor_ms_per_update"], False),
+    "copy CPU ms per update": (lambda r: _cpu_ms_per_update(r["copy_task"]), False),
     "copy ratio ms per update": (lambda r: r["copy_task"].get("ratio_ms_per_update"), False),
     "copy ratio time to 99%": (lambda r: r["copy_task"].get("ratio_median_seconds"), False),
     "base tokens/s": (lambda r: r["base_step"]["results"]["fp32"]["minitensor"]["target_tokens_per_s"], True),
@@ -102,7 +105,15 @@ FIGURES = {  # name: (where in one measure() result, True when larger is better 
 }
 
 
-def compare(trees: dict, seeds: list, base_steps: int, repeats: int) -> dict:
+def _cpu_ms_per_update(copy: dict) -> float | None:
+    """minitensor's processor milliseconds per copy-task update (all threads; where recorded)."""
+    rows = [r["minitensor"] for r in copy["rows"]]
+    if not all("cpu_seconds" in r for r in rows):
+        return None
+    return 1000 * sum(r["cpu_seconds"] for r in rows) / sum(r["steps"] for r in rows)
+
+
+def compare(trees: dict, seeds: list, base_steps: int, repeats: int, torch: bool = True) -> dict:
     """The trees measured in turn (A B A B ...) in each BLAS setting; every run as measure() gives it."""
     runs = {}
     for setting, env in blas_settings().items():
@@ -110,7 +121,7 @@ def compare(trees: dict, seeds: list, base_steps: int, repeats: int) -> dict:
         for r in range(repeats):
             for name, tree in trees.items():
                 print(f"== BLAS {setting}, round {r + 1}/{repeats}: {name} ({tree})", file=sys.stderr, flush=True)
-                runs[setting][name].append(measure(seeds, base_steps, {**env, "PYTHONPATH": str(tree)}))
+                runs[setting][name].append(measure(seeds, base_steps, {**env, "PYTHONPATH": str(tree)}, torch))
     return runs
 
 
@@ -226,6 +237,8 @@ def main() -> None:
                    help="compare source trees (e.g. git worktrees of two commits), alternating run by run; "
                         "give it twice or more")
     p.add_argument("--repeats", type=int, default=2, help="with --checkout: rounds of A B ... per BLAS setting")
+    p.add_argument("--no-torch", action="store_true",
+                   help="with --checkout: minitensor only (the trees against each other; faster, so more rounds fit)")
     a = p.parse_args()
     sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor, whichever environment runs the script
     if a.write:
@@ -240,7 +253,7 @@ def main() -> None:
         result = {"date": date, "file": str(out.relative_to(HERE.parent)) if out.is_relative_to(HERE.parent)
                   else str(out), "machine": machine(), "seeds": a.seeds, "base_steps": a.base_steps,
                   "trees": {n: {"dir": str(t), "commit": commit(t)} for n, t in trees.items()}}
-        result["runs"] = compare(trees, a.seeds, a.base_steps, a.repeats)
+        result["runs"] = compare(trees, a.seeds, a.base_steps, a.repeats, torch=not a.no_torch)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
         print(comparison_table(result))
