@@ -48,6 +48,16 @@ def next_results_file(date: str, stem: str = "cpu") -> Path:
     return path
 
 
+def newest_session_file(folder: Path = HERE / "results") -> Path | None:
+    """The newest single-tree session, results/cpu_<date>[_n].json (not a cpu_compare_ file),
+    ordered by date and then by n (so _10 comes after _9)."""
+    def order(path: Path):
+        date, _, n = path.stem.removeprefix("cpu_").partition("_")
+        return date, int(n or 1)
+    files = sorted(folder.glob("cpu_[0-9]*.json"), key=order)
+    return files[-1] if files else None
+
+
 def commit(tree: Path) -> str | None:
     """``git describe --always --dirty`` of a source tree (None outside git)."""
     try:

@@ -28,17 +28,18 @@ def test_quick_start_is_two_commands_install_and_run_then_install_and_test():
 def test_the_cpu_figures_are_the_rendering_of_the_newest_results_file():
     """The CPU figures are generated (benchmarks/cpu_session.py), never typed: the table of
     docs/performance.md and the README's summary equal what the newest
-    benchmarks/results/cpu_*.json renders to."""
+    benchmarks/results/cpu_<date>.json renders to (a cpu_compare_ file is a sitting of several
+    trees, cited by hand)."""
     import importlib.util
     import json
 
     root = README.parent
-    results = sorted((root / "benchmarks" / "results").glob("cpu_*.json"))
-    assert results, "no benchmarks/results/cpu_*.json"
     spec = importlib.util.spec_from_file_location("cpu_session", root / "benchmarks" / "cpu_session.py")
     session = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(session)
-    newest = json.loads(results[-1].read_text())
+    newest_file = session.newest_session_file(root / "benchmarks" / "results")
+    assert newest_file is not None, "no benchmarks/results/cpu_<date>.json"
+    newest = json.loads(newest_file.read_text())
 
     def block(path):
         return path.read_text().split(session.BEGIN, 1)[1].split(session.END, 1)[0].strip()
