@@ -47,6 +47,20 @@ def keep_freed_memory(mmap_bytes: int = 512 << 20, trim_bytes: int = 2 << 30) ->
     return ok
 
 
+def release_free_memory() -> bool:
+    """Hand the freed memory the raised thresholds keep back to the OS (glibc's ``malloc_trim``):
+    for the end of a phase whose garbage the next one will not reuse, such as reading a corpus
+    as text before training on its ids. True when the C library could release some."""
+    if os.name != "posix":
+        return False
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return bool(trim(0))
+
+
 def status() -> dict:
     """Whether the thresholds were raised in this process, and why (not)."""
     return dict(_state)

@@ -32,4 +32,5 @@ def batch_loss(model, src, tgt_in, tgt_out, pad_id: int, smoothing: float = 0.1,
     rows = np.flatnonzero(flat != pad_id)
     logits = model(src, tgt_in, rows=rows)
     target = mt.tensor(flat[rows], device=logits.device)
-    return F.cross_entropy(logits, target, label_smoothing=smoothing, reduction=reduction)
+    # why overwrite: the logits, the softmax and its gradient (each tokens x V) share one array
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, reduction=reduction, overwrite=True)

@@ -21,7 +21,7 @@ from .. import cuda
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_mask, as_tensor
-from .dropout import check_probability, dropout_mask
+from .dropout import check_probability, dropout_keep, dropped
 from .fastpaths import product
 from .precision import compute_dtype
 from .shape import broadcasts
@@ -76,7 +76,7 @@ class ScaledDotProductAttention(Function):
     key; a query that may attend to nothing gets all-zero weights (not NaN).
 
     Backward, with P the weights, A = dropout(P) and G the output's cotangent:
-        dV = Aᵀ G,  dA = G Vᵀ,  dP = dA ⊙ dropmask,
+        dV = Aᵀ G,  dA = G Vᵀ,  dP = dA ⊙ keep / (1-p_drop),
         dS = P ⊙ (dP - Σ_k dP ⊙ P) · 1/√d_k,  dQ = dS K,  dK = dSᵀ Q.
     One op rather than five, so fused kernels can stand in for it on the GPU.
     The weights P are kept on ``ctx.weights`` (None on the flash route, which never forms
@@ -104,10 +104,10 @@ class ScaledDotProductAttention(Function):
             p = cuda.launcher("softmax").forward(scores, mask, 1.0)
         else:
             p = masked_softmax_reference(xp, scores, mask, overwrite=True)
-        dm = dropout_mask(xp, p.shape, dropout_p, p.dtype) if dropping else None
-        a = p * dm if dm is not None else p
-        ctx.weights = p
-        ctx.save_for_backward(q, k, v, p, dm)
+        keep = dropout_keep(xp, p.shape, dropout_p) if dropping else None
+        a = dropped(p, keep, dropout_p) if dropping else p
+        ctx.weights, ctx.dropout_p = p, dropout_p
+        ctx.save_for_backward(q, k, v, p, keep)
         return product(a, v)
 
     @staticmethod
@@ -116,12 +116,12 @@ class ScaledDotProductAttention(Function):
         if ctx.route == "flash":
             q, k, v, out, lse, mask = ctx.saved
             return cuda.launcher("flash_attention").backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
-        q, k, v, p, dm = ctx.saved
-        a = p * dm if dm is not None else p
+        q, k, v, p, keep = ctx.saved
+        a = dropped(p, keep, ctx.dropout_p) if keep is not None else p
         gv = product(a.swapaxes(-1, -2), grad) if nv else None
         gp = product(grad, v.swapaxes(-1, -2))
-        if dm is not None:
-            gp *= dm
+        if keep is not None:
+            dropped(gp, keep, ctx.dropout_p, in_place=True)
         if ctx.route == "fused":  # the kernel's scale turns d(scaled scores) into d(Q Kᵀ)
             gs = cuda.launcher("softmax").backward(p, gp, ctx.scale)
         else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
-from ..errors import ShapeError
+from ..errors import GraphError, ShapeError
 from ..tensor import Tensor, as_ids, as_tensor
 from .precision import compute_dtype
 from .fastpaths import sum_last
@@ -27,10 +27,15 @@ class CrossEntropy(Function):
     the logits' gradient comes back in their own dtype. On the GPU nothing here waits for the
     device: the target range is checked on the host only, and the count of targets stays a
     device scalar.
+
+    ``overwrite``: the logits are a temporary that nothing reads after this op, so e = exp(x - m)
+    is computed in their memory and, in the backward, the gradient in e's: the largest arrays
+    of a translation model's step exist once instead of three times. Such a loss can be
+    backpropagated only once.
     """
 
     @staticmethod
-    def forward(ctx, logits, target, ignore_index=None, label_smoothing=0.0, reduction="mean"):
+    def forward(ctx, logits, target, ignore_index=None, label_smoothing=0.0, reduction="mean", overwrite=False):
         xp = ctx.xp
         if target.dtype.kind not in "iu":
             raise ShapeError(f"cross_entropy: target must hold integer class ids, got dtype {target.dtype}")
@@ -55,7 +60,7 @@ class CrossEntropy(Function):
         eps = label_smoothing
         picked = xp.take_along_axis(x, safe_t[..., None], axis=-1)
         mean_x = sum_last(xp, x) / work.type(V) if eps else None  # why: BLAS row sums (fastpaths)
-        e, sum_e, m = exp_normalise(xp, x, -1)
+        e, sum_e, m = exp_normalise(xp, x, -1, overwrite=overwrite)
         log_s = xp.log(sum_e)  # log Σ exp(x - m): every term below is shifted by m, so stays small
         nll = (log_s - (picked - m))[..., 0]
         # with smoothing, mean_c(-log p_c) = log Σ exp(x) - mean_c(x_c)
@@ -63,7 +68,7 @@ class CrossEntropy(Function):
         loss = xp.where(valid, loss, 0).astype(work, copy=False)
         count = valid.sum()
         ctx.count = int(count) if on_host else count.astype(work)  # a device scalar on the GPU
-        ctx.reduction, ctx.eps = reduction, eps
+        ctx.reduction, ctx.eps, ctx.overwrite = reduction, eps, overwrite
         ctx.save_for_backward(e, sum_e, safe_t, valid)
         if reduction == "none":
             return loss
@@ -77,6 +82,11 @@ class CrossEntropy(Function):
     def backward(ctx, grad):
         e, sum_e, t, valid = ctx.saved
         xp = ctx.xp
+        if ctx.overwrite:
+            if getattr(ctx, "spent", False):
+                raise GraphError("cross_entropy(..., overwrite=True): the backward already wrote the gradient "
+                                 "over the saved softmax; such a loss can be backpropagated only once")
+            ctx.spent = True
         if ctx.reduction == "none":
             w = grad
         elif ctx.reduction == "sum":
@@ -85,7 +95,7 @@ class CrossEntropy(Function):
             w = xp.broadcast_to(grad / xp.maximum(ctx.count, 1), t.shape)
         w = (w * valid)[..., None].astype(e.dtype, copy=False)
         # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t)
-        g = e * (w / sum_e)
+        g = xp.multiply(e, w / sum_e, out=e if ctx.overwrite else None)
         V = g.shape[-1]
         if ctx.eps:
             g -= w * (ctx.eps / V)
@@ -95,11 +105,13 @@ class CrossEntropy(Function):
 
 
 def cross_entropy(logits, target, ignore_index: int | None = None, label_smoothing: float = 0.0,
-                  reduction: str = "mean") -> Tensor:
+                  reduction: str = "mean", overwrite: bool = False) -> Tensor:
     """Cross entropy of ``logits`` (..., V) against integer ``target`` (...), classes on the last axis.
 
     label_smoothing ε: PyTorch's definition (true class 1-ε+ε/V, every class ε/V).
     ignore_index: targets with this value count for nothing; "mean" averages over the rest.
+    overwrite: the logits are a temporary nothing reads afterwards; their memory is reused
+    (forward and backward), and the loss can be backpropagated only once.
     """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
@@ -108,4 +120,4 @@ def cross_entropy(logits, target, ignore_index: int | None = None, label_smoothi
     logits = as_tensor(logits)
     target = as_ids(target, logits)
     return CrossEntropy.apply(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                              reduction=reduction)
+                              reduction=reduction, overwrite=overwrite)

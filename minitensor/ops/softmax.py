@@ -15,14 +15,15 @@ def finite_max(xp, x, axis):
     return xp.maximum(m, xp.finfo(x.dtype).min)
 
 
-def exp_normalise(xp, x, axis):
+def exp_normalise(xp, x, axis, overwrite: bool = False):
     """(e, s, m) with m = max x, e = exp(x - m) and s = Σ e over ``axis`` (m and s kept as size 1).
 
     Then softmax(x) = e / s and log Σ exp(x) = m + log s, and no exp overflows: the largest
-    is exp(0) = 1. A row that is all -inf gives e = 0 and s = 0.
+    is exp(0) = 1. A row that is all -inf gives e = 0 and s = 0. ``overwrite``: x is a
+    temporary, and e is computed in its memory.
     """
     m = finite_max(xp, x, axis)
-    e = x - m
+    e = xp.subtract(x, m, out=x if overwrite and x.ndim else None)
     e = xp.exp(e, out=e) if e.ndim else xp.exp(e)  # in place: one temporary (0-d: a NumPy scalar)
     s = sum_kept(xp, e, axis)  # e.sum(axis, keepdims=True); why fastpaths: BLAS row sums
     return e, s, m

@@ -68,3 +68,27 @@ def test_status_says_why_when_switched_off():
     out = subprocess.run([sys.executable, "-c", "import minitensor; print(minitensor.allocator.status())"], env=env,
                          capture_output=True, text=True, check=True).stdout
     assert "'applied': False" in out and "MINITENSOR_KEEP_FREED_MEMORY=0" in out
+
+
+RELEASE = textwrap.dedent("""
+    import numpy as np
+    import minitensor
+
+    def resident_mib():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096 / 2**20
+
+    ys = [np.ones((250_000,), np.float32) for _ in range(400)]   # 400 MB of 1 MB arrays, on the heap
+    del ys
+    kept = resident_mib()
+    minitensor.allocator.release_free_memory()
+    print(kept, resident_mib())
+""")
+
+
+@pytest.mark.skipif(not LINUX_GLIBC, reason="malloc_trim is glibc's")
+def test_release_free_memory_hands_back_what_the_thresholds_keep():
+    env = {**os.environ, "MINITENSOR_KEEP_FREED_MEMORY": "1"}
+    kept, released = map(float, subprocess.run([sys.executable, "-c", RELEASE], env=env, capture_output=True, text=True,
+                                               check=True).stdout.split())
+    assert kept - released > 300, (kept, released)  # the freed 400 MB stayed resident until released

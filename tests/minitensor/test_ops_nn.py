@@ -167,6 +167,29 @@ def test_cross_entropy_matches_smoothed_formula_and_gradcheck(data, eps, reducti
     assert mt.gradcheck(lambda u: F.cross_entropy(u, tt, **kw), [tl])
 
 
+@given(data=st.data(), eps=st.sampled_from([0.0, 0.1]), reduction=st.sampled_from(["mean", "sum", "none"]))
+def test_cross_entropy_over_its_logits_gives_the_same_loss_and_gradient_in_their_memory(data, eps, reduction, device):
+    """overwrite=True: the loss and the gradient are those of the plain op, the softmax is
+    computed in the logits' own array, and a second backward is refused, not wrong."""
+    lead = data.draw(shapes(min_dims=1, max_dims=2, max_side=4))
+    V = data.draw(st.integers(2, 6))
+    logits = data.draw(arrays(lead + (V,), -3, 3))
+    target = mt.tensor(np.random.default_rng(data.draw(st.integers(0, 99))).integers(0, V, lead), device=device)
+    kw = dict(label_smoothing=eps, reduction=reduction)
+    cot = np.random.default_rng(0).standard_normal(lead) if reduction == "none" else None
+    plain, reused = leaf(logits, device), leaf(logits, device)
+    through_plain, through_reused = plain * 1.0, reused * 1.0   # the logits an op made: a temporary
+    want = F.cross_entropy(through_plain, target, **kw)
+    got = F.cross_entropy(through_reused, target, overwrite=True, **kw)
+    close(got, want.numpy())
+    assert not np.allclose(through_reused.numpy(), logits)  # its memory now holds exp(x - max)
+    want.backward(cot, retain_graph=True)
+    got.backward(cot, retain_graph=True)
+    close(reused.grad, plain.grad.numpy())
+    with pytest.raises(mt.GraphError, match="only once"):
+        got.backward(cot)
+
+
 def test_cross_entropy_mean_counts_only_non_ignored_targets():
     logits = leaf(np.zeros((1, 4, 5)))
     target = mt.tensor(np.array([[2, 0, 0, 3]]))
