@@ -30,6 +30,13 @@ class Batch:
         return len(self.index)
 
 
+def lengths(sentences: Sequence) -> np.ndarray:
+    """Each sentence's number of ids: a :class:`~transformer.tokenizer.TokenIds` knows them, a
+    list of arrays is measured."""
+    known = getattr(sentences, "lengths", None)
+    return known if known is not None else np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+
+
 def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_tokens: int,
                   pool_size: int = 100_000, shuffle: bool = True, seed: int = 0) -> list[np.ndarray]:
     """Index arrays, one per batch, such that batch_size x (longest side + 1) <= max_tokens.
@@ -54,16 +61,16 @@ def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_to
     for start in range(0, n, pool_size):
         pool = order[start:start + pool_size]
         pool = pool[np.argsort(longest[pool], kind="stable")]
-        current, width = [], 0
-        for i in pool:
-            w = max(width, int(longest[i]))
-            if current and w * (len(current) + 1) > max_tokens:
-                batches.append(np.array(current))
-                current, w = [], int(longest[i])
-            current.append(i)
-            width = w
-        if current:
-            batches.append(np.array(current))
+        width = longest[pool]  # ascending: a batch's widest example is its last
+        first = 0
+        while first < len(pool):
+            # the most examples from `first` on whose padded size (count x width of the last) fits;
+            # the sizes grow with the count, so a binary search finds it (one example always fits)
+            most = min(len(pool) - first, max_tokens // int(width[first]))
+            sizes = width[first:first + most] * np.arange(1, most + 1)
+            count = int(np.searchsorted(sizes, max_tokens, side="right"))
+            batches.append(pool[first:first + count])
+            first += count
     if shuffle:
         rng.shuffle(batches)
     return batches

@@ -1,5 +1,6 @@
-"""``python -m transformer``: train, translate, evaluate, average.
+"""``python -m transformer``: data, train, translate, evaluate, average.
 
+    python -m transformer data wmt14 --out data/wmt14      # the paper's data, downloaded and checked
     python -m transformer train --preset multi30k-cpu --run-dir runs/m30k
     python -m transformer evaluate --run-dir runs/m30k --average 3
     echo "A dog runs in the park." | python -m transformer translate --run-dir runs/m30k
@@ -14,26 +15,35 @@ adds the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import time
 import traceback
 from dataclasses import fields
 from pathlib import Path
 
 from tqdm import tqdm
 
-from minitensor import blas, distributed
+from minitensor import allocator, blas, distributed
 
 from . import data as D
+from . import wmt14
 from .checkpoint import (CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint, newest_loadable,
                          save_checkpoint, step_checkpoints)
 from .config import TransformerConfig
+from .corpus import PairFilter, ParallelText, bpe_sample, encode_corpus
+from .download import DownloadError
 from .evaluate import bleu, translate
 from .model import Transformer
 from .presets import PRESETS
 from .tokenizer import Tokenizer, VocabularyTooLarge, encode_cached
 from .train import MODEL_FLAGS, Interrupted, ParallelData, SettingsError, Trainer, TrainingDiverged, TrainSettings
+
+
+# pairs the joint BPE model is trained on, sampled from the whole corpus (every pair of a smaller one)
+BPE_SAMPLE_PAIRS = 1_000_000
 
 
 class InputError(Exception):
@@ -48,37 +58,67 @@ INPUT_ERRORS = (InputError, SettingsError, D.DataError, CheckpointError, Vocabul
 
 # ---------------------------------------------------------------------------- data preparation
 def load_corpora(args) -> dict:
-    """{"train": (src, tgt), "valid": (src, tgt), "test": (src, tgt) or None} as text."""
+    """{"train": ParallelText (streamed), "valid": (src, tgt) lists, "test": lists or None}."""
     if args.dataset == "multi30k":
-        root = args.data_dir
-        return {"train": D.multi30k("train", args.src_lang, args.tgt_lang, root),
-                "valid": D.multi30k("val", args.src_lang, args.tgt_lang, root),
-                "test": D.multi30k("test_2016_flickr", args.src_lang, args.tgt_lang, root)}
+        folder = D.multi30k_files(args.data_dir)
+        s, t = args.src_lang, args.tgt_lang
+        return {"train": ParallelText(files=((folder / f"train.{s}.gz", folder / f"train.{t}.gz"),)),
+                "valid": D.multi30k("val", s, t, folder),
+                "test": D.multi30k("test_2016_flickr", s, t, folder)}
+    if args.data_dir and not args.train_src:  # a folder that `data wmt14` prepared
+        train, valid, test = (wmt14.split_files(args.data_dir, split, args.src_lang, args.tgt_lang)
+                              for split in wmt14.SPLITS)
+        return {"train": ParallelText(files=(train,)), "valid": D.read_parallel(*valid), "test": D.read_parallel(*test)}
     if not (args.train_src and args.train_tgt and args.valid_src and args.valid_tgt):
-        raise InputError("wmt14 needs --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
+        raise InputError("wmt14 needs --data-dir (a folder prepared by: python -m transformer data wmt14 --out DIR) "
+                         "or --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
                          "(newstest2013); --test-src/--test-tgt (newstest2014) are optional")
-    train = D.concat_parallel(D.read_parallel(s, t) for s, t in zip(args.train_src.split(","), args.train_tgt.split(",")))
+    train = ParallelText(files=tuple(zip(args.train_src.split(","), args.train_tgt.split(","))))
     test = D.read_parallel(args.test_src, args.test_tgt) if args.test_src and args.test_tgt else None
     return {"train": train, "valid": D.read_parallel(args.valid_src, args.valid_tgt), "test": test}
 
 
-def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: bool = False):
-    """Read, filter, train/load the joint BPE model, encode (cached): -> tokenizer, train, valid, test."""
-    corpora = load_corpora(args)
-    src, tgt = corpora["train"]
-    if limit:
-        src, tgt = src[:limit], tgt[:limit]
-    src, tgt, report = D.filter_pairs(src, tgt, max_len=args.max_words, max_ratio=args.max_ratio)
+def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: bool = False,
+            timings: dict | None = None):
+    """Filter, train (or load) the joint BPE model on a sample, encode on every core (cached):
+    -> tokenizer, train, valid, test. The training text is streamed, never held. ``timings``,
+    when given, receives each stage's seconds."""
+    timings = {} if timings is None else timings
+    with _stage(timings, "read and filter, BPE sample"):
+        corpora = load_corpora(args)
+        keep = PairFilter(args.max_words, args.max_ratio, limit)
+        model_path = run / "spm.model"
+        if not model_path.exists():
+            src, tgt, report = bpe_sample(corpora["train"], keep, BPE_SAMPLE_PAIRS)
+    if model_path.exists():
+        tok = Tokenizer(model_path)
+    else:
+        if not quiet:
+            print(f"training data: {report}; training the BPE model on {len(src):,} of them", file=sys.stderr)
+        with _stage(timings, "BPE training"):
+            tok = Tokenizer.train(src + tgt, run / "spm", vocab_size)
+        del src, tgt
+    with _stage(timings, "encode and cache"):
+        src, tgt, report = encode_corpus(tok, corpora["train"], keep, run / "cache" / "train", progress=not quiet)
+        vs, vt = corpora["valid"]
+        cache = run / "cache"
+        valid = ParallelData(encode_cached(tok, vs, cache / "valid.src.npz"),
+                             encode_cached(tok, vt, cache / "valid.tgt.npz"), vs, vt)
+    allocator.release_free_memory()  # why: the text read and sampled is garbage now; training reuses none of it
     if not quiet:
-        print(f"training data: {report}", file=sys.stderr)
-    model_path = run / "spm.model"
-    tok = Tokenizer(model_path) if model_path.exists() else Tokenizer.train(src + tgt, run / "spm", vocab_size)
-    cache = run / "cache"
-    train = ParallelData(encode_cached(tok, src, cache / "train.src.npz"), encode_cached(tok, tgt, cache / "train.tgt.npz"))
-    vs, vt = corpora["valid"]
-    valid = ParallelData(encode_cached(tok, vs, cache / "valid.src.npz"), encode_cached(tok, vt, cache / "valid.tgt.npz"),
-                         vs, vt)
-    return tok, train, valid, corpora["test"]
+        print(f"training data: {report}; {len(src.flat) + len(tgt.flat):,} tokens; ready in "
+              f"{sum(timings.values()):.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in timings.items())})",
+              file=sys.stderr)
+    return tok, ParallelData(src, tgt), valid, corpora["test"]
+
+
+@contextlib.contextmanager
+def _stage(timings: dict, name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
 
 
 # ---------------------------------------------------------------------------- loading models
@@ -107,7 +147,8 @@ def load_model(run: Path, checkpoint: str | None = None, average: int = 0, devic
 # ---------------------------------------------------------------------------- commands
 def add_data_args(p):
     p.add_argument("--dataset", choices=["multi30k", "wmt14"], help="default: the preset's")
-    p.add_argument("--data-dir", help="a local Multi30k directory (default: $MULTI30K_DIR, else download into the cache)")
+    p.add_argument("--data-dir", help="multi30k: a local Multi30k directory (default: $MULTI30K_DIR, else download into "
+                                      "the cache); wmt14: a folder prepared by `python -m transformer data wmt14`")
     p.add_argument("--src-lang", default="en")
     p.add_argument("--tgt-lang", default="de")
     for side in ("train", "valid", "test"):
@@ -125,9 +166,12 @@ def check_data_args(args, vocab_size: int) -> None:
         v = getattr(args, name, None)
         if v is not None and v < low:
             raise InputError(f"--{name.replace('_', '-')} must be >= {low}, got {v}")
+    if args.data_dir and not Path(args.data_dir).is_dir():
+        raise InputError(f"--data-dir {args.data_dir}: no such directory")
     if args.dataset == "multi30k":
-        if args.data_dir and not Path(args.data_dir).is_dir():
-            raise InputError(f"--data-dir {args.data_dir}: no such directory")
+        return
+    if args.data_dir and not args.train_src:
+        wmt14.read_manifest(args.data_dir)
         return
     for side in ("train", "valid", "test"):
         for lang in ("src", "tgt"):
@@ -164,6 +208,18 @@ def cmd_train(args) -> dict:
     return summary
 
 
+def cmd_data(args) -> dict:
+    if args.retries < 0 or not args.timeout > 0:
+        raise InputError("--retries must be >= 0 and --timeout > 0")
+    if args.from_dir and not Path(args.from_dir).is_dir():
+        raise InputError(f"--from {args.from_dir}: no such directory")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: not a directory")
+    return wmt14.prepare(out, args.from_dir, args.url_base, progress=not args.no_progress, timeout=args.timeout,
+                         retries=args.retries)
+
+
 def cmd_average(args) -> None:
     run = Path(args.run_dir)
     found = step_checkpoints(run)[-args.last:]
@@ -193,6 +249,8 @@ def cmd_evaluate(args) -> dict:
     model, tok = load_model(run, args.checkpoint, args.average, args.device)
     if args.src and args.ref:
         src, ref = D.read_parallel(args.src, args.ref)
+    elif args.data_dir and wmt14.is_prepared(args.data_dir):
+        src, ref = D.read_parallel(*wmt14.split_files(args.data_dir, args.split or "test", args.src_lang, args.tgt_lang))
     else:
         split = args.split or "test_2016_flickr"
         src, ref = D.multi30k(split, args.src_lang, args.tgt_lang, args.data_dir)
@@ -214,6 +272,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m transformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("data", help="download and prepare a dataset (WMT14 English-German)",
+                       description=wmt14.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("dataset", choices=["wmt14"])
+    d.add_argument("--out", required=True, help="the folder to prepare (train/valid/test files and manifest.json)")
+    d.add_argument("--from", dest="from_dir", metavar="DIR",
+                   help="a folder that already holds the archives (no download): " + ", ".join(wmt14.ARCHIVES))
+    d.add_argument("--url-base", help="a mirror that serves the archives under their own names (URL_BASE/dev.tgz)")
+    d.add_argument("--timeout", type=float, default=60.0, help="seconds a wait for the server may last (default 60)")
+    d.add_argument("--retries", type=int, default=3,
+                   help="times a download that broke off is resumed before giving up (default 3)")
+    d.add_argument("--no-progress", action="store_true", help="no progress bars")
+    d.set_defaults(func=cmd_data)
 
     t = sub.add_parser("train", help="train a translation model", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -251,8 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--input", help="a text file, one sentence per line (default: stdin)")
             c.add_argument("--output", help="where to write (default: stdout)")
         else:
-            c.add_argument("--split", help="Multi30k split (default test_2016_flickr)")
-            c.add_argument("--data-dir", help="a local Multi30k directory")
+            c.add_argument("--split", help="Multi30k split (default test_2016_flickr); in a WMT14 folder, test "
+                                           "(newstest2014, the default) or valid (newstest2013)")
+            c.add_argument("--data-dir", help="a local Multi30k directory, or a folder `data wmt14` prepared")
             c.add_argument("--src", help="a source file (WMT: newstest2014, plain or .sgm)")
             c.add_argument("--ref", help="its reference translations")
             c.add_argument("--src-lang", default="en")
@@ -309,14 +381,20 @@ def run(argv=None) -> int:
     if debug:
         traceback.print_exception(error)
     print(f"error: {message}" if status != EXIT_INTERRUPTED else message, file=sys.stderr)
-    if not debug and status == EXIT_FAILURE:
+    if not debug and status == EXIT_FAILURE and not _own_words(error):
         print("(run again with --debug for the traceback)", file=sys.stderr)
     return status
+
+
+# failures this project describes in full: their message is the whole story, no traceback hint
+OWN_WORDS = (*INPUT_ERRORS, CheckpointWriteError, TrainingDiverged, DownloadError, wmt14.PreparationError)
+
+
+def _own_words(e: BaseException) -> bool:
+    return isinstance(e, OWN_WORDS) and not isinstance(e, UnicodeDecodeError)
 
 
 def _message(e: BaseException) -> str:
     """The error's own words where this project wrote them; else prefixed with its type."""
     text = str(e).strip() or type(e).__name__
-    if isinstance(e, (*INPUT_ERRORS, CheckpointWriteError, TrainingDiverged)) and not isinstance(e, UnicodeDecodeError):
-        return text
-    return f"{type(e).__name__}: {text}"
+    return text if _own_words(e) else f"{type(e).__name__}: {text}"

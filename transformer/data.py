@@ -6,17 +6,15 @@ Problems with the input are reported with the file (and line) they come from.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import html
+import itertools
 import os
 import re
-import tempfile
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
-from tqdm.auto import tqdm
+from .download import DownloadError, download, sha256_of
 
 
 class DataError(ValueError):
@@ -27,22 +25,24 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file (``.gz`` is decompressed), without their line endings.
-
-    Raises :class:`DataError` naming the file and the (1-based) line with invalid UTF-8.
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (``.gz`` is decompressed), one at a time, without their
+    line endings. Raises :class:`DataError` naming the file and the (1-based) line with invalid UTF-8.
     """
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such file")
-    lines = []
     with _open_binary(path) as f:
         for number, raw in enumerate(f, start=1):
             try:
-                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                yield raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as e:
                 raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-    return lines
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """All lines of a UTF-8 text file, as :func:`iter_lines` gives them."""
+    return list(iter_lines(path))
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
@@ -71,6 +71,17 @@ class FilterReport:
                 f"{self.too_long} longer than the limit, {self.bad_ratio} with a bad length ratio)")
 
 
+def pair_fault(ls: int, lt: int, max_len: int = 250, max_ratio: float = 3.0) -> str | None:
+    """Why a pair of sides ``ls`` and ``lt`` long is dropped ("empty", "too_long", "bad_ratio"), or None."""
+    if ls == 0 or lt == 0:
+        return "empty"
+    if ls > max_len or lt > max_len:
+        return "too_long"
+    if max(ls, lt) / min(ls, lt) > max_ratio:
+        return "bad_ratio"
+    return None
+
+
 def filter_pairs(src: Sequence, tgt: Sequence, max_len: int = 250, max_ratio: float = 3.0,
                  length=lambda s: len(s.split())) -> tuple[list, list, FilterReport]:
     """Drop pairs with an empty side, a side longer than ``max_len``, or lengths whose ratio
@@ -80,19 +91,30 @@ def filter_pairs(src: Sequence, tgt: Sequence, max_len: int = 250, max_ratio: fl
     report = FilterReport(total=len(src))
     out_src, out_tgt = [], []
     for i, (s, t) in enumerate(zip(src, tgt)):
-        ls, lt = length(s), length(t)
-        if ls == 0 or lt == 0:
-            report.empty += 1
-        elif ls > max_len or lt > max_len:
-            report.too_long += 1
-        elif max(ls, lt) / min(ls, lt) > max_ratio:
-            report.bad_ratio += 1
+        fault = pair_fault(length(s), length(t), max_len, max_ratio)
+        if fault:
+            setattr(report, fault, getattr(report, fault) + 1)
         else:
             out_src.append(s)
             out_tgt.append(t)
             report.kept_index.append(i)
     report.kept = len(out_src)
     return out_src, out_tgt, report
+
+
+def iter_parallel(files: Sequence[tuple[str | Path, str | Path]]) -> Iterator[tuple[str, str]]:
+    """The sentence pairs of several parallel corpora in turn, each given as (source file,
+    target file), plain text streamed or SGM; a corpus whose sides differ in length is a
+    :class:`DataError` naming both files."""
+    for src_path, tgt_path in files:
+        src, tgt = (read_sgm(p) if _is_sgm(p) else iter_lines(p) for p in (src_path, tgt_path))
+        n = 0
+        for n, pair in enumerate(itertools.zip_longest(src, tgt), start=1):
+            if pair[0] is None or pair[1] is None:
+                counts = (n - 1, f"more than {n - 1}") if pair[0] is None else (f"more than {n - 1}", n - 1)
+                raise DataError(f"parallel files differ in length: {src_path} has {counts[0]} lines, "
+                                f"{tgt_path} has {counts[1]} lines")
+            yield pair
 
 
 # ---------------------------------------------------------------------------- Multi30k
@@ -108,38 +130,9 @@ MULTI30K_SHA256 = {
 }
 
 
-def sha256_of(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def default_cache_dir() -> Path:
     """``$MINITENSOR_CACHE`` or ``~/.cache/minitensor``."""
     return Path(os.environ.get("MINITENSOR_CACHE", Path.home() / ".cache" / "minitensor"))
-
-
-def download(url: str, dest: str | Path, sha256: str | None = None) -> Path:
-    """Fetch ``url`` to ``dest`` (via a temporary file, renamed when complete and verified)."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name + ".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-            total = int(resp.headers.get("Content-Length") or 0) or None
-            with tqdm(total=total, unit="B", unit_scale=True, desc=dest.name, leave=False) as bar:
-                for chunk in iter(lambda: resp.read(1 << 16), b""):
-                    out.write(chunk)
-                    bar.update(len(chunk))
-        if sha256 is not None and sha256_of(tmp) != sha256:
-            raise DataError(f"{url}: sha256 {sha256_of(tmp)} does not match the expected {sha256}")
-        os.replace(tmp, dest)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return dest
 
 
 def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> Path:
@@ -159,14 +152,13 @@ def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> P
             if local:
                 raise DataError(f"{path}: missing (a Multi30k directory needs {', '.join(MULTI30K_SHA256)})")
             try:
-                download(url + name, path, digest)
-            except OSError as e:   # no network (URLError is an OSError), refused, timed out
-                reason = getattr(e, "reason", None) or e
-                raise DataError(f"could not download {url + name} ({reason}); without a network, set "
-                                f"MULTI30K_DIR to a folder holding the six Multi30k files "
-                                f"({', '.join(MULTI30K_SHA256)})") from None
+                download(url + name, path, digest, offline_hint=(
+                    "without a network, set MULTI30K_DIR to a folder holding the six Multi30k files "
+                    f"({', '.join(MULTI30K_SHA256)})"))
+            except DownloadError as e:   # no network, refused, timed out, damaged
+                raise DataError(str(e)) from None
         elif sha256_of(path) != digest:
-            raise DataError(f"{path}: sha256 {sha256_of(path)} does not match the expected {digest}; "
+            raise DataError(f"{path}: SHA-256 {sha256_of(path)} does not match the expected {digest}; "
                             "delete it to download it again")
     return folder
 
@@ -192,9 +184,13 @@ def read_sgm(path: str | Path) -> list[str]:
     return segments
 
 
+def _is_sgm(path: str | Path) -> bool:
+    return str(path).lower().endswith((".sgm", ".sgm.gz"))
+
+
 def read_text_or_sgm(path: str | Path) -> list[str]:
     """Plain text (one sentence per line, .gz allowed) or SGM, by the file name."""
-    return read_sgm(path) if str(path).lower().endswith((".sgm", ".sgm.gz")) else read_lines(path)
+    return read_sgm(path) if _is_sgm(path) else read_lines(path)
 
 
 def concat_parallel(pairs: Iterable[tuple[Sequence[str], Sequence[str]]]) -> tuple[list[str], list[str]]:

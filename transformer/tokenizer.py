@@ -7,11 +7,12 @@ defaults, so a model built with ``vocab_size = tokenizer.vocab_size`` agrees wit
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -100,12 +101,96 @@ class Tokenizer:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
 
-# ---------------------------------------------------------------------------- id caches
-def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | Path) -> list[np.ndarray]:
+# ---------------------------------------------------------------------------- token ids of many sentences
+class IdFile:
+    """A file of little-endian int32 token ids, sliced like a flat array (``ids[a:b]``): each
+    slice is read from the file when asked for, so a corpus's ids stay on disk (and in the
+    operating system's cache) and only the sentences a batch takes come into the process.
+
+    (Memory-mapping the file would read as simply, but every sentence touched maps whole
+    pages, on recent kernels whole 2 MiB folios, into the process: after one WMT14 update
+    0.6 GB of them, on the way to all of the file.)
+    """
+
+    dtype = np.dtype("<i4")
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._file = open(self.path, "rb")
+        self._len = os.fstat(self._file.fileno()).st_size // self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        if not isinstance(where, slice):
+            raise TypeError("an IdFile is read by slices, ids[a:b]")
+        start, stop, step = where.indices(self._len)
+        if step != 1:
+            raise ValueError("an IdFile is read by contiguous slices")
+        self._file.seek(start * self.dtype.itemsize)
+        return np.frombuffer(self._file.read(max(stop - start, 0) * self.dtype.itemsize), dtype=self.dtype)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """All of it, read into memory."""
+        return np.fromfile(self.path, dtype=self.dtype).astype(dtype or self.dtype, copy=False)
+
+    def __del__(self):
+        if getattr(self, "_file", None) is not None:
+            self._file.close()
+
+
+class TokenIds(Sequence):
+    """The token ids of many sentences in one flat array: sentence i is ``flat[offsets[i]:offsets[i + 1]]``.
+
+    It reads like a list of int arrays (``len``, ``ids[i]``, iteration) but holds two arrays;
+    ``flat`` may also be an :class:`IdFile`, the ids left on disk: a corpus of millions of
+    sentences then costs its offsets and nothing per sentence.
+    """
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(flat):
+            raise ValueError(f"offsets must run from 0 to len(flat) = {len(flat)}")
+        self.flat, self.offsets = flat, offsets
+
+    @classmethod
+    def from_lists(cls, encoded: Sequence[Sequence[int]]) -> "TokenIds":
+        """From lists of ids, as sentencepiece returns them."""
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=int(offsets[-1]))
+        return cls(flat, offsets)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each sentence's number of ids."""
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sentence {i} of {n}")
+        i %= n
+        return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+    def __iter__(self):
+        flat, offsets = self.flat, self.offsets
+        return (flat[offsets[i]:offsets[i + 1]] for i in range(len(self)))
+
+
+def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | Path) -> TokenIds:
     """Token ids of ``lines``, cached in an ``.npz`` keyed by the tokenizer and the text.
 
-    The cache holds one flat int32 array and the offsets of each line, so it loads with
-    ``allow_pickle=False``; a cache made by another tokenizer or other text is rebuilt.
+    The cache holds the flat int32 array and the offsets of :class:`TokenIds`, so it loads with
+    ``allow_pickle=False``; a cache made by another tokenizer or other text is rebuilt. (For a
+    whole training corpus, :func:`transformer.corpus.encode_corpus` streams the text, encodes it
+    on every core and leaves its cache on disk.)
     """
     cache_path = Path(cache_path)
     h = hashlib.sha256(tokenizer.fingerprint().encode())
@@ -116,14 +201,10 @@ def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | 
     if cache_path.exists():
         with np.load(cache_path, allow_pickle=False) as z:
             if str(z["key"]) == key:
-                flat, offsets = z["flat"], z["offsets"]
-                return [flat[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
-    encoded = tokenizer.encode(list(lines))
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    flat = np.fromiter((i for e in encoded for i in e), dtype=np.int32, count=int(offsets[-1]))
+                return TokenIds(z["flat"], z["offsets"])
+    ids = TokenIds.from_lists(tokenizer.encode(list(lines)))
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_path.with_name(cache_path.name + ".tmp.npz")
-    np.savez(tmp, key=np.array(key), flat=flat, offsets=offsets)
+    np.savez(tmp, key=np.array(key), flat=ids.flat, offsets=ids.offsets)
     os.replace(tmp, cache_path)
-    return [flat[offsets[i]:offsets[i + 1]] for i in range(len(encoded))]
+    return ids

@@ -28,7 +28,7 @@ from minitensor import amp, optim
 from minitensor.ops.dropout import check_probability
 from minitensor.distributed import Communicator, SingleProcess
 
-from .batching import collate, token_batches
+from .batching import collate, lengths, token_batches
 from .checkpoint import newest_loadable, prune_checkpoints, remove_partial_checkpoints, save_checkpoint, step_checkpoints
 from .config import TransformerConfig, check_config
 from .evaluate import bleu, translate
@@ -288,8 +288,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ one update
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        lengths = [len(x) for x in self.train_data.src], [len(y) for y in self.train_data.tgt]
-        return token_batches(*lengths, self.s.max_tokens, seed=self.s.seed * 100_003 + epoch)
+        sides = lengths(self.train_data.src), lengths(self.train_data.tgt)
+        return token_batches(*sides, self.s.max_tokens, seed=self.s.seed * 100_003 + epoch)
 
     def _reseed_dropout(self) -> None:
         """Dropout masks depend on (seed, update, rank) only, so a resumed run, whatever its
@@ -385,9 +385,8 @@ class Trainer:
         v = self.valid_data
         self.model.eval()
         total, tokens = 0.0, 0
-        lengths = [len(x) for x in v.src], [len(y) for y in v.tgt]
         dev = self.s.device
-        for idx in token_batches(*lengths, self.s.max_tokens, shuffle=False):
+        for idx in token_batches(lengths(v.src), lengths(v.tgt), self.s.max_tokens, shuffle=False):
             b = collate(v.src, v.tgt, idx)
             total += batch_loss(self.model, mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev),
                                 b.tgt_out, self.cfg.pad_id, 0.0, reduction="sum").item()

@@ -1,7 +1,9 @@
 """The benchmarks' own arithmetic, where a wrong count would mislead a reader: the matrix
 products' floor (benchmarks/matmul_floor.py) must count exactly the products a Linear layer
-computes."""
+computes, and the WMT-scale benchmark's corpus and projection (benchmarks/wmt_scale.py) must
+be what its report says."""
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,9 @@ import numpy as np
 import minitensor as mt
 from minitensor.ops.linalg import Linear
 from transformer import Transformer, TransformerConfig, label_smoothed_loss
+from transformer.corpus import PairFilter, ParallelText
+from transformer.data import FilterReport
+from transformer.wmt14 import read_manifest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -46,3 +51,50 @@ def test_product_counter_counts_every_linear_product_of_an_update(monkeypatch):
     assert counter.updates[0]["product_flops"] == 3 * forward
     # the shapes timed for the floor hold the same FLOPs
     assert sum(fl for fl, _ in counter.shapes()) == 3 * forward
+
+
+def _wmt_scale(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("wmt_scale", BENCHMARKS / "wmt_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_synthetic_wmt_corpus_has_the_length_distribution_it_claims(monkeypatch, tmp_path):
+    """benchmarks/wmt_scale.py's corpus: the asked number of pairs in a prepared folder's layout
+    (the manifest's line counts match the files), English sentences of median MEDIAN_WORDS
+    words, about MISALIGNED of the pairs cut by the training filter's length ratio and
+    OVERLONG by its length limit, and the same corpus again for the same seed."""
+    scale = _wmt_scale(monkeypatch)
+    multi30k = Path(os.environ["MULTI30K_DIR"])
+    n = 20_000
+    scale.synthesise(tmp_path / "a", n, multi30k)
+    manifest = read_manifest(tmp_path / "a")
+    en = (tmp_path / "a" / "train.en").read_text().splitlines()
+    assert len(en) == n == manifest["files"]["train.en"]["lines"]
+    words = np.array([len(s.split()) for s in en])
+    assert abs(np.median(words) - scale.MEDIAN_WORDS) <= 2
+    report = FilterReport()
+    sum(1 for _ in PairFilter().kept(ParallelText(files=((tmp_path / "a" / "train.en", tmp_path / "a" / "train.de"),)),
+                                      report))
+    assert report.total == n
+    assert abs(report.bad_ratio / n - scale.MISALIGNED) < 0.004
+    assert abs(report.too_long / n - scale.OVERLONG) < 0.002
+    scale.synthesise(tmp_path / "b", n, multi30k)
+    assert (tmp_path / "b" / "train.de").read_bytes() == (tmp_path / "a" / "train.de").read_bytes()
+
+
+def test_the_tenfold_projection_scales_only_the_stages_that_grow_with_the_corpus(monkeypatch):
+    """wmt_scale.projection multiplies the passes over the text and the batching by ten, leaves
+    BPE training (a sample of fixed size), the model and the updates as measured, and names the
+    largest stage."""
+    scale = _wmt_scale(monkeypatch)
+    run = {"pairs": 100, "stages": {"read and filter, BPE sample": 2.0, "BPE training": 5.0, "encode and cache": 3.0,
+                                    "model": 1.0, "token batches": 0.5, "update 1": 20.0}}
+    p = scale.projection(run)
+    assert p["pairs"] == 1000
+    assert p["stages"] == {"read and filter, BPE sample": 20.0, "BPE training": 5.0, "encode and cache": 30.0,
+                           "model": 1.0, "token batches": 5.0, "update 1": 20.0}
+    assert p["dominant"] == "encode and cache"
+    assert p["total_seconds"] == 81.0

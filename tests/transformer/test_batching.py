@@ -20,6 +20,35 @@ def test_every_example_once_and_padded_size_within_budget(lengths, max_tokens, p
         assert width * len(b) <= max_tokens
 
 
+def greedy_batches(src, tgt, max_tokens, pool_size, seed):
+    """The batching rule one example at a time: within a pool sorted by length, add examples to
+    the batch until one more would take its padded size past the budget."""
+    longest = np.maximum(src, tgt) + 1
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(src))
+    batches = []
+    for start in range(0, len(src), pool_size):
+        pool = order[start:start + pool_size]
+        current = []
+        for i in pool[np.argsort(longest[pool], kind="stable")]:
+            if current and longest[i] * (len(current) + 1) > max_tokens:
+                batches.append(np.array(current))
+                current = []
+            current.append(i)
+        batches.append(np.array(current))
+    rng.shuffle(batches)
+    return batches
+
+
+@given(lengths=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), min_size=1, max_size=300),
+       max_tokens=st.integers(31, 300), pool=st.integers(1, 100), seed=st.integers(0, 5))
+def test_the_batches_are_those_of_the_greedy_rule_example_by_example(lengths, max_tokens, pool, seed):
+    src, tgt = np.array(lengths).T
+    got = token_batches(src, tgt, max_tokens, pool_size=pool, seed=seed)
+    want = greedy_batches(src, tgt, max_tokens, pool, seed)
+    assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
 def test_same_seed_same_batches_and_sorting_reduces_padding():
     rng = np.random.default_rng(0)
     src = rng.integers(1, 50, 2000)

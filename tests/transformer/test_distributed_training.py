@@ -87,10 +87,8 @@ def test_the_ranks_shares_are_uneven_in_size_and_tokens(spm_model, tmp_path):
     padding and target tokens, so a per-rank mean (instead of the global token count) would fail."""
     run = run_dir(tmp_path, "probe", spm_model)
     main(args(run, "--max-steps", "1"))
-    with np.load(run / "cache" / "train.tgt.npz", allow_pickle=False) as z:
-        lengths = np.diff(z["offsets"])
-    with np.load(run / "cache" / "train.src.npz", allow_pickle=False) as z:
-        src_lengths = np.diff(z["offsets"])
+    lengths = np.diff(np.load(run / "cache" / "train" / "tgt.offsets.npy"))   # the trainer's cached ids
+    src_lengths = np.diff(np.load(run / "cache" / "train" / "src.offsets.npy"))
     batches = token_batches(src_lengths, lengths, 700, seed=1 * 100_003 + 0)
     tokens = [int(sum(lengths[i] + 1 for i in b)) for b in batches[:12]]
     assert len(set(len(b) for b in batches[:12])) > 1 and len(set(tokens)) > 1

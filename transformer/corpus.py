@@ -1,0 +1,188 @@
+"""A training corpus from parallel text to the token ids the trainer reads, at any size.
+
+Held as Python strings and per-sentence arrays, WMT14's 4.5 million pairs would take tens of
+gigabytes; here the text is streamed and never held:
+
+1. :func:`bpe_sample`: one pass filters the pairs and keeps a uniform random sample of the
+   kept ones (reservoir sampling), on which the joint BPE model is trained;
+2. :func:`encode_corpus`: a second pass filters again and encodes the kept pairs in chunks
+   (sentencepiece's threads use every core), appending each side's ids to one flat file;
+3. the cache (a folder per corpus) holds those files, every sentence's offset and a key (the
+   tokenizer, the text's SHA-256 and the filter); training reads a batch's ids from the
+   files (:class:`~transformer.tokenizer.IdFile`), and a later run reads no text at all.
+
+Multi30k goes through the same steps; its 29k pairs fit in one sample and one chunk.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .data import FilterReport, iter_parallel, pair_fault
+from .download import sha256_of
+from .tokenizer import IdFile, Tokenizer, TokenIds
+
+CHUNK = 20_000  # pairs encoded at a time: enough for sentencepiece's threads, little text held
+CACHE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ParallelText:
+    """A parallel corpus's text, readable as often as needed: file pairs (plain text, .gz or
+    SGM; streamed) or two lists already in memory."""
+
+    files: tuple = ()
+    lists: tuple | None = None
+
+    def pairs(self) -> Iterator[tuple[str, str]]:
+        return zip(*self.lists) if self.lists is not None else iter_parallel(self.files)
+
+    def fingerprint(self) -> str:
+        """SHA-256 over the text: every file's own SHA-256, or every line of the lists."""
+        h = hashlib.sha256()
+        if self.lists is not None:
+            for side in self.lists:
+                for line in side:
+                    h.update(line.encode("utf-8"))
+                    h.update(b"\n")
+                h.update(b"\0")
+        else:
+            for src, tgt in self.files:
+                h.update(f"{sha256_of(src)} {sha256_of(tgt)}\n".encode())
+        return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class PairFilter:
+    """Which pairs are trained on: the first ``limit`` (all when None), less those with an empty
+    side, a side of more than ``max_words`` words or a length ratio above ``max_ratio``."""
+
+    max_words: int = 250
+    max_ratio: float = 3.0
+    limit: int | None = None
+
+    def kept(self, text: ParallelText, report: FilterReport) -> Iterator[tuple[str, str]]:
+        """The pairs that pass, counted in ``report`` (kept_index is not filled: it would grow with the corpus)."""
+        pairs = text.pairs() if self.limit is None else itertools.islice(text.pairs(), self.limit)
+        for s, t in pairs:
+            report.total += 1
+            fault = pair_fault(len(s.split()), len(t.split()), self.max_words, self.max_ratio)
+            if fault:
+                setattr(report, fault, getattr(report, fault) + 1)
+                continue
+            report.kept += 1
+            yield s, t
+
+
+# ---------------------------------------------------------------------------- 1. the BPE sample
+def bpe_sample(text: ParallelText, keep: PairFilter, size: int, seed: int = 0) -> tuple[list, list, FilterReport]:
+    """A uniform random sample of ``size`` kept pairs (all of them when fewer), in corpus order,
+    and the filter's report over the whole corpus.
+
+    Reservoir sampling (Li's algorithm L): the first ``size`` pairs fill the reservoir, then a
+    geometric skip finds the next pair to take, so the randomness costs O(size log(n / size)).
+    """
+    if size < 1:
+        raise ValueError(f"bpe_sample: size must be >= 1, got {size}")
+    report = FilterReport()
+    rng = random.Random(seed)
+    reservoir, where = [], []  # the pairs and their positions among the kept ones
+    kept = keep.kept(text, report)
+    for i, pair in zip(range(size), kept):
+        reservoir.append(pair)
+        where.append(i)
+    w = math.exp(math.log(_uniform(rng)) / size)
+    nxt = size + _skip(rng, w)
+    for i, pair in enumerate(kept, start=size):
+        if i == nxt:
+            j = rng.randrange(size)
+            reservoir[j], where[j] = pair, i
+            w *= math.exp(math.log(_uniform(rng)) / size)
+            nxt = i + 1 + _skip(rng, w)
+    order = sorted(range(len(reservoir)), key=where.__getitem__)
+    return [reservoir[k][0] for k in order], [reservoir[k][1] for k in order], report
+
+
+def _uniform(rng: random.Random) -> float:
+    """A uniform draw from (0, 1]: never 0, so its logarithm is finite."""
+    return 1.0 - rng.random()
+
+
+def _skip(rng: random.Random, w: float) -> int:
+    """How many pairs algorithm L passes over before the next one it takes."""
+    if w >= 1.0:
+        return 1 << 62
+    return int(math.log(_uniform(rng)) / math.log1p(-w))
+
+
+# ---------------------------------------------------------------------------- 2. encoding, 3. the cache
+def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, cache: str | Path,
+                  progress: bool = False) -> tuple[TokenIds, TokenIds, FilterReport]:
+    """The ids of the kept pairs' two sides, from ``cache`` when it holds this tokenizer, text
+    and filter, else encoded and cached there.
+
+    The kept pairs are encoded ``CHUNK`` at a time; sentencepiece encodes a chunk's sentences
+    on every core (its own threads), and each side's ids are appended to its file.
+    """
+    cache = Path(cache)
+    key = hashlib.sha256(json.dumps([CACHE_VERSION, tokenizer.fingerprint(), text.fingerprint(), asdict(keep)])
+                         .encode()).hexdigest()
+    found = load_cache(cache, key)
+    if found is not None:
+        return found
+    partial = cache.with_name(cache.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    report = FilterReport()
+    kept = keep.kept(text, report)
+    chunks = iter(lambda: tuple(zip(*itertools.islice(kept, CHUNK))), ())
+    with open(partial / "src.ids", "wb") as src_out, open(partial / "tgt.ids", "wb") as tgt_out, \
+            tqdm(desc="encoding", unit=" pairs", unit_scale=True, disable=not progress, leave=False) as bar:
+        lengths = ([], [])
+        for chunk in chunks:
+            for lines, out, lens in zip(chunk, (src_out, tgt_out), lengths):
+                ids = TokenIds.from_lists(tokenizer.encode(list(lines)))
+                ids.flat.tofile(out)
+                lens.append(ids.lengths)
+            bar.update(len(chunk[0]))
+    for side, lens in zip(("src", "tgt"), lengths):
+        offsets = np.zeros(sum(map(len, lens)) + 1, dtype=np.int64)
+        if lens:
+            np.cumsum(np.concatenate(lens), dtype=np.int64, out=offsets[1:])
+        np.save(partial / f"{side}.offsets.npy", offsets)
+    (partial / "key.json").write_text(json.dumps({"key": key, "report": _report_dict(report)}))
+    shutil.rmtree(cache, ignore_errors=True)
+    os.replace(partial, cache)
+    return (*_load_sides(cache), report)
+
+
+def load_cache(cache: str | Path, key: str) -> tuple[TokenIds, TokenIds, FilterReport] | None:
+    """The cached ids (left in their files) and report when ``cache`` holds them for ``key``, else None."""
+    path = Path(cache) / "key.json"
+    if not path.exists():
+        return None
+    meta = json.loads(path.read_text())
+    if meta.get("key") != key:
+        return None
+    return (*_load_sides(Path(cache)), FilterReport(**meta["report"]))
+
+
+def _load_sides(cache: Path) -> tuple[TokenIds, TokenIds]:
+    """Both sides' ids, left in their files (:class:`~transformer.tokenizer.IdFile`)."""
+    return tuple(TokenIds(IdFile(cache / f"{side}.ids"), np.load(cache / f"{side}.offsets.npy"))
+                 for side in ("src", "tgt"))
+
+
+def _report_dict(report: FilterReport) -> dict:
+    return {k: v for k, v in asdict(report).items() if k != "kept_index"}
