@@ -9,8 +9,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
-
 import minitensor as mt
 
 from .config import TransformerConfig
@@ -18,6 +16,7 @@ from .decoding import greedy_decode
 from .loss import label_smoothed_loss
 from .model import Transformer
 from .plots import plot_attention, plot_curves
+from .progress import bar as progress_bar, finish
 from .schedule import NoamSchedule, paper_adam
 
 PAD, BOS, EOS = 0, 1, 2
@@ -111,10 +110,11 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     log = {"step": [], "loss": [], "lr": [], "eval": []}
     metrics = (run / "metrics.jsonl").open("w")
     t0 = time.perf_counter()
-    bar = tqdm(range(1, s.steps + 1), desc="copy task", disable=not s.show_progress, dynamic_ncols=True)
+    bar = progress_bar(s.steps, "copy task", s.show_progress)
     exact = tok = 0.0
     step = 0
-    for step in bar:
+    stopped_by = "steps"
+    for step in range(1, s.steps + 1):
         src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
         logits = model(mt.tensor(src, device=s.device), mt.tensor(tgt_in, device=s.device))
         loss = label_smoothed_loss(logits, mt.tensor(tgt_out, device=s.device), PAD, s.smoothing)
@@ -138,17 +138,19 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
                 print(f"step {step:5d}  loss {loss_value:.4f}  val exact match {exact:.1%}  token accuracy {tok:.1%}",
                       flush=True)
         metrics.write(json.dumps(record, allow_nan=False) + "\n")
+        bar.update(1)
         if s.stop_at is not None and log["eval"] and log["eval"][-1][0] == step and exact >= s.stop_at:
+            stopped_by = "target"
             break
-    bar.close()
     metrics.close()
+    finish(bar, _stop_line(s, step, exact, stopped_by))
     train_seconds = time.perf_counter() - t0
 
     # fresh sequences, never seen in training or validation
     test = make_batch(np.random.default_rng(s.seed + 12345), s.test_size, s)
     exact, tok = evaluate(model, test, s)
     summary = {"exact_match": exact, "token_accuracy": tok, "train_seconds": round(train_seconds, 2),
-               "steps": step, "final_loss": log["loss"][-1], "parameters": model.num_parameters(),
+               "steps": step, "stopped_by": stopped_by, "final_loss": log["loss"][-1], "parameters": model.num_parameters(),
                "settings": asdict(s)}
     (run / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
 
@@ -156,6 +158,15 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
                 title="copy task: training loss", ylabel="loss per target token", logy=True)
     _save_examples_and_attention(model, test, s, run)
     return (summary, model) if return_model else summary
+
+
+def _stop_line(s: CopyTaskSettings, step: int, exact: float, stopped_by: str) -> str:
+    """Why training ended, in one line."""
+    if stopped_by == "target":
+        return (f"stopped at update {step} of {s.steps}: {exact:.1%} exact match on validation "
+                f"reached the target {s.stop_at:.0%}")
+    target = "" if s.stop_at is None else f" (short of the target {s.stop_at:.0%})"
+    return f"ran all {s.steps} updates: {exact:.1%} exact match on validation{target}"
 
 
 def _save_examples_and_attention(model: Transformer, test, s: CopyTaskSettings, run: Path) -> None:

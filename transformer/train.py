@@ -35,6 +35,7 @@ from .evaluate import bleu, translate
 from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
+from .progress import bar as progress_bar
 from .schedule import NoamSchedule, paper_adam
 from .tokenizer import Tokenizer
 
@@ -433,13 +434,23 @@ class Trainer:
             summary = self._fit()
         if summary["stopped_by"] == "interrupted":
             raise Interrupted(self.step, self.run)
+        if self.main:
+            print(self._stop_line(summary["stopped_by"]), file=sys.stderr, flush=True)
         return summary
+
+    def _stop_line(self, reason: str) -> str:
+        """Why training ended, in one line (the progress bar alone would end at, say, 13%)."""
+        s = self.s
+        why = {"max_steps": f"reached --max-steps {s.max_steps}",
+               "max_minutes": f"the time budget (--max-minutes {s.max_minutes:g}) ran out",
+               "max_epochs": f"reached --max-epochs {s.max_epochs}"}[reason]
+        best = f"; best validation NLL {self.best_valid:.3f}" if math.isfinite(self.best_valid) else ""
+        return f"stopped at update {self.step} of {s.max_steps}: {why}{best}"
 
     def _fit(self) -> dict:
         s = self.s
         metrics = open(self.run / "metrics.jsonl", "a") if self.main else None
-        bar = tqdm(total=s.max_steps, initial=self.step, desc="training", disable=not (s.progress and self.main),
-                   dynamic_ncols=True)
+        bar = progress_bar(s.max_steps, "training", s.progress and self.main, initial=self.step)
         start = time.perf_counter() - self.train_seconds
         chunk = s.update_freq * self.comm.world_size
         try:

@@ -23,7 +23,7 @@ def test_score_counts_exact_and_token_matches():
     assert exact == 0.5 and tok == 4 / 5
 
 
-def test_reduced_copy_task_converges_and_saves_outputs(tmp_path):
+def test_reduced_copy_task_converges_and_saves_outputs(tmp_path, capsys):
     s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, d_model=32, n_heads=2, d_ff=64, layers=1,
                          batch=64, steps=800, warmup=50, lr_factor=1.0, eval_every=50, eval_size=100,
                          stop_at=1.0, test_size=100, run_dir=str(tmp_path), show_progress=False)
@@ -40,3 +40,19 @@ def test_reduced_copy_task_converges_and_saves_outputs(tmp_path):
     for line in lines:
         strict_json(line)
     assert last["loss"] < first["loss"] / 10
+    # it stopped at its target, and says so in one line rather than leaving a bar at 13%
+    if summary["steps"] < s.steps:
+        assert saved["stopped_by"] == "target"
+        assert f"stopped at update {summary['steps']} of {s.steps}: 100.0% exact match on validation" \
+            in capsys.readouterr().err
+
+
+def test_a_copy_task_that_runs_every_update_says_so_and_names_the_missed_target(tmp_path, capsys):
+    """When the updates run out before the target, the closing line says all ran and the target was missed."""
+    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, d_model=16, n_heads=2, d_ff=16, layers=1, batch=8,
+                         steps=3, eval_every=3, eval_size=10, stop_at=1.0, test_size=10, run_dir=str(tmp_path),
+                         show_progress=False)
+    summary = train_copy_task(s)
+    assert summary["stopped_by"] == "steps" and summary["steps"] == 3
+    err = capsys.readouterr().err
+    assert "ran all 3 updates:" in err and "(short of the target 100%)" in err

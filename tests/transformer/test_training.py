@@ -61,6 +61,16 @@ def test_resume_reproduces_the_uninterrupted_losses_exactly(small, tmp_path):
         assert (tmp_path / "full" / name).exists()
 
 
+def test_training_ends_with_one_line_that_says_why(small, tmp_path, capsys):
+    """The bar alone would stop part-way (a time budget, an epoch limit); a line names the reason."""
+    tok, train, valid = small
+    Trainer(tiny_settings(tmp_path / "steps", max_steps=3), tok, train, valid).fit()
+    assert "stopped at update 3 of 3: reached --max-steps 3" in capsys.readouterr().err
+    summary = Trainer(tiny_settings(tmp_path / "epochs", max_steps=1000, max_epochs=1), tok, train, valid).fit()
+    assert summary["stopped_by"] == "max_epochs"
+    assert f"stopped at update {summary['steps']} of 1000: reached --max-epochs 1" in capsys.readouterr().err
+
+
 def test_keeps_the_last_n_checkpoints(small, tmp_path):
     tok, train, valid = small
     Trainer(tiny_settings(tmp_path, max_steps=20, save_every=2, keep_last=3), tok, train, valid).fit()

@@ -1,0 +1,19 @@
+"""Progress bars that end with a reason: a bar left at "13% 199/1500" reads as a crash, so
+whatever ends a loop early (a target reached, the time budget, a signal) closes the bar and
+says so in one line."""
+from __future__ import annotations
+
+import sys
+
+from tqdm.auto import tqdm
+
+
+def bar(total: int, desc: str, show: bool, initial: int = 0) -> tqdm:
+    """A progress bar over ``total`` updates (silent unless ``show``)."""
+    return tqdm(total=total, initial=initial, desc=desc, disable=not show, dynamic_ncols=True)
+
+
+def finish(progress: tqdm, line: str, file=None) -> None:
+    """Close ``progress`` and write the one line that says why the loop ended."""
+    progress.close()
+    print(line, file=file or sys.stderr, flush=True)
