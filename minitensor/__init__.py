@@ -4,10 +4,11 @@
     import minitensor.functional as F
     from minitensor import nn, optim
 """
-from . import allocator, amp, cuda, functional, nn, optim
+from . import allocator, amp, cuda, functional, nn, optim, profiler
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad
 from .errors import DeviceError, GraphError, ShapeError
 from .gradcheck import GradcheckError, gradcheck
+from .profiler import profile
 from .random import get_rng_state, manual_seed, set_rng_state
 from .tensor import Tensor, arange, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
 
@@ -19,5 +20,5 @@ __all__ = [
     "Tensor", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
     "no_grad", "enable_grad", "is_grad_enabled", "manual_seed", "get_rng_state", "set_rng_state",
     "gradcheck", "GradcheckError", "Function", "ShapeError", "GraphError", "DeviceError",
-    "functional", "nn", "optim", "cuda", "amp", "allocator",
+    "functional", "nn", "optim", "cuda", "amp", "allocator", "profile", "profiler",
 ]

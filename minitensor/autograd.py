@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from contextlib import ContextDecorator
 
-from . import backend
+from . import backend, profiler
 from .backend import array_module
 from .errors import DeviceError, GraphError, ShapeError
 from .tensor import Tensor
@@ -107,6 +107,13 @@ class Function:
     def backward(ctx, grad):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @staticmethod
+    def products(ctx, *shapes, **params):
+        """The matrix products this op computes, for the profiler's FLOP count: None (not a
+        product op), or (forward, backward) lists of (batch, m, k, n), one per product of
+        (batch, m, k) x (batch, k, n); ``shapes`` are the inputs' (None for an absent one)."""
+        return None
+
     @classmethod
     def apply(cls, *inputs, **params):
         """Run the op on tensors; record a graph node when an input requires grad."""
@@ -136,7 +143,10 @@ class Function:
         record = any_needs and is_grad_enabled()
         ctx = Context(cls, array_module(first), tuple(needs) if record else None)
         try:
-            out = cls.forward(ctx, *arrays, **params)
+            if profiler.active is None:
+                out = cls.forward(ctx, *arrays, **params)
+            else:
+                out = profiler.active.forward(cls, ctx, arrays, params)
         except ShapeError:
             raise
         except ValueError as e:  # numpy's own shape complaints, made to name the op
@@ -216,6 +226,12 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
         raise GraphError("backward() on a tensor that does not require grad and has no graph")
     if root.freed:
         raise _freed_error()
+    with profiler.region("(autograd engine)"):  # the graph walk and the gradient sums, apart from the ops
+        _walk(root, grad, retain_graph)
+
+
+def _walk(root: Context, grad, retain_graph: bool) -> None:
+    """run_backward's chain rule, from ``root`` with its output gradient ``grad``."""
     grads = {id(root): grad}
     for node in _topological_order(root):
         g = grads.pop(id(node), None)
@@ -223,7 +239,7 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
             continue
         if node.freed:
             raise _freed_error()
-        input_grads = node.fn.backward(node, g)
+        input_grads = node.fn.backward(node, g) if profiler.active is None else profiler.active.backward(node, g)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
         for edge, gi in zip(node.edges, input_grads):

@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from . import backend, threads
+from . import backend, profiler, threads
 from .tensor import Tensor
 
 
@@ -33,10 +33,11 @@ class Optimizer:
             p.grad = None
 
     def step(self) -> None:
-        self.steps += 1
-        self._begin_step()
-        self._update_all([(p.data, p.grad.data, state) for p, state in zip(self.params, self.state)
-                          if p.grad is not None])
+        with profiler.region(f"{type(self).__name__}.step", self.params[0].xp if self.params else None):
+            self.steps += 1
+            self._begin_step()
+            self._update_all([(p.data, p.grad.data, state) for p, state in zip(self.params, self.state)
+                              if p.grad is not None])
 
     def _begin_step(self) -> None:
         """Per-step quantities shared by all parameters (none by default)."""

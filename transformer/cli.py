@@ -99,7 +99,8 @@ def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: b
             tok = Tokenizer.train(src + tgt, run / "spm", vocab_size)
         del src, tgt
     with _stage(timings, "encode and cache"):
-        src, tgt, report = encode_corpus(tok, corpora["train"], keep, run / "cache" / "train", progress=not quiet)
+        src, tgt, report = encode_corpus(tok, corpora["train"], keep, run / "cache" / "train",
+                                         progress=not (quiet or args.no_progress))
         vs, vt = corpora["valid"]
         cache = run / "cache"
         valid = ParallelData(encode_cached(tok, vs, cache / "valid.src.npz"),
@@ -306,7 +307,8 @@ def build_parser() -> argparse.ArgumentParser:
         if kind is bool:
             t.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes"), default=None, help="true/false")
         else:
-            t.add_argument(flag, type=kind, default=None, help=f"default: the preset's (else {f.default})")
+            t.add_argument(flag, type=kind, default=None,
+                           help=f.metadata.get("help", f"default: the preset's (else {f.default})"))
     t.set_defaults(func=cmd_train)
 
     for name, func, helptext in (("translate", cmd_translate, "translate text (stdin -> stdout, or files)"),

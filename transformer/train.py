@@ -122,6 +122,8 @@ class TrainSettings:
     precision: str = "fp32"         # fp32, fp16 (with dynamic loss scaling) or bf16: see minitensor.amp
     tf32: bool = False              # float32 matrix products on TF32 tensor cores (GPU only)
     memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
+    profile: int = field(default=0, metadata={"help": "time every op of N updates (after the run's first) with "
+                                                      "minitensor.profile: a table on stderr and profile.json (default 0: off)"})
     progress: bool = True
 
     def __init__(self, model: TransformerConfig | None = None, **settings):
@@ -161,7 +163,7 @@ class TrainSettings:
             raise SettingsError(str(e)) from None
         if not self.lr_factor > 0:
             raise SettingsError(f"--lr-factor must be > 0, got {self.lr_factor}")
-        for name in ("clip_norm", "max_minutes", "alpha", "bleu_sentences", "memory_every", "seed"):
+        for name in ("clip_norm", "max_minutes", "alpha", "bleu_sentences", "memory_every", "seed", "profile"):
             v = getattr(self, name)
             if not v >= 0:
                 raise SettingsError(f"{flag(name)} must be >= 0, got {v}")
@@ -453,6 +455,7 @@ class Trainer:
         bar = progress_bar(s.max_steps, "training", s.progress and self.main, initial=self.step)
         start = time.perf_counter() - self.train_seconds
         chunk = s.update_freq * self.comm.world_size
+        first_step, prof = self.step, mt.profile()
         try:
             while self.step < s.max_steps:
                 if self.epoch >= s.max_epochs:
@@ -463,8 +466,13 @@ class Trainer:
                     out_of_time = s.max_minutes > 0 and time.perf_counter() - start >= 60 * s.max_minutes
                     flag = SIGNALLED if self.stop_requested else OUT_OF_TIME if out_of_time else GO_ON
                     measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
-                    with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem:
+                    # the run's first update is left out of a profile: it allocates what later ones reuse
+                    profiling = self.main and 1 <= self.step - first_step <= s.profile
+                    with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem, \
+                            (prof if profiling else contextlib.nullcontext()):
                         loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON)
+                    if profiling and self.step - first_step == s.profile + 1:
+                        self._report_profile(prof)
                     if self.stop_requested and self.comm.world_size == 1:
                         stop = SIGNALLED  # alone, stop after the update in flight (ranks must agree first)
                     self.batch_in_epoch += len(group)
@@ -507,6 +515,12 @@ class Trainer:
             bar.close()
             if metrics:
                 metrics.close()
+
+    def _report_profile(self, prof) -> None:
+        """The profiled updates' table on stderr and in profile.json."""
+        prof.save(self.run / "profile.json")
+        tqdm.write(f"profile of updates {self.step - prof.opened + 1}-{self.step} (also in {self.run / 'profile.json'}):\n"
+                   + prof.table(), file=sys.stderr)
 
     def _finish(self, reason: str) -> dict:
         summary = {"steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds, 1),

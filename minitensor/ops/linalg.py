@@ -1,6 +1,8 @@
 """Matrix products: batched matmul, and the fused linear layer y = xW + b."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..amp import autocast_dtype
 from ..autograd import Function
 from ..errors import ShapeError
@@ -36,6 +38,14 @@ class Matmul(Function):
         a, b = ctx.saved
         na, nb = ctx.needs_input_grad
         return (product(grad, _swap(b)) if na else None), (product(_swap(a), grad) if nb else None)
+
+    @staticmethod
+    def products(ctx, a, b):
+        """C = A B: (m, k) x (k, n); dA = G Bᵀ: (m, n) x (n, k); dB = Aᵀ G: (k, m) x (m, n)."""
+        batch = int(np.prod(np.broadcast_shapes(a[:-2], b[:-2])))
+        (m, k), n = a[-2:], b[-1]
+        na, nb = ctx.needs_input_grad or (False, False)
+        return [(batch, m, k, n)], [(batch, m, n, k)] * na + [(batch, k, m, n)] * nb
 
 
 def _autocast(*tensors):
@@ -99,6 +109,13 @@ class Linear(Function):
         gw = x.reshape(-1, x.shape[-1]).T @ g2 if nw else None
         gb = sum_rows(ctx.xp, g2) if nb else None  # why: one GEMV on every core (fastpaths)
         return gx, gw, gb
+
+    @staticmethod
+    def products(ctx, x, w, b=None):
+        """y = x W: (rows, in) x (in, out); dx = G Wᵀ: (rows, out) x (out, in); dW = xᵀ G: (in, rows) x (rows, out)."""
+        rows, (k, n) = int(np.prod(x[:-1])), w
+        nx, nw = (ctx.needs_input_grad or (False, False))[:2]
+        return [(1, rows, k, n)], [(1, rows, n, k)] * nx + [(1, k, rows, n)] * nw
 
 
 def linear(x, weight, bias=None) -> Tensor:

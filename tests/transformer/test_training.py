@@ -71,6 +71,17 @@ def test_training_ends_with_one_line_that_says_why(small, tmp_path, capsys):
     assert f"stopped at update {summary['steps']} of 1000: reached --max-epochs 1" in capsys.readouterr().err
 
 
+def test_profile_flag_times_n_updates_after_the_first_and_saves_the_table(small, tmp_path, capsys):
+    tok, train, valid = small
+    Trainer(tiny_settings(tmp_path, max_steps=5, profile=2), tok, train, valid).fit()
+    saved = json.loads((tmp_path / "profile.json").read_text())
+    assert saved["opened"] == 2
+    ops = {r["op"]: r for r in saved["rows"]}
+    assert ops["Linear"]["gflop"] > 0 and "Adam.step" in ops
+    err = capsys.readouterr().err
+    assert "profile of updates 2-3" in err and "Linear" in err
+
+
 def test_keeps_the_last_n_checkpoints(small, tmp_path):
     tok, train, valid = small
     Trainer(tiny_settings(tmp_path, max_steps=20, save_every=2, keep_last=3), tok, train, valid).fit()
