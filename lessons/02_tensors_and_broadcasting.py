@@ -43,7 +43,7 @@ checks.broadcast_gradient_is_summed(lambda u, v: u + v)  # the same with a rando
 
 # %%
 g = np.ones((4, 2, 3))
-print(sum_to(g, (2, 1)))
+print("sum_to((4, 2, 3) of ones, (2, 1)):", sum_to(g, (2, 1)).ravel(), "(each entry sums 4 x 3 ones)")
 checks.agree(sum_to(g, (2, 1)), np.full((2, 1), 12.0), "sum_to of a (4, 2, 3) array of ones onto (2, 1)", atol=0)
 
 # %% [markdown]

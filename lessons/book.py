@@ -94,6 +94,14 @@ def math_to_mathml(markdown: str) -> str:
     return _MATH.sub(repl, markdown)
 
 
+def unprefixed_mathml(page: str) -> str:
+    """MathML as browsers read it: nbconvert re-serialises headings (to give them anchors)
+    through ElementTree, which writes ``<ns0:math xmlns:ns0="…">``; a prefixed element is not
+    MathML to a browser, which then shows the bare letters."""
+    page = re.sub(r"<(/?)ns\d+:", r"<\1", page)
+    return re.sub(r"xmlns:ns\d+=", "xmlns=", page)
+
+
 # Raw TeX in a page's visible prose (code excluded): math the build did not turn into MathML.
 RAW_TEX = re.compile(r"\$|\\[a-zA-Z]+|[_^]\{")
 
@@ -251,7 +259,7 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
             nb.metadata["title"] = item["label"]
             body, _ = exporter.from_notebook_node(nb, resources={"book_nav": nav(items, i), "book_uses": uses_html,
                                                                  "book_css": css})
-            (out / item["page"]).write_text(body)
+            (out / item["page"]).write_text(unprefixed_mathml(body))
             print(f"{item['page']}: {item['seconds']} s ({item['mode']}), {item['figures']} figures", flush=True)
     finally:
         os.environ.clear()

@@ -1,6 +1,7 @@
 """Small helpers shared by the tests."""
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +25,13 @@ def translation_batch(rng, B=5, S=11, T=9, V=37):
     src[1, 7:] = 0
     tgt[2, 6:] = 0
     return src, tgt[:, :-1], tgt[:, 1:]
+
+
+# The Multi30k files the tests read: $MULTI30K_DIR (conftest.py points it at ../shared/data/multi30k
+# when that exists), else that folder; tests that need them skip when it is missing
+MULTI30K = Path(os.environ.get("MULTI30K_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k")
+needs_multi30k = pytest.mark.skipif(not (MULTI30K / "train.en.gz").exists(),
+                                    reason=f"no Multi30k files in {MULTI30K}: set MULTI30K_DIR")
 
 
 def require(condition: bool, reason: str) -> None:

@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 import traceback
@@ -54,6 +55,23 @@ EXIT_FAILURE, EXIT_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 # what the user can mend: reported with exit status 2 (anything else is a failure, status 1)
 INPUT_ERRORS = (InputError, SettingsError, D.DataError, CheckpointError, VocabularyTooLarge, FileNotFoundError,
                 NotADirectoryError, IsADirectoryError, UnicodeDecodeError)
+
+
+TRAIN_HELP = """Train a translation model: read and filter the parallel text, train the joint BPE model on a
+sample, encode (cached in the run directory), and train with token batches, validating and
+saving checkpoints as it goes. A preset (--preset) sets the data, the model and the recipe;
+every other flag overrides one of its settings.
+
+    python -m transformer train --preset multi30k-cpu --run-dir runs/m30k
+    python -m transformer train --preset wmt14-base --data-dir data/wmt14 --run-dir runs/wmt14 --device cuda
+    python -m transformer train --run-dir runs/m30k --resume        # continue an interrupted run
+"""
+
+
+def plain_text(doc: str) -> str:
+    """A docstring as --help shows it: reStructuredText's ``code`` and :role:`name` as plain text."""
+    doc = re.sub(r":\w+:`~?([^`]*)`", r"\1", doc)
+    return doc.replace("``", "").replace("::\n", ":\n")
 
 
 # ---------------------------------------------------------------------------- data preparation
@@ -150,8 +168,8 @@ def add_data_args(p):
     p.add_argument("--dataset", choices=["multi30k", "wmt14"], help="default: the preset's")
     p.add_argument("--data-dir", help="multi30k: a local Multi30k directory (default: $MULTI30K_DIR, else download into "
                                       "the cache); wmt14: a folder prepared by `python -m transformer data wmt14`")
-    p.add_argument("--src-lang", default="en")
-    p.add_argument("--tgt-lang", default="de")
+    p.add_argument("--src-lang", default="en", help="the source side's language code (default en)")
+    p.add_argument("--tgt-lang", default="de", help="the target side's language code (default de)")
     for side in ("train", "valid", "test"):
         for lang in ("src", "tgt"):
             p.add_argument(f"--{side}-{lang}", help=f"WMT14 {side} {lang} file(s), plain or .sgm")
@@ -168,7 +186,9 @@ def check_data_args(args, vocab_size: int) -> None:
         if v is not None and v < low:
             raise InputError(f"--{name.replace('_', '-')} must be >= {low}, got {v}")
     if args.data_dir and not Path(args.data_dir).is_dir():
-        raise InputError(f"--data-dir {args.data_dir}: no such directory")
+        hint = ("a folder holding Multi30k's files, or leave --data-dir out to download them" if args.dataset == "multi30k"
+                else "prepare one with: python -m transformer data wmt14 --out DIR")
+        raise InputError(f"--data-dir {args.data_dir}: no such directory ({hint})")
     if args.dataset == "multi30k":
         return
     if args.data_dir and not args.train_src:
@@ -275,8 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("data", help="download and prepare a dataset (WMT14 English-German)",
-                       description=wmt14.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("dataset", choices=["wmt14"])
+                       description=plain_text(wmt14.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    d.add_argument("dataset", choices=["wmt14"], help="the dataset to prepare: wmt14 (English-German, Section 5.1)")
     d.add_argument("--out", required=True, help="the folder to prepare (train/valid/test files and manifest.json)")
     d.add_argument("--from", dest="from_dir", metavar="DIR",
                    help="a folder that already holds the archives (no download): " + ", ".join(wmt14.ARCHIVES))
@@ -287,9 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
     d.set_defaults(func=cmd_data)
 
-    t = sub.add_parser("train", help="train a translation model", description=__doc__,
+    t = sub.add_parser("train", help="train a translation model", description=TRAIN_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--preset", choices=sorted(PRESETS), default="multi30k-cpu")
+    t.add_argument("--preset", choices=sorted(PRESETS), default="multi30k-cpu",
+                   help="the data, model and recipe (transformer/presets.py; default multi30k-cpu)")
     t.add_argument("--run-dir", required=True, help="checkpoints, metrics, plots and the BPE model go here")
     t.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --run-dir")
     t.add_argument("--vocab-size", type=int, help="joint BPE vocabulary (default: the preset's)")
@@ -329,8 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--data-dir", help="a local Multi30k directory, or a folder `data wmt14` prepared")
             c.add_argument("--src", help="a source file (WMT: newstest2014, plain or .sgm)")
             c.add_argument("--ref", help="its reference translations")
-            c.add_argument("--src-lang", default="en")
-            c.add_argument("--tgt-lang", default="de")
+            c.add_argument("--src-lang", default="en", help="the source side's language code (default en)")
+            c.add_argument("--tgt-lang", default="de", help="the target side's language code (default de)")
             c.add_argument("--limit", type=int, help="only the first N sentences")
         c.set_defaults(func=func)
 

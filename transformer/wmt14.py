@@ -7,9 +7,9 @@ translation task, each in its own archive on statmt.org; newstest2013 and newste
 full 3003-sentence release) are in the WMT 2019 development archive, as TensorFlow Datasets
 takes them.
 
-:func:`prepare` fetches the four archives (or takes them from a folder, ``--from``), checks
-each against its published SHA-256, unpacks the English-German members and writes into one
-folder::
+``data wmt14`` (:func:`prepare`) fetches the four archives (or takes them from a folder,
+``--from``), checks each against its published SHA-256, unpacks the English-German members
+and writes into one folder::
 
     train.en  train.de     Europarl v7 + Common Crawl + News Commentary v9, in that order
     valid.en  valid.de     newstest2013
@@ -146,6 +146,11 @@ def prepare(out: str | Path, from_dir: str | Path | None = None, url_base: str |
         log(f"{out} is already prepared ({manifest['files']['train.en']['lines']:,} training pairs); "
             f"delete {out / MANIFEST} to prepare it again")
         return manifest
+    if from_dir is not None:
+        missing = [name for name in archives if not (Path(from_dir) / name).is_file()]
+        if missing:  # all of them at once, before hours of checking the others
+            raise DataError(f"--from {from_dir}: missing {', '.join(missing)} (download "
+                            + ", ".join(archives[name].url for name in missing) + ")")
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: _archive(out, name, a, from_dir, url_base, progress, timeout, retries, log, say)
              for name, a in archives.items()}

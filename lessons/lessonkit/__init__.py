@@ -55,30 +55,25 @@ def figure_dir(lesson: str) -> Path:
     return path
 
 
-def show(fig, lesson: str, name: str) -> Path:
-    """Save ``fig`` as ``figure_dir(lesson)/name``; in a notebook, also show it under the cell."""
+def show(fig, lesson: str, name: str) -> None:
+    """Save ``fig`` as ``figure_dir(lesson)/name`` and show it (:func:`show_saved`)."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     path = figure_dir(lesson) / name
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+    show_saved(path)
+
+
+def show_saved(path) -> None:
+    """Show a saved PNG: under the cell in a notebook, else print where it is. (Nothing is
+    returned, so a notebook shows no path after the figure.)"""
     if in_notebook():
         from IPython.display import Image, display  # noqa: PLC0415
 
         display(Image(filename=str(path)))
-    print("saved", path)
-    return path
-
-
-def show_saved(path) -> Path:
-    """Show a PNG that something else saved (the package's own plot functions) as :func:`show` would."""
-    path = Path(path)
-    if in_notebook():
-        from IPython.display import Image, display  # noqa: PLC0415
-
-        display(Image(filename=str(path)))
-    print("saved", path)
-    return path
+    else:
+        print("saved", path)
 
 
 def multi30k(split: str) -> tuple[list[str], list[str]]:

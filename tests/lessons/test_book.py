@@ -70,6 +70,18 @@ def test_pages_link_neighbours_prerequisites_and_package_files_and_show_figures_
     assert attention.count('src="data:image/png;base64') == 2                 # its two figures, inline
     assert f'<a href="{_page(items, "03")["page"]}">softmax</a>' in attention   # "Uses" links to where it is taught
     assert '<details class="book-fold">' in attention                    # the plotting code is folded
+    # MathML a browser reads: unprefixed, in the headings too (lesson 8's "The effect of the 1/√d_k scaling")
+    for it in items:
+        page = (out / it["page"]).read_text()
+        assert not re.search(r"<ns\d+:", page), it["page"]
+        assert "PosixPath(" not in page, it["page"]                  # a figure is not followed by its path
+    assert re.search(r"<h2[^>]*>[^<]*The effect of the <math", attention)
+
+
+def test_mathml_that_nbconvert_prefixed_is_made_plain_again():
+    prefixed = '<h2>of <ns0:math xmlns:ns0="http://www.w3.org/1998/Math/MathML"><ns0:mi>d</ns0:mi></ns0:math></h2>'
+    assert book.unprefixed_mathml(prefixed) == \
+        '<h2>of <math xmlns="http://www.w3.org/1998/Math/MathML"><mi>d</mi></math></h2>'
 
 
 def test_a_headless_chromium_finds_no_broken_image_console_error_raw_math_or_overflow(built):

@@ -15,12 +15,11 @@ import pytest
 
 from transformer.checkpoint import load_checkpoint, step_checkpoints
 
-from ..helpers import strict_json
+from ..helpers import MULTI30K, needs_multi30k, strict_json
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present")
+pytestmark = needs_multi30k
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["--data-dir", str(SHARED), "--limit", "300", "--vocab-size", "250", "--d-model", "32", "--n-heads", "2",
+SMALL = ["--data-dir", str(MULTI30K), "--limit", "300", "--vocab-size", "250", "--d-model", "32", "--n-heads", "2",
          "--d-ff", "64", "--layers", "1", "--max-tokens", "800", "--warmup", "10", "--eval-every", "1000",
          "--bleu-sentences", "0", "--no-progress"]
 
@@ -70,7 +69,7 @@ def trained(tmp_path_factory):
 ])
 def test_bad_settings_are_refused_by_flag_before_any_data_is_read(tmp_path, flags, message):
     run = tmp_path / "run"
-    status, _, err = cli("train", "--run-dir", run, "--data-dir", SHARED, *flags)
+    status, _, err = cli("train", "--run-dir", run, "--data-dir", MULTI30K, *flags)
     assert_clean(status, err, 2, message)
     assert not (run / "spm.model").exists()  # nothing was read or trained
 
@@ -121,7 +120,7 @@ def test_debug_shows_the_traceback(tmp_path):
 def test_every_json_file_of_a_run_is_strict_json_when_no_validation_ran(trained):
     import numpy as np  # noqa: PLC0415
 
-    status, _, err = cli("evaluate", "--run-dir", trained, "--data-dir", SHARED, "--limit", "3", "--beam", "1")
+    status, _, err = cli("evaluate", "--run-dir", trained, "--data-dir", MULTI30K, "--limit", "3", "--beam", "1")
     assert status == 0, err
     assert strict_json((trained / "train_summary.json").read_text())["best_valid_nll"] is None
     for name in ("settings.json", "evaluation.json"):
@@ -171,7 +170,7 @@ def test_a_damaged_checkpoint_is_named_skipped_by_translate_and_refused_by_avera
     assert_clean(status, err, 2, f"error: {newest} is damaged")
     status, _, err = cli("average", "--run-dir", run, "--last", "3")
     assert_clean(status, err, 2, f"error: {newest} is damaged")
-    status, out, err = cli("evaluate", "--run-dir", run, "--data-dir", SHARED, "--limit", "2", "--beam", "1")
+    status, out, err = cli("evaluate", "--run-dir", run, "--data-dir", MULTI30K, "--limit", "2", "--beam", "1")
     assert status == 0 and f"skipping {newest.name}" in err and "BLEU" in out, err
     # --resume falls back to the newest checkpoint that loads and trains on from there
     status, out, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "8", "--save-every", "2", "--resume")

@@ -9,7 +9,9 @@ from transformer import corpus, data
 from transformer.corpus import PairFilter, ParallelText, bpe_sample, encode_corpus
 from transformer.tokenizer import IdFile, Tokenizer, TokenIds
 
-MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+from ..helpers import MULTI30K, needs_multi30k
+
+pytestmark = needs_multi30k
 
 
 def lines(split, lang, n):

@@ -14,11 +14,11 @@ import pytest
 
 from transformer.cli import main
 
+from ..helpers import MULTI30K, needs_multi30k
 from ..minitensor.test_distributed import mpiexec
-from .test_distributed_training import (REPO, SHARED, args, assert_same_weights, run_dir, spm_model,  # noqa: F401
-                                                    weights)
+from .test_distributed_training import REPO, args, assert_same_weights, run_dir, spm_model, weights  # noqa: F401
 
-pytestmark = [pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present"),
+pytestmark = [needs_multi30k,
               pytest.mark.slow]
 
 
@@ -92,7 +92,7 @@ def test_a_run_resumed_on_the_other_device_continues_as_if_uninterrupted(tmp_pat
 def test_translate_evaluate_and_average_run_on_cuda(cuda_run):
     out = on_double("translate", "--run-dir", str(cuda_run), "--device", "cuda", stdin="A dog runs in the park.\n")
     assert out.strip()
-    out = on_double("evaluate", "--run-dir", str(cuda_run), "--device", "cuda", "--data-dir", str(SHARED),
+    out = on_double("evaluate", "--run-dir", str(cuda_run), "--device", "cuda", "--data-dir", str(MULTI30K),
                     "--limit", "8", "--beam", "2")
     assert "BLEU" in out
     avg = cuda_run / "average.npz"

@@ -8,8 +8,7 @@ import pytest
 from transformer import data
 from transformer.data import DataError
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
-needs_multi30k = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present")
+from ..helpers import MULTI30K, needs_multi30k
 
 
 def write(path, text, gz=False):
@@ -71,11 +70,11 @@ def test_sgm_segments_are_extracted_and_unescaped(tmp_path):
 @needs_multi30k
 def test_multi30k_from_a_local_directory_has_the_documented_sizes():
     for split, n in (("train", 29000), ("val", 1014), ("test_2016_flickr", 1000)):
-        en, de = data.multi30k(split, root=SHARED)
+        en, de = data.multi30k(split, root=MULTI30K)
         assert len(en) == len(de) == n
     assert en[0] and de[0]
     with pytest.raises(DataError, match="unknown Multi30k split"):
-        data.multi30k("test2017", root=SHARED)
+        data.multi30k("test2017", root=MULTI30K)
 
 
 @needs_multi30k
@@ -83,12 +82,12 @@ def test_multi30k_download_verifies_checksums(tmp_path, monkeypatch):
     """The downloader fetches into the cache and checks sha256 (a file:// mirror stands in for the network)."""
     monkeypatch.setenv("MINITENSOR_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MULTI30K_DIR", raising=False)
-    mirror = "file://" + str(SHARED) + "/"
+    mirror = "file://" + str(MULTI30K) + "/"
     folder = data.multi30k_files(url=mirror)
     assert sorted(p.name for p in folder.iterdir()) == sorted(data.MULTI30K_SHA256)
     # a corrupted mirror is rejected and leaves nothing half-written behind
     bad = tmp_path / "bad"
-    shutil.copytree(SHARED, bad)
+    shutil.copytree(MULTI30K, bad)
     write(bad / "val.de.gz", b"not the real file")
     (folder / "val.de.gz").unlink()
     with pytest.raises(DataError, match="val.de.gz: SHA-256 .* does not match"):
@@ -101,8 +100,8 @@ def test_multi30k_dir_is_read_without_a_root_and_never_downloads(tmp_path, monke
     """$MULTI30K_DIR is where the command line and the lessons read Multi30k when no folder is
     given; the cache is not touched."""
     monkeypatch.setenv("MINITENSOR_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("MULTI30K_DIR", str(SHARED))
-    assert data.multi30k_files() == SHARED
+    monkeypatch.setenv("MULTI30K_DIR", str(MULTI30K))
+    assert data.multi30k_files() == MULTI30K
     assert not (tmp_path / "cache").exists()
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "empty"))
     with pytest.raises(DataError, match="missing"):
@@ -124,7 +123,7 @@ def test_without_network_or_data_one_line_says_what_to_set(tmp_path, monkeypatch
 @needs_multi30k
 def test_local_directory_with_a_wrong_file_is_rejected(tmp_path):
     bad = tmp_path / "m30k"
-    shutil.copytree(SHARED, bad)
+    shutil.copytree(MULTI30K, bad)
     write(bad / "train.en.gz", b"x")
     with pytest.raises(DataError, match="train.en.gz: SHA-256"):
         data.multi30k_files(bad)

@@ -18,22 +18,23 @@ from transformer.tokenizer import Tokenizer
 
 from ..minitensor.test_distributed import mpiexec
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+from ..helpers import MULTI30K, needs_multi30k
+
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present"),
+pytestmark = [needs_multi30k,
               pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install -e '.[mpi]')")]
 
 
 @pytest.fixture(scope="module")
 def spm_model(tmp_path_factory):
-    en, de = data.multi30k("train", root=SHARED)
+    en, de = data.multi30k("train", root=MULTI30K)
     folder = tmp_path_factory.mktemp("spm")
     Tokenizer.train(en[:240] + de[:240], folder / "spm", vocab_size=250)
     return folder / "spm.model"
 
 
 def args(run, *extra):
-    return ["train", "--run-dir", str(run), "--data-dir", str(SHARED), "--limit", "240", "--d-model", "32",
+    return ["train", "--run-dir", str(run), "--data-dir", str(MULTI30K), "--limit", "240", "--d-model", "32",
             "--n-heads", "2", "--d-ff", "64", "--layers", "1", "--dropout", "0.0", "--max-tokens", "700",
             "--warmup", "4", "--eval-every", "1000", "--save-every", "2", "--no-progress", *extra]
 

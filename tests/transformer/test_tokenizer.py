@@ -7,13 +7,14 @@ import pytest
 from transformer import data
 from transformer.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer, encode_cached
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present")
+from ..helpers import MULTI30K, needs_multi30k
+
+pytestmark = needs_multi30k
 
 
 @pytest.fixture(scope="module")
 def corpus():
-    en, de = data.multi30k("val", root=SHARED)
+    en, de = data.multi30k("val", root=MULTI30K)
     return en, de
 
 

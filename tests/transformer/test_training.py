@@ -17,8 +17,9 @@ from transformer.cli import main
 from transformer.tokenizer import Tokenizer, encode_cached
 from transformer.train import ParallelData, Trainer, TrainingDiverged, TrainSettings
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
-pytestmark = pytest.mark.skipif(not SHARED.exists(), reason="../shared/data/multi30k not present")
+from ..helpers import MULTI30K, needs_multi30k
+
+pytestmark = needs_multi30k
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -26,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 def small(tmp_path_factory):
     """A 400-pair slice of Multi30k with a 300-piece BPE model."""
     folder = tmp_path_factory.mktemp("small")
-    en, de = data.multi30k("val", root=SHARED)
+    en, de = data.multi30k("val", root=MULTI30K)
     tok = Tokenizer.train(en[:400] + de[:400], folder / "spm", vocab_size=300)
     train = ParallelData(encode_cached(tok, en[:360], folder / "a.npz"), encode_cached(tok, de[:360], folder / "b.npz"))
     valid = ParallelData(encode_cached(tok, en[360:400], folder / "c.npz"), encode_cached(tok, de[360:400], folder / "d.npz"),
@@ -104,7 +105,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(
 
 
 def cli_train_args(run_dir, *extra):
-    return ["train", "--run-dir", str(run_dir), "--data-dir", str(SHARED), "--limit", "300", "--vocab-size", "250",
+    return ["train", "--run-dir", str(run_dir), "--data-dir", str(MULTI30K), "--limit", "300", "--vocab-size", "250",
             "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--layers", "1", "--max-tokens", "800",
             "--warmup", "10", "--eval-every", "5", "--bleu-sentences", "5", "--beam-size", "2", "--no-progress",
             *extra]
@@ -152,7 +153,7 @@ def test_end_to_end_train_average_translate_evaluate(tmp_path, capsys):
     main(["translate", "--run-dir", str(run), "--checkpoint", str(run / "average.npz"), "--input", str(src),
           "--output", str(out), "--beam", "2"])
     assert len(out.read_text().splitlines()) == 2
-    result = main(["evaluate", "--run-dir", str(run), "--data-dir", str(SHARED), "--limit", "20", "--average", "3",
+    result = main(["evaluate", "--run-dir", str(run), "--data-dir", str(MULTI30K), "--limit", "20", "--average", "3",
                    "--beam", "2"])
     assert result["sentences"] == 20 and 0.0 <= result["bleu"] <= 100.0
     assert result["signature"].startswith("nrefs:1|case:mixed") and "case:lc" in result["signature_lowercase"]
@@ -161,7 +162,7 @@ def test_end_to_end_train_average_translate_evaluate(tmp_path, capsys):
 
 def test_wmt_format_sample_runs_through_the_whole_pipeline(tmp_path):
     """Training text from two plain corpora, newstest-style SGM dev and test sets."""
-    en, de = data.multi30k("val", root=SHARED)
+    en, de = data.multi30k("val", root=MULTI30K)
 
     def sgm(path, lines, lang):
         segs = "\n".join(f'<seg id="{i + 1}">{s.replace("&", "&amp;")}</seg>' for i, s in enumerate(lines))

@@ -21,7 +21,10 @@ import pytest
 from transformer import cli, wmt14
 from transformer.download import download, part_path
 
-MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+from ..helpers import MULTI30K, needs_multi30k
+
+pytestmark = needs_multi30k
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -220,6 +223,12 @@ def test_archives_from_a_folder_need_no_network(archives, tmp_path, monkeypatch,
     damaged.write_bytes(archives["dev.tgz"][:-10])
     status, err = run_cli(["data", "wmt14", "--out", str(out), "--from", str(folder), "--no-progress"], capsys)
     assert status == 2 and f"{damaged}: SHA-256" in err and "download it again" in err and damaged.exists()
+    # archives missing from the folder are all named at once, before any is checked
+    damaged.unlink()
+    (folder / "training-parallel-nc-v9.tgz").unlink()
+    status, err = run_cli(["data", "wmt14", "--out", str(out), "--from", str(folder), "--no-progress"], capsys)
+    assert status == 2 and "missing training-parallel-nc-v9.tgz, dev.tgz" in err, err
+    assert "http://127.0.0.1:9/dev.tgz" in err
 
 
 def test_a_server_that_stops_answering_times_out_with_a_clear_error(server, tmp_path, capsys):
