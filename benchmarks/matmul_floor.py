@@ -3,8 +3,8 @@ products set, measured.
 
 On the CPU most of a Transformer update is the matrix products of its Linear layers, and no
 rearrangement of the rest makes those cheaper: the same math needs the same products. This
-script runs real updates with every Linear op counted (the FLOPs of its forward product and
-of each backward product it computes), then times float32 products alone on the shapes the
+script runs real updates inside ``minitensor.profile()``, which counts every Linear op's
+products (the FLOPs of its forward product and of each backward product it computes), then times float32 products alone on the shapes the
 updates used and takes the fastest rate seen. Dividing the update's product FLOPs by that
 rate gives a time no update can beat with these kernels, even if everything else (softmax,
 LayerNorm, dropout, Adam, the engine) took no time at all. Against a step time to compare
@@ -25,7 +25,6 @@ floor is a lower bound, never an estimate of the time itself.
 from __future__ import annotations
 
 import argparse
-import collections
 import sys
 import tempfile
 import time
@@ -38,71 +37,48 @@ sys.path.insert(0, str(HERE.parent))  # this checkout's minitensor and transform
 
 from harness import environment, product_timer, write_results  # noqa: E402
 
-from minitensor.ops.linalg import Linear  # noqa: E402
+import minitensor as mt  # noqa: E402
+from minitensor.profiler import Row  # noqa: E402
 
 
 class ProductCounter:
-    """Wraps Linear's forward and backward: per update, the product FLOPs, the (m, k, n)
-    shapes with their FLOPs, and the time spent inside Linear."""
+    """Per update, the FLOPs of the Linear layers' products, their (m, k, n) shapes, and the
+    time spent inside Linear, read from a ``minitensor.profile()`` open while it is."""
 
     def __init__(self):
         self.updates: list[dict] = []
-        # (role, in, out) of a Linear product -> the row counts it ran with, over all updates
-        self.rows: dict[tuple, list[int]] = collections.defaultdict(list)
-        self._flops = self._seconds = 0.0
+        self.profile = mt.profile()
+        self._done = (0.0, 0.0)  # Linear's FLOPs and seconds at the previous update's end
 
-    def _count(self, role: str, m: int, k: int, n: int) -> None:
-        self._flops += 2.0 * m * k * n
-        self.rows[(role, k, n)].append(m)
+    def _linear(self):
+        return self.profile.rows.get("Linear") or Row()
 
     def shapes(self) -> list[tuple[float, tuple[int, int, int]]]:
-        """(FLOPs, (m, k, n) of a plain product) per role and weight shape, the rows at their
-        mean; most FLOPs first. y = x W is (rows, in) x (in, out); dx = G Wᵀ is
-        (rows, out) x (out, in); dW = xᵀ G is (in, rows) x (rows, out)."""
-        out = []
-        for (role, k, n), ms in self.rows.items():
-            m = round(float(np.mean(ms)))
-            shape = {"y": (m, k, n), "dx": (m, n, k), "dW": (k, m, n)}[role]
-            out.append((2.0 * sum(ms) * k * n, shape))
-        return sorted(out, reverse=True)
+        """(FLOPs, (m, k, n)) of every distinct Linear product counted (Linear.products: y = x W
+        is (rows, in) x (in, out), dx = G Wᵀ is (rows, out) x (out, in), dW = xᵀ G is
+        (in, rows) x (rows, out)); most FLOPs first."""
+        return sorted(((2.0 * m * k * n * c, (m, k, n)) for (_, m, k, n, _), c in self._linear().products.items()),
+                      reverse=True)
 
     def __enter__(self):
-        self._forward, self._backward = Linear.forward, Linear.backward
-        fwd, bwd, counter = Linear.__dict__["forward"].__func__, Linear.__dict__["backward"].__func__, self
-
-        def forward(ctx, x, w, b=None):
-            t = time.perf_counter()
-            out = fwd(ctx, x, w, b)
-            counter._seconds += time.perf_counter() - t
-            counter._count("y", x.size // x.shape[-1], w.shape[0], w.shape[1])
-            return out
-
-        def backward(ctx, grad):
-            x, w = ctx.saved
-            t = time.perf_counter()
-            out = bwd(ctx, grad)
-            counter._seconds += time.perf_counter() - t
-            m, (k, n) = x.size // x.shape[-1], w.shape
-            for role, g in zip(("dx", "dW"), out[:2]):
-                if g is not None:
-                    counter._count(role, m, k, n)
-            return out
-
-        Linear.forward, Linear.backward = staticmethod(forward), staticmethod(backward)
+        self.profile.__enter__()
         return self
 
     def __exit__(self, *exc):
-        Linear.forward, Linear.backward = self._forward, self._backward
+        return self.profile.__exit__(*exc)
 
     def update_done(self, seconds: float) -> None:
-        self.updates.append({"seconds": seconds, "product_flops": self._flops, "linear_seconds": self._seconds})
-        self._flops = self._seconds = 0.0
+        row = self._linear()
+        flops, spent = row.flops or 0.0, row.forward_s + row.backward_s
+        self.updates.append({"seconds": seconds, "product_flops": flops - self._done[0],
+                             "linear_seconds": spent - self._done[1]})
+        self._done = (flops, spent)
 
     def discard(self) -> None:
         """Forget what was counted so far (the warm-up updates)."""
         self.updates.clear()
-        self.rows.clear()
-        self._flops = self._seconds = 0.0
+        self.profile.rows.clear()
+        self._done = (0.0, 0.0)
 
 
 def base_updates(counter: ProductCounter, steps: int, warmup: int) -> None:
