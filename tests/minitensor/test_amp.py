@@ -79,14 +79,15 @@ def test_loss_scaler_skips_on_overflow_backs_off_and_grows_after_clean_steps():
 
 
 def test_fp16_training_skips_overflowing_updates_says_so_and_then_learns(tmp_path, capsys):
-    from tests.transformer.test_training import SHARED, tiny_settings
+    from tests.helpers import MULTI30K
+    from tests.transformer.test_training import tiny_settings
     from transformer import data
     from transformer.tokenizer import Tokenizer, encode_cached
     from transformer.train import ParallelData, Trainer
 
-    if not SHARED.exists():
-        pytest.skip("../shared/data/multi30k not present")
-    en, de = data.multi30k("val", root=SHARED)
+    if not (MULTI30K / "val.en.gz").exists():
+        pytest.skip(f"no Multi30k files in {MULTI30K}: set MULTI30K_DIR")
+    en, de = data.multi30k("val", root=MULTI30K)
     tok = Tokenizer.train(en[:300] + de[:300], tmp_path / "spm", vocab_size=200)
     train = ParallelData(encode_cached(tok, en[:300], tmp_path / "a.npz"), encode_cached(tok, de[:300], tmp_path / "b.npz"))
     settings = tiny_settings(tmp_path / "run", precision="fp16", max_steps=24, eval_every=1000, save_every=1000,
