@@ -60,9 +60,9 @@ def normalize_device(device) -> str:
     name = str(device)
     if name == "cpu":
         return "cpu"
-    if name == "cuda" or name.startswith("cuda:"):
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
         return "cuda"
-    raise DeviceError(f"unknown device {device!r}: use 'cpu' or 'cuda'")
+    raise DeviceError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'")
 
 
 def array_module(array):

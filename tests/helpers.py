@@ -1,6 +1,9 @@
 """Small helpers shared by the tests."""
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -49,3 +52,43 @@ def strict_json(text: str):
     def refuse(name):
         raise ValueError(f"{name} is not JSON")
     return json.loads(text, parse_constant=refuse)
+
+
+# ---------------------------------------------------------------------------- the command line
+REPO = Path(__file__).resolve().parents[1]
+# a model that trains in seconds: the subprocess tests of the command line train it
+SMALL = ["--data-dir", str(MULTI30K), "--limit", "300", "--vocab-size", "250", "--d-model", "32", "--n-heads", "2",
+         "--d-ff", "64", "--layers", "1", "--max-tokens", "800", "--warmup", "10", "--eval-every", "1000",
+         "--bleu-sentences", "0", "--no-progress"]
+
+
+def cli(*args, env=None, code=None, stdin=None, timeout=300):
+    """Run ``python -m transformer ARGS`` (or ``python -c CODE ARGS``) with ``stdin`` (bytes or
+    text) as its input; (exit status, stdout, stderr)."""
+    cmd = [sys.executable, *(["-c", code] if code else ["-m", "transformer"]), *map(str, args)]
+    binary = isinstance(stdin, bytes)
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=not binary, timeout=timeout,
+                       input=stdin if stdin is not None else ("" if not binary else b""),
+                       env={**os.environ, "MINITENSOR_DEBUG": "0", **(env or {})})
+    out, err = (p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")) if binary else (p.stdout, p.stderr)
+    return p.returncode, out, err
+
+
+def first_error_line(stderr: str) -> str:
+    """The first line the CLI itself printed (the BLAS note and skipped-checkpoint notes aside)."""
+    lines = [x for x in stderr.splitlines() if x.startswith("error:") or x.startswith("stopped at")]
+    assert lines, stderr
+    return lines[0]
+
+
+def assert_clean(status, stderr, expected_status, expected_start):
+    """Exit status ``expected_status``, no traceback, and a first error line that starts as expected."""
+    assert status == expected_status, stderr
+    assert "Traceback" not in stderr
+    assert first_error_line(stderr).startswith(expected_start), stderr
+
+
+def copy_run(run: Path, tmp_path: Path) -> Path:
+    """A copy of a run directory (``tmp_path/run``), for a test that changes what is in it."""
+    shutil.copytree(run, tmp_path / "run")
+    return tmp_path / "run"

@@ -91,7 +91,8 @@ _PARTIAL_SUFFIX = ".tmp.npz"
 _PARTIAL = re.compile(r"^\.(.+\.npz)\.(\d+)" + re.escape(_PARTIAL_SUFFIX) + "$")
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -110,10 +111,36 @@ def remove_partial_checkpoints(folder: str | Path) -> list[Path]:
     removed = []
     for p in Path(folder).glob(f".*{_PARTIAL_SUFFIX}"):
         m = _PARTIAL.match(p.name)
-        if m and not _process_alive(int(m.group(2))):
+        if m and not process_alive(int(m.group(2))):
             p.unlink(missing_ok=True)
             removed.append(p)
     return removed
+
+
+def _checkpoint_file(path: str | Path) -> Path:
+    """``path``, if it can be a checkpoint: an existing file that starts as a .npz (zip) file
+    does (a damaged checkpoint still does; a tokenizer model or a text file does not)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such checkpoint")
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a directory, not a checkpoint (a .npz file written by train or average)")
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != b"PK\x03\x04" and path.stat().st_size >= 4:
+        raise CheckpointError(f"{path} is not a checkpoint (a .npz file written by train or average)")
+    return path
+
+
+def read_meta(path: str | Path) -> dict:
+    """A checkpoint's ``meta`` alone (step, settings, config), without reading or checking its
+    arrays; raises :class:`CheckpointError` when it cannot be read."""
+    path = _checkpoint_file(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return json.loads(str(z["meta"]))
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError) as e:
+        raise CheckpointError(f"{path} is damaged and cannot be read ({type(e).__name__}: {e})") from e
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -122,9 +149,7 @@ def load_checkpoint(path: str | Path) -> dict:
     Raises :class:`CheckpointError` naming ``path`` when the file is truncated, unreadable,
     or its arrays do not match the hash written with them.
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such checkpoint")
+    path = _checkpoint_file(path)
     try:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))

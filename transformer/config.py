@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from minitensor.ops.dropout import check_probability
 
+POSITIONAL = ("sinusoidal", "learned")  # Section 3.5's encoding, or learned embeddings (Table 3, row E)
 WHOLE_FIELDS = ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len")
 
 
@@ -27,7 +28,7 @@ def check_config(values: dict, name=str) -> None:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise ValueError(f"{name(field)} must be a whole number >= 1, got {v}")
     check_heads(values["d_model"], values["n_heads"], name)
-    if values["positional"] not in ("sinusoidal", "learned"):
+    if values["positional"] not in POSITIONAL:
         raise ValueError(f"{name('positional')} must be sinusoidal or learned, got {values['positional']!r}")
     if values["tgt_vocab_size"] is not None and values["share_embeddings"]:
         raise ValueError("a separate tgt_vocab_size needs share_embeddings=False")

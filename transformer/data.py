@@ -25,19 +25,24 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
 
 
+def decode_lines(raw: Iterable[bytes], name: str) -> Iterator[str]:
+    """Byte lines as text, without their line endings. Raises :class:`DataError` naming
+    ``name`` (a file, or "stdin") and the (1-based) line with invalid UTF-8."""
+    for number, line in enumerate(raw, start=1):
+        try:
+            yield line.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            raise DataError(f"{name}:{number}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+
+
 def iter_lines(path: str | Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (``.gz`` is decompressed), one at a time, without their
-    line endings. Raises :class:`DataError` naming the file and the (1-based) line with invalid UTF-8.
-    """
+    """The lines of a UTF-8 text file (``.gz`` is decompressed), one at a time, as
+    :func:`decode_lines` gives them."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such file")
     with _open_binary(path) as f:
-        for number, raw in enumerate(f, start=1):
-            try:
-                yield raw.decode("utf-8").rstrip("\r\n")
-            except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{number}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+        yield from decode_lines(f, str(path))
 
 
 def read_lines(path: str | Path) -> list[str]:

@@ -2,6 +2,7 @@
 (Section 6.1: beam size 4, length penalty α = 0.6, maximum length = input length + 50)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,6 +10,8 @@ import numpy as np
 import minitensor as mt
 
 from .masks import padding_mask
+
+MAX_BEAM = 64  # the command line's default bound on the beam (a larger beam rarely helps and costs memory)
 
 
 def _prepare(model, src):
@@ -19,37 +22,70 @@ def _prepare(model, src):
     return cfg, src, src_mask, model.encode(src, src_mask)
 
 
-def _step_logits(model, ys, memory, src_mask, cache):
+def _step_logits(model, ys, memory, src_mask, cache, min_len: int = 1):
     """Log-probabilities of the next token after every row of ``ys`` (B, t) -> (B, V) array.
 
     pad and bos get a logit of -inf (probability 0), as in fairseq: neither is ever an output,
-    and a generated pad would be attended to through the cache but masked without it.
+    and a generated pad would be attended to through the cache but masked without it. So does
+    eos until ``min_len`` tokens stand before it (fairseq's min_len, 1 by default): an output
+    has at least one token. Beam search would otherwise rank the empty hypothesis by
+    log P(eos) / lp(1), and lp(1) = 1, while every real translation's log P is a sum over its
+    tokens; a model that gives eos a little probability first (an odd or long source it is
+    unsure of) then wins the beam with nothing.
     """
     inp = ys[:, -1:] if cache is not None else ys
     h = model.decode(mt.Tensor._wrap(inp), memory, src_mask, cache=cache)
     logits = model.generator(h[:, -1]).data
-    logits[:, [model.cfg.pad_id, model.cfg.bos_id]] = -np.inf
+    banned = [model.cfg.pad_id, model.cfg.bos_id] + ([model.cfg.eos_id] if ys.shape[1] - 1 < min_len else [])
+    logits[:, banned] = -np.inf
     return mt.functional.log_softmax(mt.Tensor._wrap(logits), axis=-1).data
 
 
+def output_limit(model, src_len: int, max_len: int | None) -> int:
+    """Tokens an output may have: ``max_len`` (default: source length + 50, Section 6.1), and
+    never more than the decoder's positions allow after bos."""
+    wanted = src_len + 50 if max_len is None else max_len
+    return max(1, min(wanted, model.cfg.max_len - 1))
+
+
+def check_search(beam_size: int, alpha: float) -> None:
+    """Raise ValueError for a beam below 1 or a length penalty α that is not finite and >= 0."""
+    if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
+        raise ValueError(f"beam_size must be a whole number >= 1, got {beam_size!r}")
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(f"alpha must be finite and >= 0, got {alpha!r}")
+
+
+def memory_estimate(cfg, rows: int, src_len: int, out_len: int) -> int:
+    """Bytes a decoding of ``rows`` hypotheses at once (sentences x beam) may hold at its peak:
+    per row, the next-token scores (float32 logits and log-probabilities, then float64 scores,
+    candidates and their argsort: 32 bytes a vocabulary entry), each decoder layer's self-attention
+    cache (keys and values for ``out_len`` steps, three times over while a step appends to it and
+    the beam reorders it) and cross-attention keys and values, and the encoder output."""
+    d = cfg.d_model
+    per_row = 32 * cfg.target_vocab_size + 4 * d * (cfg.n_decoder_layers * (6 * out_len + 2 * src_len) + src_len)
+    return rows * per_row
+
+
 @mt.no_grad()
-def greedy_decode(model, src, max_len: int | None = None, use_cache: bool = True) -> np.ndarray:
+def greedy_decode(model, src, max_len: int | None = None, use_cache: bool = True, min_len: int = 1) -> np.ndarray:
     """Pick the most likely next token at every step until eos (or ``max_len`` tokens).
 
     src: ids (B, Ts). Returns an int64 array (B, L) of generated tokens without the leading
     bos; after a sequence's eos the rest of its row is pad. ``max_len`` defaults to
-    Ts + 50. ``use_cache`` decodes incrementally (same result, less work). The model is put
-    in eval mode.
+    Ts + 50 (capped by the decoder's positions). ``use_cache`` decodes incrementally (same
+    result, less work). eos comes after ``min_len`` tokens at the earliest. The model is put in
+    eval mode.
     """
     cfg, src, src_mask, memory = _prepare(model, src)
     B, Ts = src.shape
-    max_len = Ts + 50 if max_len is None else max_len
+    max_len = output_limit(model, Ts, max_len)
     xp = src.xp
     cache = model.new_cache() if use_cache else None
     ys = xp.full((B, 1), cfg.bos_id, dtype=np.int64)
     done = xp.zeros(B, dtype=bool)
     for _ in range(max_len):
-        nxt = _step_logits(model, ys, memory, src_mask, cache).argmax(axis=-1)
+        nxt = _step_logits(model, ys, memory, src_mask, cache, min_len).argmax(axis=-1)
         nxt = xp.where(done, cfg.pad_id, nxt)
         ys = xp.concatenate([ys, nxt[:, None]], axis=1)
         done |= nxt == cfg.eos_id
@@ -89,7 +125,7 @@ def rank_extensions(scores, logp, n: int):
 
 
 def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int | None = None,
-                use_cache: bool = True, n_best: int = 1):
+                use_cache: bool = True, n_best: int = 1, min_len: int = 1):
     """Batched beam search. Returns, per source sentence, its ``n_best`` hypotheses best first
     (a list of :class:`Hypothesis`; with n_best=1 use ``[0]``).
 
@@ -97,12 +133,15 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int
     an extension by eos among the ``beam_size`` best becomes a finished hypothesis, and the
     ``beam_size`` best other extensions stay open. Finished hypotheses are scored by
     log P / ((5+|Y|)/6)^α. A sentence stops when it has ``beam_size`` finished hypotheses, or
-    at ``max_len`` (default: source length + 50) when its open prefixes are finished as they are.
+    at ``max_len`` (default: source length + 50, capped by the decoder's positions) when its open
+    prefixes are finished as they are. eos comes after ``min_len`` tokens at the earliest (see
+    :func:`_step_logits`: with ``min_len=0`` the empty output can win).
     """
+    check_search(beam_size, alpha)
     cfg, src, src_mask, memory = _prepare(model, src)
     B, Ts = src.shape
     K = beam_size
-    max_len = Ts + 50 if max_len is None else max_len
+    max_len = output_limit(model, Ts, max_len)
     xp = src.xp
     # every sentence's encoder output, repeated for its K beams: row b*K + k
     rows = xp.repeat(xp.arange(B), K)
@@ -115,7 +154,7 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int
     finished = [[] for _ in range(B)]
     done = np.zeros(B, dtype=bool)
     for t in range(1, max_len + 1):
-        logp = _step_logits(model, ys, memory, src_mask, cache).astype(np.float64)   # (B*K, V)
+        logp = _step_logits(model, ys, memory, src_mask, cache, min_len).astype(np.float64)   # (B*K, V)
         V = logp.shape[-1]
         beam_of, token_of, top_scores = rank_extensions(scores, logp.reshape(B, K, V), 2 * K)  # enough to refill K
         top_scores_h, beam_h, token_h = (a.get() if hasattr(a, "get") else a for a in (top_scores, beam_of, token_of))

@@ -20,16 +20,33 @@ def paper_adam(params, lr: float = 0.0) -> optim.Adam:
     return optim.Adam(params, lr=lr, betas=(0.9, 0.98), eps=1e-9)
 
 
-class NoamSchedule:
-    """Sets ``optimizer.lr`` from :func:`noam_lr` before each update: call ``step()`` once per update."""
+def cooldown_factor(progress: float, cooldown: float) -> float:
+    """1 until the last ``cooldown`` fraction of a run, then a straight line down to 0 at its end.
 
-    def __init__(self, optimizer: optim.Optimizer, d_model: int, warmup: int = 4000, factor: float = 1.0):
+    ``progress`` is the fraction of the run's budget spent (0 at the start, 1 at the end). Not
+    in the paper: a run with a fixed budget (minutes, or updates) that ends while Equation (3)
+    still has the learning rate high ends on noisy weights, and a linear cool-down to zero is the
+    usual remedy (the paper's averaging of the last checkpoints plays the same part).
+    """
+    if cooldown <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - progress) / cooldown))
+
+
+class NoamSchedule:
+    """Sets ``optimizer.lr`` from :func:`noam_lr` before each update: call ``step()`` once per
+    update. With ``cooldown`` > 0, the rate is also multiplied by :func:`cooldown_factor` of the
+    ``progress`` that ``step`` is given."""
+
+    def __init__(self, optimizer: optim.Optimizer, d_model: int, warmup: int = 4000, factor: float = 1.0,
+                 cooldown: float = 0.0):
         self.optimizer, self.d_model, self.warmup, self.factor = optimizer, d_model, warmup, factor
+        self.cooldown = cooldown
         self.steps = 0
 
-    def step(self) -> float:
+    def step(self, progress: float = 0.0) -> float:
         self.steps += 1
-        lr = noam_lr(self.steps, self.d_model, self.warmup, self.factor)
+        lr = noam_lr(self.steps, self.d_model, self.warmup, self.factor) * cooldown_factor(progress, self.cooldown)
         self.optimizer.lr = lr
         return lr
 

@@ -31,6 +31,7 @@ from minitensor.distributed import Communicator, SingleProcess
 from .batching import collate, lengths, token_batches
 from .checkpoint import newest_loadable, prune_checkpoints, remove_partial_checkpoints, save_checkpoint, step_checkpoints
 from .config import TransformerConfig, check_config
+from .decoding import MAX_BEAM
 from .evaluate import bleu, translate
 from .loss import batch_loss
 from .model import Transformer
@@ -84,6 +85,27 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# what a resumed run may change: its budget, its bookkeeping and the hardware it runs on (with
+# update_freq, the same batches per update on another number of processes); every other setting
+# shapes the weights or the recipe
+FREE_ON_RESUME = frozenset({"run_dir", "max_steps", "max_epochs", "max_minutes", "eval_every", "bleu_sentences",
+                            "beam_size", "alpha", "save_every", "keep_last", "device", "tf32", "memory_every", "profile",
+                            "progress", "update_freq"})
+
+
+def resume_differences(saved: dict, now: TrainSettings) -> list[str]:
+    """One line per setting of ``now`` that differs from ``saved`` (a checkpoint's
+    ``meta["settings"]``) and may not change when a run is resumed: "--flag: A in the run, B now"."""
+    current, lines = asdict(now), {}
+    for name, value in saved.get("model", {}).items():
+        if name != "vocab_size" and current["model"].get(name) != value:  # the vocabulary is the tokenizer's
+            lines.setdefault(flag(name), f"{flag(name)}: {value} in the run, {current['model'].get(name)} now")
+    for name, value in saved.items():
+        if name != "model" and name not in FREE_ON_RESUME and name in current and current[name] != value:
+            lines.setdefault(flag(name), f"{flag(name)}: {value} in the run, {current[name]} now")
+    return list(lines.values())
+
+
 def default_model() -> TransformerConfig:
     """The paper's base shape; its vocab_size is a placeholder the trainer replaces with the tokenizer's."""
     return TransformerConfig(vocab_size=8000, max_len=1024)
@@ -107,6 +129,9 @@ class TrainSettings:
     warmup: int = 4000
     lr_factor: float = 1.0
     clip_norm: float = 0.0          # 0: no clipping
+    cooldown: float = field(default=0.0, metadata={"help": "the last fraction of the run (of --max-minutes when set, "
+                                                            "else of --max-steps) over which the learning rate falls "
+                                                            "linearly to 0, in [0, 1] (default 0: Equation 3 throughout)"})
     max_steps: int = 100_000
     max_epochs: int = 1000
     max_minutes: float = 0.0        # 0: no time limit; else stop (and save) after this much training
@@ -163,10 +188,14 @@ class TrainSettings:
             raise SettingsError(str(e)) from None
         if not self.lr_factor > 0:
             raise SettingsError(f"--lr-factor must be > 0, got {self.lr_factor}")
+        if not 0 <= self.cooldown <= 1:
+            raise SettingsError(f"--cooldown must be in [0, 1], got {self.cooldown}")
         for name in ("clip_norm", "max_minutes", "alpha", "bleu_sentences", "memory_every", "seed", "profile"):
             v = getattr(self, name)
-            if not v >= 0:
-                raise SettingsError(f"{flag(name)} must be >= 0, got {v}")
+            if not (v >= 0 and math.isfinite(v)):
+                raise SettingsError(f"{flag(name)} must be finite and >= 0, got {v}")
+        if self.beam_size > MAX_BEAM:
+            raise SettingsError(f"--beam-size must be in [1, {MAX_BEAM}], got {self.beam_size}")
         if self.precision not in PRECISIONS:
             raise SettingsError(f"--precision must be one of {', '.join(sorted(PRECISIONS))}, got {self.precision!r}")
         try:
@@ -219,6 +248,8 @@ class Trainer:
         self.comm = comm or SingleProcess()
         self.main = self.comm.rank == 0
         self.train_data, self.valid_data = train, valid
+        # the longest training source, in pieces: translate splits longer lines (its --long-lines)
+        self.longest_source = int(np.max(lengths(train.src), initial=0))
         self.run = Path(settings.run_dir)
         if self.main:
             self.run.mkdir(parents=True, exist_ok=True)
@@ -228,22 +259,22 @@ class Trainer:
         for p in self.model.parameters():  # every rank starts from rank 0's weights
             self.comm.broadcast(p.data)
         self.opt = paper_adam(self.model.parameters())
-        self.sched = NoamSchedule(self.opt, self.cfg.d_model, settings.warmup, settings.lr_factor)
+        self.sched = NoamSchedule(self.opt, self.cfg.d_model, settings.warmup, settings.lr_factor, settings.cooldown)
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0  # batch_in_epoch: batches consumed, all ranks
         self.best_valid = math.inf
         self.train_seconds = 0.0
         self.history: list[dict] = []
-        if self.main:
-            (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2, allow_nan=False))
         if resume:
             self.resume()
+        if self.main:  # after resume() has compared the checkpoint with these settings
+            (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2, allow_nan=False))
 
     # ------------------------------------------------------------------ checkpoints
     def _meta(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                 "schedule": self.sched.state_dict(), "rng": mt.get_rng_state(), "config": self.cfg.to_dict(),
                 "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(),
-                "best_valid": finite_or_none(self.best_valid),
+                "best_valid": finite_or_none(self.best_valid), "longest_source": self.longest_source,
                 "train_seconds": self.train_seconds, "world_size": self.comm.world_size,
                 "loss_scaler": self.scaler.state_dict() if self.scaler else None}
 
@@ -300,8 +331,9 @@ class Trainer:
         seq = np.random.SeedSequence([self.s.seed, self.step, self.comm.rank])
         mt.manual_seed(int(seq.generate_state(1)[0]))
 
-    def update(self, group: list[np.ndarray], stop_flag: float = 0.0) -> tuple[float, bool]:
+    def update(self, group: list[np.ndarray], stop_flag: float = 0.0, progress: float = 0.0) -> tuple[float, bool]:
         """One optimizer step over ``group`` (this rank takes every world_size-th batch).
+        ``progress`` is rank 0's fraction of the budget spent, for the learning rate's cool-down.
 
         Returns (loss per target token over all ranks, rank 0's stop flag: GO_ON, OUT_OF_TIME or
         SIGNALLED).
@@ -327,7 +359,7 @@ class Trainer:
             loss_sum = loss.data if loss_sum is None else loss_sum + loss.data  # stays on the device
             tokens += b.target_tokens
         loss_sum = float(loss_sum) if loss_sum is not None else 0.0  # the logged scalar
-        loss_sum, tokens, stop = self._reduce_gradients(loss_sum, tokens, stop_flag)
+        loss_sum, tokens, stop, progress = self._reduce_gradients(loss_sum, tokens, stop_flag, progress)
         per_token = loss_sum / tokens
         self.last_skipped = False
         if self.scaler:
@@ -348,38 +380,39 @@ class Trainer:
                 "is from before this update; resume from it with a lower --lr-factor or with --clip-norm")
         if self.s.clip_norm > 0:
             optim.clip_grad_norm(self.opt.params, self.s.clip_norm)
-        self.sched.step()
+        self.sched.step(progress)
         self.opt.step()
         self.step += 1
         return per_token, stop
 
-    def _reduce_gradients(self, loss_sum: float, tokens: int, stop_flag: float):
+    def _reduce_gradients(self, loss_sum: float, tokens: int, stop_flag: float, progress: float):
         """Sum gradients, loss and token count over ranks (one all-reduce of one flat buffer),
-        then divide the gradients by the global token count."""
+        then divide the gradients by the global token count. Rank 0's stop flag and progress
+        travel in the same buffer (the others add 0), so every rank sets the same learning rate."""
         params = self.opt.params
         if self.comm.world_size == 1:
             scale = 1.0 / tokens
             for p in params:
                 if p.grad is not None:
                     p.grad.data *= scale
-            return loss_sum, tokens, stop_flag
+            return loss_sum, tokens, stop_flag, progress
         xp = params[0].xp
         sizes = [p.size for p in params]
-        flat = xp.zeros(sum(sizes) + 3, dtype=params[0].dtype)
+        flat = xp.zeros(sum(sizes) + 4, dtype=params[0].dtype)
         offset = 0
         for p, n in zip(params, sizes):
             if p.grad is not None:
                 flat[offset:offset + n] = p.grad.data.reshape(-1)
             offset += n
-        flat[offset:] = xp.asarray([loss_sum, tokens, stop_flag], dtype=flat.dtype)
+        flat[offset:] = xp.asarray([loss_sum, tokens, stop_flag, progress], dtype=flat.dtype)
         self.comm.all_reduce(flat)
-        loss_sum, tokens, stop = (float(v) for v in flat[offset:].tolist())
+        loss_sum, tokens, stop, progress = (float(v) for v in flat[offset:].tolist())
         flat[:offset] *= 1.0 / tokens
         offset = 0
         for p, n in zip(params, sizes):
             p.grad = mt.Tensor._wrap(flat[offset:offset + n].reshape(p.shape))
             offset += n
-        return loss_sum, int(round(tokens)), stop
+        return loss_sum, int(round(tokens)), stop, progress
 
     # ------------------------------------------------------------------ validation
     @mt.no_grad()
@@ -463,14 +496,17 @@ class Trainer:
                 batches = self._epoch_batches(self.epoch)
                 while self.batch_in_epoch < len(batches) and self.step < s.max_steps:
                     group = batches[self.batch_in_epoch:self.batch_in_epoch + chunk]
-                    out_of_time = s.max_minutes > 0 and time.perf_counter() - start >= 60 * s.max_minutes
+                    spent = time.perf_counter() - start
+                    out_of_time = s.max_minutes > 0 and spent >= 60 * s.max_minutes
+                    progress = max(self.step / s.max_steps, spent / (60 * s.max_minutes) if s.max_minutes > 0 else 0.0)
                     flag = SIGNALLED if self.stop_requested else OUT_OF_TIME if out_of_time else GO_ON
                     measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
                     # the run's first update is left out of a profile: it allocates what later ones reuse
                     profiling = self.main and 1 <= self.step - first_step <= s.profile
                     with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem, \
                             (prof if profiling else contextlib.nullcontext()):
-                        loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON)
+                        loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON,
+                                                 progress=progress if self.main else 0.0)
                     if profiling and self.step - first_step == s.profile + 1:
                         self._report_profile(prof)
                     if self.stop_requested and self.comm.world_size == 1:

@@ -1,8 +1,11 @@
-"""Decoding: cached == uncached, beam 1 == greedy, beam search finds the best-scoring hypothesis."""
+"""Decoding: cached == uncached, beam 1 == greedy, beam search finds the best-scoring hypothesis,
+and no decoding returns nothing for a non-empty source."""
 import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import minitensor as mt
 from transformer import TransformerConfig
@@ -80,8 +83,9 @@ def table_model():
 
 
 def exhaustive_best(model, max_len, alpha):
+    """The best-scoring output of at least one token before eos, by enumeration."""
     best = None
-    for n in range(1, max_len + 1):
+    for n in range(2, max_len + 1):
         for body in itertools.product([3, 4], repeat=n - 1):
             seq = list(body) + [2]
             lp = sum(np.log(max(model.probs(seq[:i])[seq[i]], 1e-12)) for i in range(len(seq)))
@@ -131,3 +135,60 @@ def test_random_models_never_emit_pad_or_bos_and_cached_beams_equal_uncached(see
             assert not set(x.tokens) & {cfg.pad_id, cfg.bos_id}
             assert x.tokens == y.tokens
             assert x.score == pytest.approx(y.score, abs=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), beam=st.integers(1, 5), alpha=st.floats(0.0, 2.0), eos_bias=st.floats(0.0, 30.0))
+def test_no_decoding_returns_nothing_for_a_non_empty_source_even_when_the_model_favours_eos(seed, beam, alpha,
+                                                                                            eos_bias):
+    # a random model whose eos logit is raised by eos_bias at every step: left to itself, greedy
+    # would stop at once and beam search would rank the empty output first
+    from transformer import Transformer  # noqa: PLC0415
+
+    mt.manual_seed(seed)
+    cfg = TransformerConfig(vocab_size=9, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
+                            dropout=0.0)
+    model = Transformer(cfg).eval()
+    generator = model.generator
+
+    def favour_eos(h):
+        out = generator(h)
+        out.data[..., cfg.eos_id] += eos_bias
+        return out
+
+    model.generator = favour_eos
+    src = np.random.default_rng(seed).integers(3, 9, (4, 5))
+    outputs = ([h[0].tokens for h in beam_search(model, src, beam_size=beam, alpha=alpha, max_len=8)] if beam > 1
+               else [row.tolist() for row in greedy_decode(model, src, max_len=8)])
+    for tokens in outputs:
+        assert tokens and tokens[0] not in (cfg.eos_id, cfg.pad_id), outputs
+
+
+@pytest.mark.parametrize("V, d, layers, B, K, Ts, T", [
+    (500, 16, 2, 5, 6, 12, 30), (3000, 32, 1, 3, 4, 20, 40), (200, 64, 3, 8, 2, 30, 60), (200, 64, 3, 8, 1, 30, 60),
+    (100, 128, 4, 4, 4, 40, 80), (1000, 64, 2, 2, 16, 10, 60)])
+def test_the_decoding_memory_estimate_bounds_the_measured_peak_without_wasting_it(V, d, layers, B, K, Ts, T):
+    # tracemalloc sees every NumPy buffer: the peak of what one decoding allocated, against the
+    # estimate translate() splits its batches by (beam 1 is greedy decoding)
+    import tracemalloc  # noqa: PLC0415
+
+    from transformer import Transformer  # noqa: PLC0415
+    from transformer.decoding import memory_estimate  # noqa: PLC0415
+
+    mt.manual_seed(0)
+    cfg = TransformerConfig(vocab_size=V, d_model=d, n_heads=4, d_ff=4 * d, n_encoder_layers=layers,
+                            n_decoder_layers=layers, dropout=0.0)
+    model = Transformer(cfg).eval()
+    src = np.random.default_rng(0).integers(3, V, (B, Ts))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        if K == 1:
+            greedy_decode(model, src, max_len=T)
+        else:
+            beam_search(model, src, beam_size=K, max_len=T)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    estimate = memory_estimate(cfg, B * K, Ts, T)
+    assert peak <= estimate <= 2.5 * peak, (peak, estimate)

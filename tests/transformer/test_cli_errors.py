@@ -15,43 +15,9 @@ import pytest
 
 from transformer.checkpoint import load_checkpoint, step_checkpoints
 
-from ..helpers import MULTI30K, needs_multi30k, strict_json
+from ..helpers import MULTI30K, REPO, SMALL, assert_clean, cli, first_error_line, needs_multi30k, strict_json
 
 pytestmark = needs_multi30k
-REPO = Path(__file__).resolve().parents[2]
-SMALL = ["--data-dir", str(MULTI30K), "--limit", "300", "--vocab-size", "250", "--d-model", "32", "--n-heads", "2",
-         "--d-ff", "64", "--layers", "1", "--max-tokens", "800", "--warmup", "10", "--eval-every", "1000",
-         "--bleu-sentences", "0", "--no-progress"]
-
-
-def cli(*args, env=None, code=None):
-    """Run ``python -m transformer ARGS`` (or ``python -c CODE ARGS``); (exit status, stdout, stderr)."""
-    cmd = [sys.executable, *(["-c", code] if code else ["-m", "transformer"]), *map(str, args)]
-    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "MINITENSOR_DEBUG": "0", **(env or {})})
-    return p.returncode, p.stdout, p.stderr
-
-
-def first_error_line(stderr: str) -> str:
-    """The first line the CLI itself printed (the BLAS note and skipped-checkpoint notes aside)."""
-    lines = [x for x in stderr.splitlines() if x.startswith("error:") or x.startswith("stopped at")]
-    assert lines, stderr
-    return lines[0]
-
-
-def assert_clean(status, stderr, expected_status, expected_start):
-    assert status == expected_status, stderr
-    assert "Traceback" not in stderr
-    assert first_error_line(stderr).startswith(expected_start), stderr
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A run directory with checkpoints at updates 2, 4 and 6."""
-    run = tmp_path_factory.mktemp("cli") / "run"
-    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "6", "--save-every", "2")
-    assert status == 0, err
-    return run
 
 
 # ------------------------------------------------------------------ bad usage and input: exit 2
@@ -117,17 +83,22 @@ def test_debug_shows_the_traceback(tmp_path):
     assert status == 2 and "Traceback" in err
 
 
-def test_every_json_file_of_a_run_is_strict_json_when_no_validation_ran(trained):
+def test_every_json_file_of_a_run_is_strict_json_when_no_validation_ran(small_run, tmp_path):
+    import shutil  # noqa: PLC0415
+
     import numpy as np  # noqa: PLC0415
 
-    status, _, err = cli("evaluate", "--run-dir", trained, "--data-dir", MULTI30K, "--limit", "3", "--beam", "1")
+    run = tmp_path / "run"
+    shutil.copytree(small_run, run)
+    status, _, err = cli("evaluate", "--run-dir", run, "--data-dir", MULTI30K, "--limit", "3", "--beam", "1")
     assert status == 0, err
-    assert strict_json((trained / "train_summary.json").read_text())["best_valid_nll"] is None
-    for name in ("settings.json", "evaluation.json"):
-        strict_json((trained / name).read_text())
-    for line in (trained / "metrics.jsonl").read_text().splitlines():
+    assert strict_json((run / "train_summary.json").read_text())["best_valid_nll"] is None
+    strict_json((run / "settings.json").read_text())
+    for path in (run / "evaluations").glob("*.json"):
+        strict_json(path.read_text())
+    for line in (run / "metrics.jsonl").read_text().splitlines():
         strict_json(line)
-    for path in step_checkpoints(trained):  # the metadata inside each checkpoint too
+    for path in step_checkpoints(run):  # the metadata inside each checkpoint too
         with np.load(path) as z:
             assert strict_json(str(z["meta"]))["best_valid"] is None
 
@@ -152,11 +123,11 @@ def damage(path: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["truncated", "flipped", "altered"])
-def test_a_damaged_checkpoint_is_named_skipped_by_translate_and_refused_by_average(trained, tmp_path, how):
+def test_a_damaged_checkpoint_is_named_skipped_by_translate_and_refused_by_average(small_run, tmp_path, how):
     import shutil  # noqa: PLC0415
 
     run = tmp_path / "run"
-    shutil.copytree(trained, run)
+    shutil.copytree(small_run, run)
     newest = step_checkpoints(run)[-1]
     damage(newest, how)
     p = subprocess.run([sys.executable, "-m", "transformer", "translate", "--run-dir", str(run), "--beam", "1"],
@@ -180,18 +151,18 @@ def test_a_damaged_checkpoint_is_named_skipped_by_translate_and_refused_by_avera
     load_checkpoint(step_checkpoints(run)[-1])
 
 
-def test_checkpoints_without_a_hash_still_load(trained, tmp_path):
+def test_checkpoints_without_a_hash_still_load(small_run, tmp_path):
     import numpy as np  # noqa: PLC0415
 
     old = tmp_path / "old.npz"
-    with np.load(step_checkpoints(trained)[-1]) as z:
+    with np.load(step_checkpoints(small_run)[-1]) as z:
         arrays = {k: z[k] for k in z.files}
     meta = json.loads(str(arrays["meta"]))
     del meta["sha256"]
     arrays["meta"] = np.array(json.dumps(meta))
     np.savez(old, **arrays)
     assert "sha256" not in load_checkpoint(old)["meta"]
-    status, out, err = cli("translate", "--run-dir", trained, "--checkpoint", old, "--input", os.devnull)
+    status, out, err = cli("translate", "--run-dir", small_run, "--checkpoint", old, "--input", os.devnull)
     assert status == 0, err
 
 

@@ -72,6 +72,20 @@ def test_training_ends_with_one_line_that_says_why(small, tmp_path, capsys):
     assert f"stopped at update {summary['steps']} of 1000: reached --max-epochs 1" in capsys.readouterr().err
 
 
+def test_cooldown_takes_the_learning_rate_linearly_to_zero_over_the_last_part_of_the_budget(small, tmp_path):
+    from transformer.schedule import cooldown_factor, noam_lr  # noqa: PLC0415
+
+    assert [cooldown_factor(p, 0.25) for p in (0.0, 0.75, 0.875, 1.0)] == [1.0, 1.0, 0.5, 0.0]
+    assert cooldown_factor(0.9, 0.0) == 1.0   # off: Equation (3) alone
+    tok, train, valid = small
+    Trainer(tiny_settings(tmp_path / "run", max_steps=12, warmup=4, cooldown=0.5), tok, train, valid).fit()
+    lrs = [json.loads(x)["lr"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    # update k runs with the budget (k-1)/12 spent: Equation (3) until half of it, then a line down to 0 at its end
+    expected = [noam_lr(k, 32, 4, 1.0) * min(1.0, (1 - (k - 1) / 12) / 0.5) for k in range(1, 13)]
+    np.testing.assert_allclose(lrs, expected, rtol=1e-12)
+    assert lrs[7:] == sorted(lrs[7:], reverse=True) and lrs[-1] < lrs[6] / 5
+
+
 def test_profile_flag_times_n_updates_after_the_first_and_saves_the_table(small, tmp_path, capsys):
     tok, train, valid = small
     Trainer(tiny_settings(tmp_path, max_steps=5, profile=2), tok, train, valid).fit()

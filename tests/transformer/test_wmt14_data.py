@@ -288,4 +288,5 @@ def test_train_reads_a_prepared_folder_and_evaluate_scores_its_test_set(server, 
     status, err = run_cli(["evaluate", "--run-dir", str(run), "--data-dir", str(out), "--beam", "1", "--limit", "5"],
                           capsys)
     assert status == 0, err
-    assert json.loads((run / "evaluation.json").read_text())["sentences"] == 5
+    result = json.loads((run / "evaluations" / "test_checkpoint_3_beam1_first5.json").read_text())
+    assert result["sentences"] == 5 and result["split"] == "test"
