@@ -241,7 +241,7 @@ def cmd_train(args) -> dict:
     overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     overrides.update(run_dir=args.run_dir, progress=not args.no_progress)
     settings = TrainSettings(**{**preset["settings"], **overrides})
-    vocab_size = args.vocab_size or preset["vocab_size"]
+    vocab_size = args.vocab_size if args.vocab_size is not None else preset["vocab_size"]
     check_data_args(args, vocab_size)
     run = Path(args.run_dir)
     check_run_dir(run)
@@ -260,7 +260,7 @@ def cmd_train(args) -> dict:
             if not args.overwrite:
                 check_fresh(run)
             print(f"--overwrite: the old run in {run} moved to {archive(run)}", file=sys.stderr)
-        if comm.rank == 0 and not args.resume and args.vocab_size and (run / "spm.model").exists():
+        if comm.rank == 0 and not args.resume and args.vocab_size is not None and (run / "spm.model").exists():
             # a BPE model prepared earlier is reused, unless --vocab-size asks for another size
             pieces = Tokenizer(run / "spm.model").vocab_size
             if pieces != vocab_size:

@@ -84,8 +84,12 @@ def translate(model, tokenizer: Tokenizer, sentences: Sequence[str], beam_size: 
     if long_lines not in LONG_LINES:
         raise ValueError(f"long_lines must be one of {', '.join(LONG_LINES)}, got {long_lines!r}")
     check_search(beam_size, alpha)
+    if max_pieces is not None and max_pieces < 1:
+        raise ValueError(f"max_pieces must be >= 1, got {max_pieces}")
+    if not memory_gib > 0:
+        raise ValueError(f"memory_gib must be > 0, got {memory_gib}")
     warn = warn or (lambda msg: tqdm.write(f"note: {msg}", file=sys.stderr))
-    limit = min(max_pieces or model.cfg.max_len - 1, model.cfg.max_len - 1)
+    limit = min(max_pieces if max_pieces is not None else model.cfg.max_len - 1, model.cfg.max_len - 1)
     ids = tokenizer.encode(list(sentences))
     units = [(i, x) for i, x in _fit_long_lines(tokenizer, sentences, ids, limit, long_lines, first_line, warn) if x]
     unit_ids = [x for _, x in units]

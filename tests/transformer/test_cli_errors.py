@@ -30,6 +30,7 @@ pytestmark = needs_multi30k
     (["--max-tokens", "0"], "error: --max-tokens must be a whole number >= 1, got 0"),
     (["--update-freq", "0"], "error: --update-freq must be a whole number >= 1, got 0"),
     (["--vocab-size", "2"], "error: --vocab-size must be >= 5"),
+    (["--vocab-size", "0"], "error: --vocab-size must be >= 5"),   # not the preset's size in disguise
     (["--bogus"], "error: unrecognized arguments: --bogus"),
     (["--d-model", "abc"], "error: argument --d-model: invalid int value: 'abc'"),
 ])

@@ -1,5 +1,8 @@
 """Greedy decoding: argmax at every step, stop at eos, pad after it, respect max_len."""
+import re
+
 import numpy as np
+import pytest
 
 import minitensor as mt
 from transformer import TransformerConfig
@@ -92,3 +95,24 @@ def test_translate_splits_a_batch_whose_decoding_would_pass_the_memory_limit(mon
     sizes.clear()
     evaluate.translate(model, Words(), lines, beam_size=4, max_len_a=10, progress=False)
     assert sizes == [40]  # the default limit holds the whole batch
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_pieces": 0}, "max_pieces must be >= 1, got 0"),
+    ({"memory_gib": 0.0}, "memory_gib must be > 0, got 0.0"),
+    ({"memory_gib": float("nan")}, "memory_gib must be > 0, got nan"),
+    ({"long_lines": "drop"}, "long_lines must be one of"),
+    ({"beam_size": 0}, "beam"),
+    ({"alpha": float("nan")}, "alpha"),
+])
+def test_translate_refuses_out_of_range_settings_before_decoding(kwargs, message):
+    from transformer import Transformer, evaluate  # noqa: PLC0415
+
+    class Refuse:  # a tokenizer that must never be reached
+        def encode(self, texts):
+            raise AssertionError("translate encoded before checking its settings")
+
+    model = Transformer(TransformerConfig(vocab_size=24, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                          n_decoder_layers=1, dropout=0.0)).eval()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        evaluate.translate(model, Refuse(), ["a b"], progress=False, **kwargs)
