@@ -62,12 +62,17 @@ def products_probe(cfg: TransformerConfig, args):
 def products_floor(flops: float, best_rates: list, row: dict) -> dict:
     """The least time the step's matrix products can take on this CPU: its product FLOPs at the
     fastest rate the probe saw in the same round. However fast everything else became, a step
-    could not beat it. Against PyTorch's step of the same round it gives the largest tokens/s
-    ratio the products allow, round by round (matmul_floor.py counts the products of real
-    updates instead of this formula)."""
+    could not beat it. Over minitensor's step of the same round it gives the products' share of
+    the step (1 would leave nothing else); against PyTorch's, the largest tokens/s ratio the
+    products allow, round by round (matmul_floor.py counts the products of real updates instead
+    of this formula)."""
     floors = [flops / (r * 1e9) for r in best_rates]
     out = {"gflop_per_s_best": round(float(np.median(best_rates)), 1),
            "ms_per_step": round(1000 * float(np.median(floors)), 1)}
+    # the products' share of minitensor's step, round by round: the floor over the step of the same round
+    share = [fl / (t / 1000) for t, fl in zip(row["minitensor"]["ms_per_step_each"], floors)]
+    out["share_of_minitensor_step"] = round(float(np.median(share)), 3)
+    out["share_per_round"] = {"min": round(min(share), 3), "max": round(max(share), 3)}
     if isinstance(row.get("torch"), dict):
         ceil = [t / 1000 / fl for t, fl in zip(row["torch"]["ms_per_step_each"], floors)]
         out["largest_ratio_tokens_per_s"] = round(float(np.median(ceil)), 3)

@@ -170,13 +170,23 @@ def ceiling(base: dict) -> str:
             f"{f['gflop_per_s_best']} GFLOP/s)")
 
 
+def share(base: dict) -> str:
+    """The matrix products' share of minitensor's base step (the floor over the step, round by
+    round: base_step_vs_torch.products_floor), where the JSON has it."""
+    f = base.get("products_floor") or {}
+    if "share_of_minitensor_step" not in f:
+        return "–"
+    r = f["share_per_round"]
+    return f"{f['share_of_minitensor_step']:.0%} ({r['min']:.0%}-{r['max']:.0%})"
+
+
 def table(result: dict) -> str:
     """docs/performance.md's table (Markdown) from one session's JSON."""
     m = result["machine"]
     rows = ["| BLAS kernels | copy task: median s to 99% (seeds 0-2) | ms per update | "
             "base step: target tokens/s | ratio time to 99% | ratio ms per update | ratio tokens/s (base) | "
-            "largest base ratio the products allow |",
-            "|---|---|---|---|---|---|---|---|"]
+            "largest base ratio the products allow | products' share of the base step |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for name, r in result["runs"].items():
         c, b = r["copy_task"], r["base_step"]["results"]["fp32"]
         torch_c = f" vs {c['torch_median_seconds']}" if "torch_median_seconds" in c else ""
@@ -185,7 +195,8 @@ def table(result: dict) -> str:
         rows.append(f"| {r['blas']['core']} ({name}) | {c['minitensor_median_seconds']}{torch_c} | "
                     f"{c['minitensor_ms_per_update']}{torch_u} | {b['minitensor']['target_tokens_per_s']}{torch_b} | "
                     f"{c.get('ratio_median_seconds', '–')} | {c.get('ratio_ms_per_update', '–')} | "
-                    f"{b.get('ratio_tokens_per_s_minitensor_over_torch', '–')}{rounds(b)} | {ceiling(b)} |")
+                    f"{b.get('ratio_tokens_per_s_minitensor_over_torch', '–')}{rounds(b)} | {ceiling(b)} | "
+                    f"{share(b)} |")
     head = (f"Measured on {result['date']} by `benchmarks/cpu_session.py` (`{result['file']}`): {m['cpu']}, "
             f"{m['cores']} cores, {m['memory_gib']} GiB; NumPy {m['numpy']}, PyTorch {m.get('torch')} "
             f"({m.get('torch_threads')} threads); commit {m.get('commit')}. Each cell is minitensor vs "
@@ -196,7 +207,8 @@ def table(result: dict) -> str:
             "range after its ratio is that of the per-round ratios. The last column divides PyTorch's step by "
             "the least time the step's matrix products take at the fastest rate NumPy's BLAS reached in the "
             "same round (its median, the rounds' range, the floor and the rate): no speed-up of anything else "
-            "could take the ratio past it.")
+            "could take the ratio past it. The products' share divides that floor by minitensor's own step of "
+            "the same round: the rest of the step is everything else.")
     return head + "\n\n" + "\n".join(rows)
 
 

@@ -7,7 +7,7 @@ from ..autograd import Function
 from ..errors import GraphError, ShapeError
 from ..tensor import Tensor, as_ids, as_tensor
 from .precision import compute_dtype
-from .fastpaths import sum_last
+from .fastpaths import rowwise, sum_last
 from .softmax import exp_normalise
 
 
@@ -52,20 +52,14 @@ class CrossEntropy(Function):
             lo, hi = int(safe_t[valid].min()), int(safe_t[valid].max())
             if lo < 0 or hi >= V:
                 raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
-        # log p = (x - m) - log Σ exp(x - m): the picked and mean logits are read first, then
-        # exp_normalise makes the one big temporary, e = exp(x - m), kept for the backward
         work = compute_dtype(logits.dtype)
         ctx.logits_dtype = logits.dtype
         x = logits.astype(work, copy=False)
         eps = label_smoothing
-        picked = xp.take_along_axis(x, safe_t[..., None], axis=-1)
-        mean_x = sum_last(xp, x) / work.type(V) if eps else None  # why: BLAS row sums (fastpaths)
-        e, sum_e, m = exp_normalise(xp, x, -1, overwrite=overwrite)
-        log_s = xp.log(sum_e)  # log Σ exp(x - m): every term below is shifted by m, so stays small
-        nll = (log_s - (picked - m))[..., 0]
-        # with smoothing, mean_c(-log p_c) = log Σ exp(x) - mean_c(x_c)
-        loss = (1 - eps) * nll + eps * (log_s - (mean_x - m))[..., 0] if eps else nll
-        loss = xp.where(valid, loss, 0).astype(work, copy=False)
+        # why rowwise: a block of rows at a time in cache, on every core (fastpaths)
+        e, sum_e, loss = rowwise(_smoothed_nll, xp, x, safe_t[..., None], eps=eps, overwrite=overwrite,
+                                 into={0: x} if overwrite else None)
+        loss = xp.where(valid, loss[..., 0], 0).astype(work, copy=False)
         count = valid.sum()
         ctx.count = int(count) if on_host else count.astype(work)  # a device scalar on the GPU
         ctx.reduction, ctx.eps, ctx.overwrite = reduction, eps, overwrite
@@ -95,13 +89,40 @@ class CrossEntropy(Function):
             w = xp.broadcast_to(grad / xp.maximum(ctx.count, 1), t.shape)
         w = (w * valid)[..., None].astype(e.dtype, copy=False)
         # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t)
-        g = xp.multiply(e, w / sum_e, out=e if ctx.overwrite else None)
-        V = g.shape[-1]
-        if ctx.eps:
-            g -= w * (ctx.eps / V)
+        V = e.shape[-1]
+        # why rowwise: a block of rows at a time in cache, on every core (fastpaths)
+        g = rowwise(_smoothed_softmax_grad, xp, e, w / sum_e, w, eps_over_v=ctx.eps / V, overwrite=ctx.overwrite,
+                    into={0: e} if ctx.overwrite else None)
         flat, w_flat = g.reshape(-1, V), w.reshape(-1)
         flat[xp.arange(flat.shape[0]), t.reshape(-1)] -= (1 - ctx.eps) * w_flat
         return g.astype(ctx.logits_dtype, copy=False), None
+
+
+def _smoothed_nll(xp, x, t, eps: float, overwrite: bool = False):
+    """(e, Σe, loss) for logits x (..., V) and targets t (..., 1), with m = max x and e = exp(x - m):
+
+        log p = (x - m) - log Σe,  so  -log p_t = log Σe - (x_t - m),  and with smoothing
+        loss = (1-ε)·(-log p_t) + ε·mean_c(-log p_c),  mean_c(-log p_c) = log Σe - (mean_c x_c - m).
+
+    Every term is shifted by m, so stays small. The picked and mean logits are read first; then
+    e, the one big temporary, kept for the backward (in x's memory with ``overwrite``)."""
+    picked = xp.take_along_axis(x, t, axis=-1)
+    mean_x = sum_last(xp, x) / x.dtype.type(x.shape[-1]) if eps else None  # why: BLAS row sums (fastpaths)
+    e, sum_e, m = exp_normalise(xp, x, -1, overwrite=overwrite)
+    log_s = xp.log(sum_e)
+    loss = log_s - (picked - m)
+    if eps:
+        loss = (1 - eps) * loss + eps * (log_s - (mean_x - m))
+    return e, sum_e, loss
+
+
+def _smoothed_softmax_grad(xp, e, scale, w, eps_over_v: float, overwrite: bool = False):
+    """w · (p - ε/V) = (w/Σe) ⊙ e - w·ε/V, row by row (``scale`` = w/Σe): the gradient of the
+    smoothed loss before the true class's -(1-ε)·w. ``overwrite``: computed in e's memory."""
+    g = xp.multiply(e, scale, out=e if overwrite else None)
+    if eps_over_v:
+        g -= w * eps_over_v
+    return g
 
 
 def cross_entropy(logits, target, ignore_index: int | None = None, label_smoothing: float = 0.0,
