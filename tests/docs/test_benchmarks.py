@@ -3,7 +3,6 @@ products' floor (benchmarks/matmul_floor.py) must count exactly the products a L
 computes, and the WMT-scale benchmark's corpus and projection (benchmarks/wmt_scale.py) must
 be what its report says."""
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +13,8 @@ from transformer import Transformer, TransformerConfig, label_smoothed_loss
 from transformer.corpus import PairFilter, ParallelText
 from transformer.data import FilterReport
 from transformer.wmt14 import read_manifest
+
+from ..helpers import MULTI30K, needs_multi30k
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -60,13 +61,14 @@ def _wmt_scale(monkeypatch):
     return module
 
 
+@needs_multi30k
 def test_the_synthetic_wmt_corpus_has_the_length_distribution_it_claims(monkeypatch, tmp_path):
     """benchmarks/wmt_scale.py's corpus: the asked number of pairs in a prepared folder's layout
     (the manifest's line counts match the files), English sentences of median MEDIAN_WORDS
     words, about MISALIGNED of the pairs cut by the training filter's length ratio and
     OVERLONG by its length limit, and the same corpus again for the same seed."""
     scale = _wmt_scale(monkeypatch)
-    multi30k = Path(os.environ["MULTI30K_DIR"])
+    multi30k = MULTI30K
     n = 20_000
     scale.synthesise(tmp_path / "a", n, multi30k)
     manifest = read_manifest(tmp_path / "a")
