@@ -226,6 +226,26 @@ def check_run_dir(path: Path, flag: str = "--run-dir") -> None:
         raise InputError(f"{flag} {path}: a file, not a directory")
 
 
+DATA_RECORD = "data.json"  # in a run directory: the --data-dir it was trained from
+
+
+def remember_data_dir(args, run: Path) -> None:
+    """Record the run's ``--data-dir`` (absolute), so that ``--resume`` and ``evaluate`` find the data again."""
+    if args.data_dir:
+        (run / DATA_RECORD).write_text(json.dumps({"data_dir": str(Path(args.data_dir).resolve())}) + "\n")
+
+
+def recall_data_dir(args, run: Path) -> None:
+    """Without ``--data-dir``, use the one the run was trained from, if it is still there (with a note)."""
+    if args.data_dir or not (run / DATA_RECORD).is_file():
+        return
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        folder = json.loads((run / DATA_RECORD).read_text()).get("data_dir")
+        if folder and Path(folder).is_dir():
+            args.data_dir = folder
+            print(f"note: --data-dir {folder}, the run's own (give --data-dir to use another)", file=sys.stderr)
+
+
 def saved_settings(run: Path) -> dict | None:
     """The settings stored in the newest checkpoint of ``run`` whose metadata reads (None if none)."""
     for path in reversed(step_checkpoints(run) if run.is_dir() else []):
@@ -242,12 +262,19 @@ def cmd_train(args) -> dict:
     overrides.update(run_dir=args.run_dir, progress=not args.no_progress)
     settings = TrainSettings(**{**preset["settings"], **overrides})
     vocab_size = args.vocab_size if args.vocab_size is not None else preset["vocab_size"]
-    check_data_args(args, vocab_size)
     run = Path(args.run_dir)
     check_run_dir(run)
+    if args.resume:
+        recall_data_dir(args, run)
+    check_data_args(args, vocab_size)
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --run-dir and --overwrite archives it: give one of them")
     comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
+    if comm.rank == 0:
+        try:
+            run.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"--run-dir {run}: cannot create it ({e.strerror or e})") from None
     with RunLock(run) if comm.rank == 0 else contextlib.nullcontext():
         saved = saved_settings(run) if args.resume else None
         if saved is not None:  # the run's own settings, changed only by the flags given now
@@ -279,8 +306,12 @@ def _train(args, settings: TrainSettings, run: Path, comm, vocab_size: int) -> d
         comm.barrier(timeout=24 * 3600)
     trainer = Trainer(settings, tok, train, valid, resume=args.resume, comm=comm)
     if comm.rank == 0:
+        remember_data_dir(args, run)
         print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
               f"{comm.world_size} process(es); starting at update {trainer.step}", file=sys.stderr)
+        if trainer.step >= settings.max_steps:
+            print(f"note: the run is at update {trainer.step} already, not below --max-steps {settings.max_steps}: "
+                  "no update to make (raise --max-steps to go on)", file=sys.stderr)
         blas.print_advice(settings.device)
     summary = trainer.fit()
     if comm.rank == 0:
@@ -311,6 +342,8 @@ def cmd_average(args) -> None:
     found = step_checkpoints(run)[-args.last:]
     if not found:
         raise InputError(f"{run}: no checkpoints to average")
+    if len(found) < args.last:
+        print(f"note: --last {args.last}, but {run} holds {len(found)} checkpoint(s): averaging those", file=sys.stderr)
     ck = average_checkpoints(found)
     model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
     model.load_state_dict(ck["model"])
@@ -449,6 +482,8 @@ def cmd_evaluate(args) -> dict:
         raise InputError("--src and --ref go together: a source file and its reference translations")
     run = Path(args.run_dir)
     loaded = load_model(run, args.checkpoint, args.average, args.device)
+    if not args.src:
+        recall_data_dir(args, run)
     if args.src:
         src, ref = D.read_parallel(args.src, args.ref)
         name, scored = Path(args.src).stem, {"source": str(Path(args.src).resolve()), "reference": str(Path(args.ref).resolve())}

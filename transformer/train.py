@@ -255,6 +255,8 @@ class Trainer:
             self.run.mkdir(parents=True, exist_ok=True)
         mt.manual_seed(settings.seed)
         self.cfg = settings.model_config(tokenizer.vocab_size)
+        # settings.json and the checkpoints record the model as built: the tokenizer's vocabulary
+        self.s = settings = dataclasses.replace(settings, model=self.cfg)
         self.model = Transformer(self.cfg).to(settings.device)
         for p in self.model.parameters():  # every rank starts from rank 0's weights
             self.comm.broadcast(p.data)

@@ -17,7 +17,7 @@ import pytest
 
 from transformer.checkpoint import step_checkpoints
 
-from ..helpers import REPO, SMALL, assert_clean, cli, copy_run, needs_multi30k
+from ..helpers import MULTI30K, REPO, SMALL, assert_clean, cli, copy_run, needs_multi30k
 
 pytestmark = needs_multi30k
 
@@ -130,3 +130,39 @@ def test_a_file_as_run_dir_is_bad_usage(tmp_path, command):
     extra = SMALL if command == "train" else []
     status, _, err = cli(command, "--run-dir", path, *extra)
     assert_clean(status, err, 2, f"error: --run-dir {path}: a file, not a directory")
+
+
+def test_settings_json_records_the_model_as_built_with_the_tokenizers_vocabulary(small_run):
+    settings = json.loads((small_run / "settings.json").read_text())
+    with np.load(step_checkpoints(small_run)[-1]) as z:
+        meta = json.loads(str(z["meta"]))
+    assert settings["model"]["vocab_size"] == meta["config"]["vocab_size"] == 250   # --vocab-size 250, not the preset's
+    assert meta["settings"]["model"] == meta["config"]
+
+
+def test_resume_and_evaluate_find_the_data_the_run_was_trained_from(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    without_data_dir = [a for i, a in enumerate(SMALL) if a != "--data-dir" and SMALL[i - 1] != "--data-dir"]
+    nowhere = {"MULTI30K_DIR": str(tmp_path / "no-such-folder")}  # only the run's own record can lead to the data
+    status, _, err = cli("train", "--run-dir", run, *without_data_dir, "--resume", "--max-steps", "8", env=nowhere)
+    assert status == 0 and f"note: --data-dir {MULTI30K.resolve()}, the run's own" in err, err
+    status, _, err = cli("evaluate", "--run-dir", run, "--limit", "3", "--beam", "1", env=nowhere)
+    assert status == 0, err
+    [result] = (run / "evaluations").glob("*.json")
+    assert json.loads(result.read_text())["data_dir"] == str(MULTI30K.resolve())
+
+
+def test_a_resume_with_nothing_left_to_do_and_an_average_of_fewer_checkpoints_say_so(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "4")
+    assert status == 0 and "note: the run is at update 6 already, not below --max-steps 4: no update to make" in err, err
+    status, out, err = cli("average", "--run-dir", run, "--last", "100")
+    assert status == 0 and "note: --last 100, but" in err and "holds 3 checkpoint(s): averaging those" in err, err
+    assert "checkpoint_2.npz, checkpoint_4.npz, checkpoint_6.npz" in out
+
+
+def test_a_run_dir_that_cannot_be_created_is_bad_usage_naming_the_flag(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way\n")
+    status, _, err = cli("train", "--run-dir", blocker / "run", *SMALL, "--max-steps", "2")
+    assert_clean(status, err, 2, f"error: --run-dir {blocker / 'run'}: cannot create it (Not a directory)")
