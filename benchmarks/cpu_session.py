@@ -58,18 +58,9 @@ def newest_session_file(folder: Path = HERE / "results") -> Path | None:
     return files[-1] if files else None
 
 
-def commit(tree: Path) -> str | None:
-    """``git describe --always --dirty`` of a source tree (None outside git)."""
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=tree, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def machine() -> dict:
     """harness.environment("cpu") and the commit measured."""
-    from harness import environment  # noqa: PLC0415 (beside this script; the README test imports only table)
+    from harness import commit, environment  # noqa: PLC0415 (beside this script; the README test imports only table)
 
     return {**environment("cpu"), "commit": commit(HERE)}
 
@@ -268,6 +259,8 @@ def main() -> None:
         return
     date = datetime.date.today().isoformat()
     if a.checkout:
+        from harness import commit  # noqa: PLC0415 (beside this script)
+
         if len(a.checkout) < 2 or any("=" not in c for c in a.checkout):
             p.error("--checkout NAME=DIR, at least twice")
         trees = {name: Path(tree).resolve() for name, tree in (c.split("=", 1) for c in a.checkout)}

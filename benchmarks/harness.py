@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import time
 from pathlib import Path
 
@@ -37,6 +38,15 @@ def _proc_field(path: str, key: str) -> str | None:
     except OSError:
         return None
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(key)), None)
+
+
+def commit(tree: Path) -> str | None:
+    """``git describe --always --dirty`` of a source tree: the code a result measured (None outside git)."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=tree, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def environment(device: str) -> dict:

@@ -37,14 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from transformer import cli  # noqa: E402
 
-from harness import environment  # noqa: E402
-
-
-def commit() -> str:
-    """The checkout's short commit, with -dirty when tracked files differ from it."""
-    def git(*a):
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain", "-uno") else "")
+from harness import commit, environment  # noqa: E402
 
 
 def curve(run: Path) -> list[dict]:
@@ -85,7 +78,7 @@ def append(path: Path, row: dict) -> None:
 def trained_row(name: str, run: Path, flags: list[str], data_dir: str | None) -> dict:
     summary = json.loads((run / "train_summary.json").read_text())
     settings = json.loads((run / "settings.json").read_text())
-    return {"name": name, "changes": flags, "commit": commit(), "date": time.strftime("%Y-%m-%d"),
+    return {"name": name, "changes": flags, "commit": commit(ROOT), "date": time.strftime("%Y-%m-%d"),
             "machine": environment("cpu"), "settings": settings, "train": summary,
             "val": evaluate(run, data_dir, "val", settings.get("beam_size", 4), settings.get("alpha", 0.6)),
             "curve": curve(run)}
@@ -119,7 +112,7 @@ def cmd_decode(a) -> None:
                 rows.append({"beam": beam, "alpha": alpha, "average": average, "val": r})
                 print(f"beam {beam} alpha {alpha:g} average {average}: val BLEU {r['bleu']:.2f} "
                       f"(lowercased {r['bleu_lowercase']:.2f})", file=sys.stderr)
-    append(Path(a.out), {"name": f"decoding settings on {run.name}", "run_dir": str(run), "commit": commit(),
+    append(Path(a.out), {"name": f"decoding settings on {run.name}", "run_dir": str(run), "commit": commit(ROOT),
                          "date": time.strftime("%Y-%m-%d"), "decoding": rows})
 
 
@@ -153,7 +146,7 @@ def plot(rows: list[dict], figure: Path) -> None:
 def cmd_final(a) -> None:
     run, out = Path(a.run_dir), Path(a.out)
     settings = json.loads((run / "settings.json").read_text())
-    row = {"name": a.name, "commit": commit(), "date": time.strftime("%Y-%m-%d"), "machine": environment("cpu"),
+    row = {"name": a.name, "commit": commit(ROOT), "date": time.strftime("%Y-%m-%d"), "machine": environment("cpu"),
            "settings": settings, "train_summary": json.loads((run / "train_summary.json").read_text()),
            "curve": curve(run), "test2016": evaluate(run, a.data_dir, None, a.beam, a.alpha, a.average),
            "val": evaluate(run, a.data_dir, "val", a.beam, a.alpha, a.average)}

@@ -297,9 +297,7 @@ def cmd_train(args) -> dict:
 
 
 def _train(args, settings: TrainSettings, run: Path, comm, vocab_size: int) -> dict:
-    if comm.rank == 0:
-        run.mkdir(parents=True, exist_ok=True)
-    else:  # rank 0 trains the BPE model and writes the id caches first; the others then load them
+    if comm.rank > 0:  # rank 0 (which made the run directory) trains the BPE model and writes the id caches first
         comm.barrier(timeout=24 * 3600)
     tok, train, valid, _ = prepare(args, run, vocab_size, args.limit, quiet=comm.rank > 0)
     if comm.rank == 0 and comm.world_size > 1:
@@ -577,7 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--run-dir", required=True, help="a run directory that train wrote")
         c.add_argument("--checkpoint", help="a checkpoint file (default: the newest, or --average N)")
         c.add_argument("--average", type=int, help="average the last N (>= 1) checkpoints (default: the newest)")
-        c.add_argument("--beam", type=int, default=4, help=f"beam size, in [1, --beam-max] (default 4; 1: greedy)")
+        c.add_argument("--beam", type=int, default=4, help="beam size, in [1, --beam-max] (default 4; 1: greedy)")
         c.add_argument("--beam-max", type=int, default=MAX_BEAM,
                        help=f"the largest --beam allowed (default {MAX_BEAM}: a larger beam rarely helps and costs memory)")
         c.add_argument("--alpha", type=float, default=0.6, help="length penalty, finite and >= 0 (default 0.6)")
