@@ -41,14 +41,27 @@ def _openblas():
     return None
 
 
-def _call(lib, name: str, restype):
+def _call(lib, name: str, restype, *args: int):
+    """Call OpenBLAS's ``name`` (whatever prefix and suffix this build gives it) with int ``args``."""
     for prefix in _PREFIXES:
         for suffix in _SUFFIXES:
             fn = getattr(lib, f"{prefix}{name}{suffix}", None)
             if fn is not None:
-                fn.restype, fn.argtypes = restype, ()
-                return fn()
+                fn.restype, fn.argtypes = restype, [ctypes.c_int] * len(args)
+                return fn(*args)
     return None
+
+
+def set_threads(n: int) -> bool:
+    """Make NumPy's OpenBLAS use ``n`` threads from now on; False where there is no OpenBLAS
+    this module can reach (another BLAS keeps its own setting)."""
+    if n < 1:
+        raise ValueError(f"BLAS threads must be >= 1, got {n}")
+    lib = _openblas()
+    if lib is None or _call(lib, "get_num_threads", ctypes.c_int) is None:
+        return False
+    _call(lib, "set_num_threads", None, n)
+    return True
 
 
 def cpu_has_avx512() -> bool:

@@ -1,7 +1,7 @@
 """Data-parallel communication: one small interface, two real engines.
 
     comm = distributed.init()          # MPI when launched under mpiexec with >1 process, else single
-    comm.rank, comm.world_size, comm.local_rank
+    comm.rank, comm.world_size, comm.local_rank, comm.local_size
     comm.all_reduce(array)             # in place, sum over ranks
     comm.broadcast(array, root=0)      # in place
     comm.barrier()
@@ -10,6 +10,11 @@
 - :class:`NCCLCommunicator`: CuPy arrays over NCCL (``cupy.cuda.nccl``). Each process selects
   GPU ``local_rank`` *before* the communicator is created; rank 0 makes the NCCL unique id and
   shares it over MPI, so the same ``mpiexec`` launch works on one node or across nodes.
+
+CPU ranks that share a machine share its cores: each runs the BLAS and minitensor's worker
+threads on ``cores // local_size`` threads (:func:`share_cores`), unless a thread variable
+such as ``OPENBLAS_NUM_THREADS`` says otherwise. Left alone, every rank would start one
+thread per core, and 2 ranks on 2 cores would run 4 busy threads.
 
 Failure behaviour: every collective waits at most ``timeout`` seconds (default 600, or
 ``$MINITENSOR_DIST_TIMEOUT``). A rank that died or never started makes the others raise
@@ -24,7 +29,7 @@ import time
 
 import numpy as np
 
-from . import backend
+from . import backend, blas, threads
 
 
 class DistributedError(RuntimeError):
@@ -41,6 +46,7 @@ class Communicator:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    local_size: int = 1  # the ranks on this machine
 
     @property
     def is_main(self) -> bool:
@@ -77,13 +83,29 @@ def _mpi():
     return MPI
 
 
-def _local_rank(comm) -> int:
-    """The rank among the processes on this node (to pick a GPU)."""
-    for var in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"):
-        if var in os.environ:
-            return int(os.environ[var])
-    MPI = _mpi()
-    return comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+def _local_rank_and_size(comm) -> tuple[int, int]:
+    """The rank among the processes on this node (to pick a GPU), and how many they are."""
+    node = comm.Split_type(_mpi().COMM_TYPE_SHARED)
+    return node.Get_rank(), node.Get_size()
+
+
+# variables by which a user chooses thread counts; share_cores leaves a process alone when one is set
+THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "MINITENSOR_THREADS")
+
+
+def share_cores(local_size: int) -> int | None:
+    """Give this process its share of the machine's cores when ``local_size`` ranks run on it:
+    the BLAS and :mod:`minitensor.threads` use ``cores // local_size`` threads (at least 1; all
+    the cores a launcher bound it to, when it did). Returns the thread count, or None when a
+    variable in :data:`THREAD_VARIABLES` is set (the user's choice stands) or the rank is alone."""
+    if local_size <= 1 or any(os.environ.get(v) for v in THREAD_VARIABLES):
+        return None
+    usable = threads.cores()
+    bound = usable < (os.cpu_count() or usable)  # the launcher pinned this rank to some cores
+    n = usable if bound else max(1, usable // local_size)
+    blas.set_threads(n)
+    threads.limit(n)
+    return n
 
 
 class MPICommunicator(Communicator):
@@ -94,7 +116,7 @@ class MPICommunicator(Communicator):
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.world_size = self.comm.Get_rank(), self.comm.Get_size()
-        self.local_rank = _local_rank(self.comm)
+        self.local_rank, self.local_size = _local_rank_and_size(self.comm)
         self.timeout = default_timeout() if timeout is None else timeout
 
     def _wait(self, request, what: str, timeout: float | None = None) -> None:
@@ -128,7 +150,8 @@ class NCCLCommunicator(Communicator):
     def __init__(self, timeout: float | None = None):
         # under mpiexec: MPI tells the ranks and carries the id; alone: a world of one, no MPI needed
         self.mpi = MPICommunicator(timeout) if launched_under_mpi() else SingleProcess()
-        self.rank, self.world_size, self.local_rank = self.mpi.rank, self.mpi.world_size, self.mpi.local_rank
+        self.rank, self.world_size = self.mpi.rank, self.mpi.world_size
+        self.local_rank, self.local_size = self.mpi.local_rank, self.mpi.local_size
         cp = backend.cupy()
         nccl = load_nccl()
         self.cp, self.nccl = cp, nccl
@@ -211,4 +234,8 @@ def init(device: str = "cpu", timeout: float | None = None) -> Communicator:
     for "cpu", MPI when mpiexec started several processes, otherwise :class:`SingleProcess`."""
     if backend.normalize_device(device) == "cuda":
         return NCCLCommunicator(timeout)
-    return MPICommunicator(timeout) if launched_under_mpi() else SingleProcess()
+    if not launched_under_mpi():
+        return SingleProcess()
+    comm = MPICommunicator(timeout)
+    share_cores(comm.local_size)
+    return comm

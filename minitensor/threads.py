@@ -7,7 +7,8 @@ a dozen) stay in the core's cache instead of streaming the whole array from memo
 times.
 
 ``MINITENSOR_THREADS`` sets the number of threads; by default, one per core this process
-may run on. With one thread the work runs in the calling thread.
+may run on, or the share :func:`limit` gave it (data-parallel ranks that share one machine's
+cores). With one thread the work runs in the calling thread.
 """
 from __future__ import annotations
 
@@ -18,6 +19,24 @@ PIECE = 1 << 16  # elements per piece: 256 KiB of float32 per array, so a piece'
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
+_limit: int | None = None
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def limit(n: int | None) -> None:
+    """Use at most ``n`` threads from now on (None: one per core again). ``MINITENSOR_THREADS``,
+    when set, still wins: a user's explicit choice is never overridden."""
+    global _limit
+    if n is not None and n < 1:
+        raise ValueError(f"a thread limit must be >= 1, got {n}")
+    _limit = n
 
 
 def count() -> int:
@@ -31,10 +50,7 @@ def count() -> int:
         if n < 1:
             raise ValueError(f"MINITENSOR_THREADS must be a whole number >= 1, got {env!r}")
         return n
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return _limit or cores()
 
 
 def pieces(n: int, size: int | None = None) -> list[slice]:

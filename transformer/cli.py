@@ -29,7 +29,7 @@ from typing import Iterator
 
 from tqdm import tqdm
 
-from minitensor import DeviceError, allocator, backend, blas, distributed
+from minitensor import DeviceError, allocator, backend, blas, distributed, threads
 
 from . import data as D
 from . import wmt14
@@ -306,7 +306,7 @@ def _train(args, settings: TrainSettings, run: Path, comm, vocab_size: int) -> d
     if comm.rank == 0:
         remember_data_dir(args, run)
         print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
-              f"{comm.world_size} process(es); starting at update {trainer.step}", file=sys.stderr)
+              f"{comm.world_size} process(es) of {threads.count()} thread(s); starting at update {trainer.step}", file=sys.stderr)
         if trainer.step >= settings.max_steps:
             print(f"note: the run is at update {trainer.step} already, not below --max-steps {settings.max_steps}: "
                   "no update to make (raise --max-steps to go on)", file=sys.stderr)

@@ -1,4 +1,5 @@
 """minitensor.distributed over MPI: collectives across 2 processes, and bounded failure."""
+import os
 import shutil
 import subprocess
 import sys
@@ -21,10 +22,10 @@ def mpiexec():
 needs_mpi = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install -e '.[mpi]')")
 
 
-def launch(n, *args, timeout=120):
+def launch(n, *args, timeout=120, env=None):
     t0 = time.monotonic()
     proc = subprocess.run([mpiexec(), "-n", str(n), sys.executable, str(SCRIPT), *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
     return proc, time.monotonic() - t0
 
 
@@ -70,3 +71,52 @@ def test_the_nccl_unique_id_reaches_every_rank_as_bytes(tmp_path):
     expected = "bytes 128 " + bytes(range(128, 256)).hex()
     assert (tmp_path / "rank0.txt").read_text() == expected + " made=[0]"
     assert (tmp_path / "rank1.txt").read_text() == expected + " made=[]"
+
+
+def without_thread_variables(**extra):
+    return {**{k: v for k, v in os.environ.items() if k not in distributed.THREAD_VARIABLES}, **extra}
+
+
+@needs_mpi
+def test_ranks_on_one_machine_share_its_cores_unless_the_user_chose_threads(tmp_path):
+    """2 ranks on one machine each run the BLAS and the worker threads on half its cores (at least
+    one), not one thread per core each; a thread variable the user set is left to decide."""
+    proc, _ = launch(2, "threads", str(tmp_path), env=without_thread_variables())
+    assert proc.returncode == 0, proc.stderr
+    for r in range(2):
+        fields = (tmp_path / f"rank{r}.txt").read_text().split()
+        got = dict(zip(fields[::2], fields[1::2]))
+        cores = int(got["cores"])
+        share = cores if got["bound"] == "True" else max(1, cores // 2)
+        assert got["local_size"] == "2"
+        assert int(got["workers"]) == share
+        if got["blas"] != "None":  # an OpenBLAS this module can reach
+            assert int(got["blas"]) == share
+    proc, _ = launch(2, "threads", str(tmp_path), env=without_thread_variables(MINITENSOR_THREADS="3"))
+    assert proc.returncode == 0, proc.stderr
+    assert all(" workers 3 " in (tmp_path / f"rank{r}.txt").read_text() for r in range(2))
+
+
+def test_share_cores_divides_the_cores_among_local_ranks_and_respects_thread_variables(monkeypatch):
+    from minitensor import blas, threads
+
+    for v in distributed.THREAD_VARIABLES:
+        monkeypatch.delenv(v, raising=False)
+    before = blas.info()["threads"]
+    monkeypatch.setattr(threads, "cores", lambda: 8)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    try:
+        assert distributed.share_cores(1) is None and threads.count() == 8  # alone: every core
+        assert distributed.share_cores(4) == 2 and threads.count() == 2
+        if before is not None:
+            assert blas.info()["threads"] == 2
+        assert distributed.share_cores(16) == 1  # more ranks than cores: one thread each
+        monkeypatch.setattr(threads, "cores", lambda: 3)  # a launcher bound this rank to 3 of the 8 cores
+        assert distributed.share_cores(2) == 3
+        threads.limit(None)
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+        assert distributed.share_cores(4) is None and threads.count() == 3  # the user's choice stands
+    finally:
+        threads.limit(None)
+        if before is not None:
+            blas.set_threads(before)

@@ -28,6 +28,14 @@ elif mode == "nccl-id":  # the NCCL unique id exchange, with a bytes id as CuPy 
     uid = distributed.share_unique_id(comm, make_id)
     with open(f"{sys.argv[2]}/rank{comm.rank}.txt", "w") as f:
         f.write(f"{type(uid).__name__} {len(uid)} {uid.hex()} made={made}")
+elif mode == "threads":  # how many threads this rank was given for the BLAS and for minitensor's workers
+    import os
+
+    from minitensor import blas, threads
+
+    with open(f"{sys.argv[2]}/rank{comm.rank}.txt", "w") as f:
+        f.write(f"local_size {comm.local_size} blas {blas.info()['threads']} workers {threads.count()} "
+                f"cores {threads.cores()} bound {threads.cores() < os.cpu_count()}")
 elif mode == "dead-peer":  # rank 1 dies before the collective; rank 0 must not hang
     if comm.rank == 1:
         import os
