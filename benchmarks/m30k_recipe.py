@@ -12,6 +12,10 @@ validation, one row per run, and the final run scored once on test2016.
     # decoding settings on val for a trained run (no training): beam x alpha x averaged checkpoints
     python benchmarks/m30k_recipe.py decode --run-dir RUN --out FILE --data-dir DIR --beam 4 6 --alpha 0.6 1.0
 
+    # what an update costs at each batch size (no evaluation, no checkpoints; sizes alternate by round)
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/m30k_recipe.py speed \
+        --max-tokens 2500 1250 625 --rounds 2 --out FILE --data-dir DIR
+
     # the chosen run, once on test2016: runs[].test2016 with its signature, the curve, the README's figure
     python benchmarks/m30k_recipe.py final --run-dir RUN --out benchmarks/results/m30k_cpu_bleu_<date>.json \\
         --data-dir DIR --figure docs/multi30k_cpu_loss.png [--beam 4 --alpha 0.6 --average 1]
@@ -26,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -116,6 +121,42 @@ def cmd_decode(a) -> None:
                          "date": time.strftime("%Y-%m-%d"), "decoding": rows})
 
 
+def cmd_speed(a) -> None:
+    """ms per update at each --max-tokens, in the steady state (the first --skip updates dropped),
+    rounds alternating the sizes; the BPE model and id caches are prepared once and copied."""
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    train = [sys.executable, "-m", "transformer", "train", "--preset", "multi30k-cpu", "--no-progress", "--max-minutes",
+             "0", "--eval-every", "1000000", "--save-every", "1000000",
+             *(["--data-dir", a.data_dir] if a.data_dir else [])]
+    ms: dict[int, list[float]] = {t: [] for t in a.max_tokens}
+    with tempfile.TemporaryDirectory() as tmp:
+        prep = Path(tmp) / "prep"
+        subprocess.run([*train, "--run-dir", str(prep), "--max-steps", "1"], cwd=ROOT, check=True, capture_output=True)
+        for r in range(a.rounds):
+            for tokens in a.max_tokens:
+                run = Path(tmp) / f"{tokens}_{r}"
+                run.mkdir()
+                shutil.copy(prep / "spm.model", run / "spm.model")
+                shutil.copytree(prep / "cache", run / "cache")
+                subprocess.run([*train, "--run-dir", str(run), "--max-steps", str(a.steps), "--max-tokens", str(tokens)],
+                               cwd=ROOT, check=True, capture_output=True)
+                t = [json.loads(x)["seconds"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+                ms[tokens].append(round((t[-1] - t[a.skip - 1]) / (len(t) - a.skip) * 1000, 1))
+                print(f"round {r + 1}: --max-tokens {tokens}: {ms[tokens][-1]:.0f} ms per update", file=sys.stderr)
+    first = a.max_tokens[0]
+    per_token = {t: statistics.median(v) / t for t, v in ms.items()}
+    rows = [{"max_tokens": t, "ms_per_update": v, "ms_per_1000_tokens": [round(x * 1000 / t, 1) for x in v],
+             "cost_per_token_relative_to_first": round(per_token[t] / per_token[first], 3)} for t, v in ms.items()]
+    out = {"benchmark": "multi30k-cpu: ms per update by --max-tokens", "commit": commit(ROOT),
+           "date": time.strftime("%Y-%m-%d"), "machine": environment("cpu"), "steps": a.steps, "skip": a.skip,
+           "rows": rows}
+    print(json.dumps(rows, indent=2))
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+
+
 def plot(rows: list[dict], figure: Path) -> None:
     """Validation NLL and BLEU against training minutes, one line per run."""
     import matplotlib  # noqa: PLC0415
@@ -182,6 +223,13 @@ def main(argv=None) -> None:
     d.add_argument("--beam", type=int, nargs="+", default=[4])
     d.add_argument("--alpha", type=float, nargs="+", default=[0.6])
     d.add_argument("--average", type=int, nargs="+", default=[1])
+    s = sub.add_parser("speed", help="ms per update at several --max-tokens (steady state, sizes alternating)")
+    s.add_argument("--max-tokens", type=int, nargs="+", default=[2500, 1250, 625])
+    s.add_argument("--rounds", type=int, default=2)
+    s.add_argument("--steps", type=int, default=30)
+    s.add_argument("--skip", type=int, default=5)
+    s.add_argument("--out")
+    s.add_argument("--data-dir")
     f = sub.add_parser("final", help="the chosen run on test2016, once; the README's figure")
     f.add_argument("--name", default="multi30k-cpu")
     f.add_argument("--run-dir", required=True)
@@ -194,7 +242,7 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.command == "run":
         a.flags = [x for x in a.flags if x != "--"]
-    {"run": cmd_run, "collect": cmd_collect, "decode": cmd_decode, "final": cmd_final}[a.command](a)
+    {"run": cmd_run, "collect": cmd_collect, "decode": cmd_decode, "speed": cmd_speed, "final": cmd_final}[a.command](a)
 
 
 if __name__ == "__main__":
