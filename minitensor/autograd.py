@@ -246,7 +246,10 @@ def _walk(root: Context, grad, retain_graph: bool) -> None:
             if edge is None or gi is None:
                 continue
             if isinstance(edge, Tensor):
-                _accumulate_leaf(edge, sum_to(gi, edge.data.shape))
+                # gi is the engine's alone when the op made it for this input only (not the
+                # gradient it was given, not shared with another input) and no saved graph keeps it
+                alone = not retain_graph and gi is not g and sum(x is gi for x in input_grads) == 1
+                _accumulate_leaf(edge, sum_to(gi, edge.data.shape), alone)
             else:
                 gi = sum_to(gi, edge.shape)
                 prev = grads.get(id(edge))
@@ -257,16 +260,20 @@ def _walk(root: Context, grad, retain_graph: bool) -> None:
             node.__dict__.clear()
 
 
-def _accumulate_leaf(leaf, g) -> None:
+def _accumulate_leaf(leaf, g, alone: bool = False) -> None:
     """leaf.grad += g (in the leaf's dtype).
 
-    The first gradient is stored as a C-contiguous copy of its own: an op may hand back a view
+    The first gradient is stored as a C-contiguous array of its own: an op may hand back a view
     or one array for two inputs, and the caller may change ``leaf.grad`` in place (clipping),
-    and the optimizer reads it in flat passes. Later ones (a weight used twice, micro-batches)
-    make a new sum, so an array the caller holds is never written into.
+    and the optimizer reads it in flat passes. ``alone`` says nothing else holds ``g``: then
+    an array that owns its memory, C-contiguous and of the leaf's dtype, is kept as it is
+    (why: copying every weight's gradient each step; docs/performance.md, "Gradients kept as made").
+    Later ones (a weight used twice, micro-batches) make a new sum, so an array the caller
+    holds is never written into.
     """
     xp, dtype = leaf.xp, leaf.data.dtype
     if leaf.grad is None:
-        leaf.grad = Tensor._wrap(xp.array(g, dtype=dtype, order="C"))
+        own = alone and g.dtype == dtype and g.base is None and g.flags.c_contiguous and g.ndim > 0
+        leaf.grad = Tensor._wrap(g if own else xp.array(g, dtype=dtype, order="C"))
     else:  # (asarray: NumPy's sum of two 0-d arrays is a scalar)
         leaf.grad.data = xp.asarray(leaf.grad.data + g, dtype=dtype)

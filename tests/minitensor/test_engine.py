@@ -285,3 +285,53 @@ def test_a_zero_dimensional_leaf_used_three_times_gets_all_three_gradients():
     x = mt.tensor(2.0, dtype=np.float64, requires_grad=True)
     (x * x + x * 3.0 + (x * -1.0).tanh()).backward()
     close(x.grad, 2 * 2.0 + 3.0 - (1 - np.tanh(-2.0) ** 2))
+
+
+def test_a_gradient_made_for_one_leaf_alone_is_kept_without_a_copy_and_shared_ones_are_copied():
+    """What an op's backward makes for one leaf only (a fresh, C-contiguous array of the leaf's
+    dtype) becomes that leaf's .grad as it is; the gradient it was handed, one array returned
+    for two leaves, a view, and anything a retained graph still holds are copied first."""
+    from minitensor.autograd import Function
+
+    made, handed = [], []
+
+    class Scale(Function):  # y = x * w for a vector x and a scalar-per-entry weight w
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            return x * w
+
+        @staticmethod
+        def backward(ctx, grad):
+            x, w = ctx.saved
+            gw = grad * x
+            made.append(gw)
+            handed.append(grad)
+            return grad, gw  # x gets the very array it was handed; w a fresh one
+
+    x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    Scale.apply(x, w).backward(mt.tensor(np.ones(2)))
+    assert w.grad.data is made[-1]                        # kept as made
+    assert not np.shares_memory(x.grad.data, handed[-1])  # handed on: a copy
+    close(x.grad, [1.0, 1.0])
+    close(w.grad, [1.0, 2.0])
+
+    x.grad = w.grad = None
+    Scale.apply(x, w).backward(mt.tensor(np.ones(2)), retain_graph=True)
+    assert w.grad.data is not made[-1]                    # a retained graph may still hold it
+    close(w.grad, [1.0, 2.0])
+
+    class Both(Function):  # y = a + b with one fresh array handed to both
+        @staticmethod
+        def forward(ctx, a, b):
+            return a + b
+
+        @staticmethod
+        def backward(ctx, grad):
+            g = grad * 1.0
+            return g, g
+
+    a, b = leaf([1.0]), leaf([2.0])
+    Both.apply(a, b).backward(mt.tensor(np.ones(1)))
+    a.grad.data *= 10
+    close(b.grad, [1.0])
