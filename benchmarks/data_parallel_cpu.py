@@ -22,13 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import environment
-
-
-def seconds_per_update(run: Path, skip: int) -> float:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    t = [r["seconds"] for r in rows]
-    return (t[-1] - t[skip - 1]) / (len(t) - skip)
+from harness import environment, seconds_per_update
 
 
 def main() -> None:

@@ -127,6 +127,13 @@ def product_timer(shapes):
     return rates
 
 
+def seconds_per_update(run: Path, skip: int) -> float:
+    """A training run's seconds per update in the steady state, from its metrics.jsonl: the
+    first ``skip`` updates (warm-up, first allocations) are left out."""
+    t = [json.loads(x)["seconds"] for x in (Path(run) / "metrics.jsonl").read_text().splitlines()]
+    return (t[-1] - t[skip - 1]) / (len(t) - skip)
+
+
 def write_results(out: dict, path: str | None) -> None:
     text = json.dumps(out, indent=2)
     print(text)

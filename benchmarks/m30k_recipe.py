@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from transformer import cli  # noqa: E402
 
-from harness import commit, environment  # noqa: E402
+from harness import commit, environment, seconds_per_update  # noqa: E402
 
 
 def curve(run: Path) -> list[dict]:
@@ -142,8 +142,7 @@ def cmd_speed(a) -> None:
                 shutil.copytree(prep / "cache", run / "cache")
                 subprocess.run([*train, "--run-dir", str(run), "--max-steps", str(a.steps), "--max-tokens", str(tokens)],
                                cwd=ROOT, check=True, capture_output=True)
-                t = [json.loads(x)["seconds"] for x in (run / "metrics.jsonl").read_text().splitlines()]
-                ms[tokens].append(round((t[-1] - t[a.skip - 1]) / (len(t) - a.skip) * 1000, 1))
+                ms[tokens].append(round(seconds_per_update(run, a.skip) * 1000, 1))
                 print(f"round {r + 1}: --max-tokens {tokens}: {ms[tokens][-1]:.0f} ms per update", file=sys.stderr)
     first = a.max_tokens[0]
     per_token = {t: statistics.median(v) / t for t, v in ms.items()}
