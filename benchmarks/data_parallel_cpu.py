@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness import environment, seconds_per_update
+from harness import environment, like_prepared, seconds_per_update
 
 
 def main() -> None:
@@ -55,10 +55,7 @@ def main() -> None:
         for k, (pair, runs) in enumerate(pairs.items()):
             results[pair] = {}
             for name, cmd in runs.items():
-                run = Path(tmp) / f"run{k}_{len(results[pair])}"
-                run.mkdir()
-                shutil.copy(base / "spm.model", run / "spm.model")
-                shutil.copytree(base / "cache", run / "cache")
+                run = like_prepared(base, Path(tmp) / f"run{k}_{len(results[pair])}")
                 subprocess.run([*cmd, "--run-dir", str(run)], check=True, capture_output=True)
                 results[pair][name] = round(seconds_per_update(run, a.skip) * 1000, 1)
                 print(f"{pair}: {name}: {results[pair][name]:.0f} ms/update", flush=True)

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from transformer import cli  # noqa: E402
 
-from harness import commit, environment, seconds_per_update  # noqa: E402
+from harness import commit, environment, like_prepared, seconds_per_update  # noqa: E402
 
 
 def curve(run: Path) -> list[dict]:
@@ -124,7 +124,6 @@ def cmd_decode(a) -> None:
 def cmd_speed(a) -> None:
     """ms per update at each --max-tokens, in the steady state (the first --skip updates dropped),
     rounds alternating the sizes; the BPE model and id caches are prepared once and copied."""
-    import shutil  # noqa: PLC0415
     import tempfile  # noqa: PLC0415
 
     train = [sys.executable, "-m", "transformer", "train", "--preset", "multi30k-cpu", "--no-progress", "--max-minutes",
@@ -136,10 +135,7 @@ def cmd_speed(a) -> None:
         subprocess.run([*train, "--run-dir", str(prep), "--max-steps", "1"], cwd=ROOT, check=True, capture_output=True)
         for r in range(a.rounds):
             for tokens in a.max_tokens:
-                run = Path(tmp) / f"{tokens}_{r}"
-                run.mkdir()
-                shutil.copy(prep / "spm.model", run / "spm.model")
-                shutil.copytree(prep / "cache", run / "cache")
+                run = like_prepared(prep, Path(tmp) / f"{tokens}_{r}")
                 subprocess.run([*train, "--run-dir", str(run), "--max-steps", str(a.steps), "--max-tokens", str(tokens)],
                                cwd=ROOT, check=True, capture_output=True)
                 ms[tokens].append(round(seconds_per_update(run, a.skip) * 1000, 1))
