@@ -3,8 +3,9 @@
 Two pairs of runs, each pair making the same updates:
 - global batch ``2 x T``: 1 process accumulates 2 batches of T tokens (--update-freq 2); 2 ranks
   take one batch of T each and all-reduce;
-- global batch ``T``, the preset's: 1 process takes batches of T; 2 ranks take T/2 each
-  (``--max-tokens T/2``), which is how a recipe tuned on 1 process keeps its batch.
+- global batch ``T`` (by default the ``multi30k-cpu`` preset's): 1 process takes batches of T;
+  2 ranks take T/2 each (``--max-tokens T/2``), which is how a recipe tuned on 1 process keeps
+  its batch.
 The ranks share the cores on their own (``distributed.share_cores``: 1 BLAS thread each on 2
 cores). Seconds per update are read from each run's metrics.jsonl (steady state: the first
 --skip updates are dropped), and the pairs' runs alternate.
@@ -24,13 +25,17 @@ from pathlib import Path
 
 from harness import environment, like_prepared, seconds_per_update
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from transformer.presets import PRESETS  # noqa: E402
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", required=True)
     p.add_argument("--steps", type=int, default=25)
     p.add_argument("--skip", type=int, default=5)
-    p.add_argument("--max-tokens", type=int, default=2500, help="T")
+    p.add_argument("--max-tokens", type=int, default=PRESETS["multi30k-cpu"]["settings"]["max_tokens"],
+                   help="T (default: the multi30k-cpu preset's)")
     p.add_argument("--out", help="write the figures here as JSON")
     a = p.parse_args()
     mpiexec = Path(sys.executable).parent / "mpiexec"

@@ -165,9 +165,10 @@ def plot(rows: list[dict], figure: Path) -> None:
         label = f"{r['name']} ({r['train_summary']['steps']} updates)"
         left.plot(minutes, [c["valid_nll"] for c in r["curve"]], marker="o", label=label)
         right.plot(minutes, [c["valid_bleu"] for c in r["curve"] if "valid_bleu" in c], marker="o", label=label)
-        right.axhline(r["test2016"]["bleu"], linestyle="--", color="grey")
-        right.annotate(f"test2016 {r['test2016']['bleu']:.1f} (beam {r['test2016']['beam']}, all 1000)",
-                       (0, r["test2016"]["bleu"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        t = r["test2016"]
+        right.axhline(t["bleu"], linestyle="--", color="grey")
+        right.annotate(f"test2016 {t['bleu']:.1f} (all 1000, beam {t['beam']}, {t['checkpoint']})", (0.02, t["bleu"]),
+                       xycoords=("axes fraction", "data"), textcoords="offset points", xytext=(0, -11), fontsize=8)
     left.set(xlabel="training minutes", ylabel="validation NLL per token", title="validation loss")
     right.set(xlabel="training minutes", ylabel="sacreBLEU", title="validation BLEU (first sentences, during training)")
     left.legend(fontsize=8)

@@ -68,6 +68,23 @@ def test_every_result_file_is_indexed_and_cited_and_every_cited_file_exists():
     assert cited <= files, f"cited but missing: {sorted(cited - files)}"
 
 
+def test_the_multi30k_score_in_the_readme_is_the_newest_runs_test2016_score():
+    """The README's Multi30k figure is measured, not typed: its "sacreBLEU X cased" and the
+    signature beside it are the last run's test2016 result in the newest
+    benchmarks/results/m30k_cpu_bleu_<date>.json (as ``m30k_recipe.py final`` writes it)."""
+    import json
+    import re
+
+    folder = README.parent / "benchmarks" / "results"
+    newest = max(folder.glob("m30k_cpu_bleu_*.json"), key=lambda p: p.name)
+    test2016 = json.loads(newest.read_text())["runs"][-1]["test2016"]
+    text = README.read_text()
+    claimed = re.search(r"scores \*\*sacreBLEU (\d+\.\d) cased\*\* on test2016", text.replace("\n", " "))
+    assert claimed, "the README states no test2016 score for multi30k-cpu"
+    assert float(claimed.group(1)) == round(test2016["bleu"], 1), (claimed.group(1), test2016["bleu"], newest.name)
+    assert test2016["signature"] in text
+
+
 def test_the_user_guide_names_no_issue_commit_or_machine_anecdote():
     """The README is a user's guide: dated results and their history live in docs/performance.md."""
     import re
