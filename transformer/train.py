@@ -131,9 +131,10 @@ class TrainSettings:
     clip_norm: float = 0.0          # 0: no clipping
     cooldown: float = field(default=0.0, metadata={"help": "the last fraction of the run (of --max-minutes when set, "
                                                             "else of --max-steps) over which the learning rate falls "
-                                                            "linearly to 0, in [0, 1] (0: Equation 3 throughout; default: the preset's, else 0); "
-                                                            "a run resumed with a larger budget follows the new one's "
-                                                            "line, so its rate rises again"})
+                                                            "linearly to 0, in [0, 1] (0: Equation 3 throughout; "
+                                                            "default: the preset's, else 0); a run resumed with a "
+                                                            "larger budget follows the new one's line, so its rate "
+                                                            "rises again"})
     max_steps: int = 100_000
     max_epochs: int = 1000
     max_minutes: float = 0.0        # 0: no time limit; else stop (and save) after this much training
