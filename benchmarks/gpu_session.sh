@@ -1,33 +1,52 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in the order a GPU session should run it (each step's log goes
-# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|kernels|step|multi30k|lesson|all]
+# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|kernels|step|profile|multi30k|lesson|all]
+#
+# Settings (environment), for a session shorter than the whole run:
+#   DATA          the Multi30k folder (default ../shared/data/multi30k)
+#   MINUTES       multi30k-gpu's training budget in minutes (default: the preset's)
+#   WORKERS       pytest-xdist workers for the GPU tests (default: none, one process)
+#   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, KERNELS, STEP, PROFILE, TRAIN,
+#                 EVAL, LESSON; default: no limit), so that a session with a fixed budget still
+#                 gets to its later steps
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 what=${1:-all}
 py=${PYTHON:-python}
-run() { echo "== $1"; shift; "$@"; echo "rc=$?"; }
+data=${DATA:-../shared/data/multi30k}
+# run NAME LIMIT_SECONDS COMMAND...: the step's exit status is printed, 124 when it was stopped
+run() { local name=$1 limit=$2; shift 2; echo "== $name (limit ${limit}s, 0: none)"; timeout -k 10 "$limit" "$@"; echo "rc=$?"; }
 
 if [[ $what == tests || $what == all ]]; then
-  run "GPU tests" $py -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -30
+  run "GPU tests" "${LIMIT_TESTS:-0}" $py -m pytest -q -m gpu -p no:cacheprovider ${WORKERS:+-n $WORKERS} tests \
+      > "$OUT/gpu_tests.log" 2>&1
+  tail -30 "$OUT/gpu_tests.log"
 fi
 if [[ $what == kernels || $what == all ]]; then
-  run "kernels vs PyTorch" $py benchmarks/kernels.py --out "$OUT/kernels.json" > "$OUT/kernels.log" 2>&1
+  run "kernels vs PyTorch" "${LIMIT_KERNELS:-0}" $py benchmarks/kernels.py --out "$OUT/kernels.json" > "$OUT/kernels.log" 2>&1
   tail -5 "$OUT/kernels.log"
 fi
 if [[ $what == step || $what == all ]]; then
-  (cd benchmarks && run "base step vs PyTorch" $py base_step_vs_torch.py --device cuda --batch 400 --length 64 \
-      --steps 10 --warmup 3 --precisions fp32,tf32,fp16,bf16 --out "../$OUT/base_step.json" > "../$OUT/base_step.log" 2>&1)
+  (cd benchmarks && run "base step vs PyTorch" "${LIMIT_STEP:-0}" $py base_step_vs_torch.py --device cuda --batch 400 \
+      --length 64 --steps 10 --warmup 3 --precisions fp32,tf32,fp16,bf16 --out "$OUT/base_step.json" > "$OUT/base_step.log" 2>&1)
   tail -5 "$OUT/base_step.log"
 fi
+if [[ $what == profile || $what == all ]]; then
+  (cd benchmarks && run "step profile per precision" "${LIMIT_PROFILE:-0}" $py precision_profile.py --device cuda \
+      --out "$OUT/precision_profile.json" > "$OUT/precision_profile.log" 2>&1)
+  grep -A12 "^==" "$OUT/precision_profile.log" | head -45
+fi
 if [[ $what == multi30k || $what == all ]]; then
-  run "multi30k-gpu" $py -m transformer train --preset multi30k-gpu --device cuda --run-dir "$OUT/multi30k-gpu" \
-      --data-dir ../shared/data/multi30k --no-progress > "$OUT/multi30k_train.log" 2>&1
-  run "multi30k-gpu evaluate" $py -m transformer evaluate --run-dir "$OUT/multi30k-gpu" --device cuda \
-      --data-dir ../shared/data/multi30k > "$OUT/multi30k_eval.log" 2>&1
+  run "multi30k-gpu" "${LIMIT_TRAIN:-0}" $py -m transformer train --preset multi30k-gpu --device cuda \
+      --run-dir "$OUT/multi30k-gpu" --data-dir "$data" --no-progress ${MINUTES:+--max-minutes $MINUTES} \
+      > "$OUT/multi30k_train.log" 2>&1
+  run "multi30k-gpu evaluate" "${LIMIT_EVAL:-0}" $py -m transformer evaluate --run-dir "$OUT/multi30k-gpu" --device cuda \
+      --data-dir "$data" > "$OUT/multi30k_eval.log" 2>&1
   tail -5 "$OUT/multi30k_eval.log"
 fi
 if [[ $what == lesson || $what == all ]]; then
-  (cd lessons && LESSON_OUT="../$OUT/lessons" run "lesson 23" $py 23_gpu_backend.py > "../$OUT/lesson23.log" 2>&1)
+  (cd lessons && LESSON_OUT="$OUT/lessons" run "lesson 23" "${LIMIT_LESSON:-0}" $py 23_gpu_backend.py > "$OUT/lesson23.log" 2>&1)
   tail -12 "$OUT/lesson23.log"
 fi

@@ -15,6 +15,7 @@ CuPy is strict, the double is too (each rule cites CuPy's source in ``double.py`
 - a NumPy array as a ufunc operand raises ``TypeError: Unsupported type`` (0-d included;
   comparisons turn a 0-d one into a scalar, as CuPy does);
 - ``x[...] = list`` and assigning a NumPy array of more than 0 dimensions raise;
+- an ``ndarray`` method takes only the keywords CuPy's signature names (``max(initial=0)`` raises);
 - reductions return 0-d arrays; output dtypes follow CuPy's loop search over the real tables;
 - batched bfloat16 ``matmul`` raises as ``_routines_linalg.pyx`` does;
 - ``RandomState`` draws float32 and float64 only;

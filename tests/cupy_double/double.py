@@ -275,7 +275,14 @@ def _unwrap(value, *, numpy_ok=False):
 
 # ---------------------------------------------------------------- methods from the spec
 def _method(name):
+    keywords = SPEC["ndarray_keywords"].get(name)
+
     def method(self, *args, **kwargs):
+        # cupy/_core/core.pyx: a method takes only the keywords its signature names
+        # (``max(initial=0)``, which NumPy takes, raises there)
+        for k in kwargs if keywords is not None else ():
+            if k not in keywords:
+                raise TypeError(f"{name}() got an unexpected keyword argument '{k}'")
         args = tuple(_unwrap(a) for a in args)
         kwargs = {k: (v._a if isinstance(v, ndarray) else _unwrap(v)) for k, v in kwargs.items()}
         out = kwargs.get("out")

@@ -4,9 +4,9 @@
     python tests/cupy_double/make_spec.py --cupy-source /path/to/cupy.git [--tag v14.2.0]
 
 From the installed package: every public name of the modules the project touches and what
-kind of thing it is, each ufunc's loop table (``.types``), ``ndarray``'s attributes,
-``RandomState``'s methods and the Python-level signatures. NCCL and cuRAND cannot be loaded
-without their libraries, so their names come from CuPy's source at ``--tag``
+kind of thing it is, each ufunc's loop table (``.types``), ``ndarray``'s attributes and the
+keywords its methods take, ``RandomState``'s methods and the Python-level signatures. NCCL and
+cuRAND cannot be loaded without their libraries, so their names come from CuPy's source at ``--tag``
 (``cupy_backends/cuda/libs/{nccl,curand}.{pyx,pxd}``, read with ``git show``).
 """
 from __future__ import annotations
@@ -48,6 +48,22 @@ def signature(obj) -> str | None:
         return str(inspect.signature(obj))
     except (TypeError, ValueError):
         return None
+
+
+def method_keywords(cls) -> dict:
+    """{method: the keyword arguments it takes} for a Cython class, read from the signature Cython
+    embeds as the first line of each docstring (``inspect`` cannot read a Cython method's):
+    ``_ndarray_base.max(self, axis=None, out=None, keepdims=False) -> _ndarray_base`` gives
+    ``["axis", "out", "keepdims"]``. A typed parameter (``int axis=-1``) is named by its last
+    word; ``*shape`` and a bare ``*`` take no keyword."""
+    out = {}
+    for n in dir(cls):
+        first = (getattr(getattr(cls, n), "__doc__", None) or "").split("\n", 1)[0]
+        m = None if n.startswith("_") else re.match(rf"\w+\.{n}\(self(?:, )?(.*)\)(?: ->.*)?$", first)
+        if m:
+            params = [p.split("=")[0].split()[-1] for p in m.group(1).split(",") if p.strip()]
+            out[n] = [p for p in params if not p.startswith("*")]
+    return out
 
 
 def numpy_modules(name: str) -> list:
@@ -139,6 +155,7 @@ def main(argv=None) -> int:
             "modules": {name: module_spec(name) for name in MODULES}}
     spec["modules"].update(from_source(args.cupy_source, tag))
     spec["ndarray"] = sorted(n for n in dir(cupy.ndarray) if not n.startswith("_") or n.startswith("__"))
+    spec["ndarray_keywords"] = method_keywords(cupy.ndarray)
     spec["RandomState"] = sorted(n for n in dir(cupy.random.RandomState) if not n.startswith("_"))
     spec["Device"] = sorted(n for n in dir(cupy.cuda.Device) if not n.startswith("_"))
     args.out.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")

@@ -139,6 +139,13 @@ def test_reductions_return_0d_arrays_and_host_reads_are_explicit(cp):
     assert float(total) == 6.0 and total.item() == 6.0 and int(x.max()) == 3 and bool(x.any())
 
 
+def test_a_method_refuses_a_keyword_cupys_signature_lacks(cp):
+    x = cp.asarray(np.arange(4, dtype=np.float32))
+    with pytest.raises(TypeError, match="max\\(\\) got an unexpected keyword argument 'initial'"):
+        x.max(initial=0)                       # NumPy takes it; CuPy 14's max(axis, out, keepdims) does not
+    assert float(x.max(axis=0, keepdims=False)) == 3.0 and x.reshape(2, 2, order="C").shape == (2, 2)
+
+
 def test_output_dtypes_follow_cupys_loop_tables(cp):
     """The first loop every input can be cast to safely; a Python scalar fits its kind."""
     i8 = cp.zeros(2, np.int8)
@@ -215,8 +222,8 @@ def test_devices_are_configurable(cp):
 
 
 def test_the_spec_is_what_the_installed_cupy_offers():
-    """Regenerating the module part of the spec from the installed CuPy gives the checked-in
-    one (needs the ``[nvrtc]`` extra's CuPy, of the spec's version)."""
+    """Regenerating the module part of the spec and ``ndarray``'s keywords from the installed
+    CuPy gives the checked-in ones (needs the ``[nvrtc]`` extra's CuPy, of the spec's version)."""
     if double.installed():
         pytest.skip("the double is in place of CuPy in this run")
     real = pytest.importorskip("cupy")
@@ -227,3 +234,4 @@ def test_the_spec_is_what_the_installed_cupy_offers():
     for name in make_spec.MODULES:
         assert json.dumps(make_spec.module_spec(name), sort_keys=True) == json.dumps(SPEC["modules"][name],
                                                                                  sort_keys=True), name
+    assert make_spec.method_keywords(real.ndarray) == SPEC["ndarray_keywords"]

@@ -129,6 +129,13 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     for row in results.values():
         assert row["minitensor"]["ms_per_step"] > 0 and row["minitensor"]["peak_memory_gib"] > 0
         assert "torch" not in row
+    on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--steps", "1",
+              "--precisions", "tf32,bf16", "--out", str(tmp_path / "profile.json"),
+              script=REPO / "benchmarks" / "precision_profile.py")
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert sorted(profile["profiles"]) == ["bf16", "tf32"] and len(profile["rates"]) == 8  # fp32 with and without tf32
+    for prec in profile["profiles"].values():
+        assert prec["wall_ms_per_step"] > 0 and "Linear" in {r["op"] for r in prec["rows"]}
     on_double("--tiny", "--out", str(tmp_path / "kernels.json"), script=REPO / "benchmarks" / "kernels.py")
     kernels = json.loads((tmp_path / "kernels.json").read_text())
     assert [r["T"] for r in kernels["attention"]] == [128, 256]
