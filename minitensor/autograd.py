@@ -75,7 +75,7 @@ def sum_to(grad, shape: tuple):
 class Context:
     """One node of the graph: what a Function call saved, and where its inputs came from."""
 
-    __slots__ = ("fn", "xp", "needs_input_grad", "edges", "shape", "saved", "freed", "__dict__")
+    __slots__ = ("fn", "xp", "needs_input_grad", "edges", "shape", "dtype", "saved", "freed", "__dict__")
 
     def __init__(self, fn, xp, needs_input_grad):
         self.fn = fn
@@ -155,7 +155,7 @@ class Function:
         if not record:
             return Tensor._wrap(out), ctx
         result = Tensor._wrap(out, ctx)
-        ctx.shape = result.data.shape
+        ctx.shape, ctx.dtype = result.data.shape, result.data.dtype
         ctx.edges = tuple(
             None if not n else (t._ctx if t._ctx is not None else t) for t, n in zip(inputs, needs)
         )
@@ -217,6 +217,7 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
     The chain rule, node by node in reverse topological order: a node's output gradient is
     the sum of what its consumers sent it; its backward turns that into one gradient per
     input; each goes to the input's node (to be summed) or, for a leaf, into ``leaf.grad``.
+    A gradient has the dtype of the tensor it belongs to, as ``leaf.grad`` has the leaf's.
     """
     root = root_tensor._ctx
     if root is None:
@@ -232,7 +233,7 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
 
 def _walk(root: Context, grad, retain_graph: bool) -> None:
     """run_backward's chain rule, from ``root`` with its output gradient ``grad``."""
-    grads = {id(root): grad}
+    grads = {id(root): grad if grad.dtype == root.dtype else grad.astype(root.dtype)}
     for node in _topological_order(root):
         g = grads.pop(id(node), None)
         if g is None:
@@ -252,6 +253,8 @@ def _walk(root: Context, grad, retain_graph: bool) -> None:
                 _accumulate_leaf(edge, sum_to(gi, edge.data.shape), alone)
             else:
                 gi = sum_to(gi, edge.shape)
+                if gi.dtype != edge.dtype:  # an op whose inputs differ in dtype (a float16 product + a float32 residual)
+                    gi = gi.astype(edge.dtype)
                 prev = grads.get(id(edge))
                 grads[id(edge)] = gi if prev is None else prev + gi
         if not retain_graph:

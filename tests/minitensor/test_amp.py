@@ -33,6 +33,32 @@ def test_autocast_runs_products_in_float16_and_hands_float32_parameters_float32_
         np.testing.assert_allclose(t.grad.numpy(), ref.grad.numpy(), rtol=2e-2, atol=2e-2)
 
 
+def test_under_autocast_every_products_backward_gets_a_float16_gradient(monkeypatch):
+    """A gradient has its tensor's dtype: a float16 Linear output summed with a float32 residual
+    gets a float16 gradient, so the backward's two products run in float16, not in float32 (the
+    mixed-dtype product that NumPy and CuPy would otherwise widen)."""
+    from minitensor.ops import linalg
+    from transformer import Transformer, TransformerConfig, label_smoothed_loss
+
+    seen = []
+    for op in (linalg.Linear, linalg.Matmul):
+        def spy(ctx, grad, _backward=op.backward):
+            seen.append((grad.dtype, *(a.dtype for a in ctx.saved)))
+            return _backward(ctx, grad)
+        monkeypatch.setattr(op, "backward", staticmethod(spy))
+    mt.manual_seed(0)
+    model = Transformer(TransformerConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                          n_decoder_layers=1))
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(3, 40, (3, 5)), rng.integers(3, 40, (3, 6))
+    with amp.autocast("float16"):
+        loss = label_smoothed_loss(model(mt.tensor(src), mt.tensor(tgt[:, :-1])), mt.tensor(tgt[:, 1:]), 0, 0.1)
+    loss.backward()
+    assert len(seen) >= 13  # 4 + 4 + 4 projections, 2 + 2 feed-forward products, the output layer
+    assert all(dt == np.float16 for row in seen for dt in row), sorted(set(seen))
+    assert all(p.grad.dtype == np.float32 for p in model.parameters() if p.grad is not None)
+
+
 def test_autocast_disabled_is_a_no_op_and_bad_dtypes_are_refused():
     with amp.autocast("float16", enabled=False):
         assert amp.autocast_dtype() is None
