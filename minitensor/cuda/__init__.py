@@ -30,11 +30,11 @@ from ..backend import cuda_available, cupy
 from .memory import PeakMemory, memory_stats
 
 ATTENTION_MODES = ("auto", "flash", "fused")
-# "auto" takes the flash kernel from this many keys on. Below it the scores are small and
-# cuBLAS's tensor-core products plus the fused softmax are expected to win: our flash
-# kernels run on the CUDA cores (see flash_attention.cu). Measured crossover: see
-# benchmarks/results/ (the GPU session that runs benchmarks/kernels.py records it).
-FLASH_MIN_KEYS = 512
+# "auto" takes the flash kernel from this many keys on. Below it cuBLAS's products plus the
+# fused softmax win: our flash kernels run on the CUDA cores (see flash_attention.cu). On an
+# H200 the fused path took half flash's time up to 2048 keys and about the same at 4096, where
+# its scores needed 8 GiB (docs/performance.md, "GPU: the first session").
+FLASH_MIN_KEYS = 4096
 
 EMULATOR_CHECKS = (None, "race", "memory")
 
