@@ -1,7 +1,7 @@
 """Worker threads for memory-bound NumPy work (the optimizer's update).
 
 NumPy's elementwise loops run on one core, but they release the GIL while they run. An
-update over many large arrays, cut into cache-sized pieces and the pieces dealt out to one
+update over many large arrays, cut into cache-sized pieces and the pieces shared among one
 thread per core, therefore runs on every core; and each piece's several passes (Adam makes
 a dozen) stay in the core's cache instead of streaming the whole array from memory a dozen
 times.
@@ -13,6 +13,7 @@ cores). With one thread the work runs in the calling thread.
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 PIECE = 1 << 16  # elements per piece: 256 KiB of float32 per array, so a piece's arrays fit in cache
@@ -60,9 +61,12 @@ def pieces(n: int, size: int | None = None) -> list[slice]:
 
 
 def share(work, items: list) -> None:
-    """Call ``work(worker, items[worker::k])`` for each of the ``k = count()`` workers, at once,
-    and return when all are done (an exception in any worker is raised here). Dealing the items
-    round-robin gives every worker about the same load when items are pieces of one size."""
+    """Call ``work(worker, its_items)`` for each of the ``k = count()`` workers, at once, and
+    return when all are done (an exception in any worker is raised here). Each worker's
+    ``its_items`` is an iterator that hands it the next item not yet taken by any worker, so
+    every item goes to exactly one worker and a worker whose core is busy with something else
+    takes fewer (why: OpenBLAS's threads keep a core spinning for a while after a product;
+    docs/performance.md, "Items taken, not dealt")."""
     global _pool, _pool_size
     k = min(count(), len(items))
     if k <= 1:
@@ -73,7 +77,24 @@ def share(work, items: list) -> None:
         if _pool is not None:
             _pool.shutdown(wait=False)
         _pool, _pool_size = ThreadPoolExecutor(max_workers=k, thread_name_prefix="minitensor"), k
-    futures = [_pool.submit(work, i, items[i::k]) for i in range(1, k)]
-    work(0, items[0::k])  # the calling thread takes a share too
+    taken = _Taker(items)
+    futures = [_pool.submit(work, i, iter(taken)) for i in range(1, k)]
+    work(0, iter(taken))  # the calling thread takes a share too
     for f in futures:
         f.result()
+
+
+class _Taker:
+    """The items of one :func:`share`, each handed out once, in order, to whichever worker asks."""
+
+    def __init__(self, items: list):
+        self.items, self.next, self.lock = items, 0, threading.Lock()
+
+    def __iter__(self):
+        while True:
+            with self.lock:
+                i = self.next
+                self.next += 1
+            if i >= len(self.items):
+                return
+            yield self.items[i]

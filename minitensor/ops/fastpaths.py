@@ -100,7 +100,7 @@ def rowwise(fn, xp, x, *others, into: dict | None = None, **params):
     (all its axes but the last) on its own and returns arrays that start with x's leading axes.
 
     On a large C-contiguous NumPy ``x`` the rows are cut into blocks of at most BLOCK_BYTES,
-    ``fn`` runs on each block and the blocks are dealt out to one thread per core
+    ``fn`` runs on each block and the blocks are shared among one thread per core
     (:mod:`minitensor.threads`): the function's several passes over a block stay in the
     core's cache instead of streaming the whole array from memory each time, and NumPy's
     loops release the GIL, so the blocks run at once. Each row's result is that of the

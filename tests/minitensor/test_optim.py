@@ -1,4 +1,6 @@
 """Optimizers match hand-written reference updates; clipping and state round trips."""
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -174,11 +176,21 @@ def test_worker_count_comes_from_the_environment_and_bad_values_are_refused(monk
             threads.count()
 
 
-def test_work_shared_among_threads_deals_every_item_once_and_raises_a_workers_error(monkeypatch):
+def test_work_shared_among_threads_hands_out_every_item_once_and_raises_a_workers_error(monkeypatch):
     monkeypatch.setenv("MINITENSOR_THREADS", "3")
     shares = {}
-    threads.share(lambda worker, share: shares.__setitem__(worker, share), list(range(10)))
-    assert shares == {0: [0, 3, 6, 9], 1: [1, 4, 7], 2: [2, 5, 8]}
+    threads.share(lambda worker, share: shares.__setitem__(worker, list(share)), list(range(10)))
+    assert sorted(x for share in shares.values() for x in share) == list(range(10))
+    assert all(share == sorted(share) for share in shares.values())  # each worker's items in order
+
+    def slow_worker_1(worker, share):  # worker 1's core busy elsewhere: the others take its items
+        for _ in share:
+            time.sleep(0.2 if worker == 1 else 0.001)
+            taken[worker] = taken.get(worker, 0) + 1
+
+    taken = {}
+    threads.share(slow_worker_1, list(range(60)))
+    assert sum(taken.values()) == 60 and taken.get(1, 0) <= 3, taken
 
     def broken(worker, share):
         if worker == 2:
