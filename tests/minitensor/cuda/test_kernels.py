@@ -280,12 +280,15 @@ def test_attention_op_gradchecks_in_float64_through_each_kernel_route(dev, mode)
         cuda.set_attention("auto")
 
 
-def test_attention_routes_follow_the_switches(dev):
+def test_attention_routes_follow_the_switches(dev, monkeypatch):
     rng = np.random.default_rng(4)
     q, k, v = (mt.tensor(rng.standard_normal((1, 2, 600, 16)).astype(np.float32), device=dev.device)
                for _ in range(3))
     _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
-    assert ctx.route == "flash"              # auto: long key sequences take the flash kernels
+    assert cuda.FLASH_MIN_KEYS > 600 and ctx.route == "fused"   # auto: shorter key sequences, the fused path
+    monkeypatch.setattr(cuda, "FLASH_MIN_KEYS", 600)
+    _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
+    assert ctx.route == "flash"              # auto: from FLASH_MIN_KEYS keys on, the flash kernels
     _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, dropout_p=0.1, training=True)
     assert ctx.route == "fused"              # dropout on the weights needs them formed
     _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, need_weights=True)
