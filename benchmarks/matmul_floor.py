@@ -56,7 +56,8 @@ class ProductCounter:
     def shapes(self) -> list[tuple[float, tuple[int, int, int]]]:
         """(FLOPs, (m, k, n)) of every distinct Linear product counted (Linear.products: y = x W
         is (rows, in) x (in, out), dx = G Wᵀ is (rows, out) x (out, in), dW = xᵀ G is
-        (in, rows) x (rows, out)); most FLOPs first."""
+        (in, rows) x (rows, out), or Gᵀ x, (out, rows) x (rows, in), for a weight stored
+        (out, in)); most FLOPs first."""
         return sorted(((2.0 * m * k * n * c, (m, k, n)) for (_, m, k, n, _), c in self._linear().products.items()),
                       reverse=True)
 

@@ -115,7 +115,7 @@ class Transformer(nn.Module):
 
     def generator(self, h: mt.Tensor) -> mt.Tensor:
         """Decoder states (..., d_model) -> logits (..., V): the tied pre-softmax projection h Eᵀ."""
-        return F.linear(h, self.tgt_embed.weight.T)
+        return F.linear(h, self.tgt_embed.weight, transposed=True)  # h Eᵀ, its gradient in E's layout
 
     def forward(self, src: mt.Tensor, tgt_in: mt.Tensor, rows=None) -> mt.Tensor:
         """Logits (B, Tt, V); with ``rows`` (ids into the B·Tt flattened target positions) only

@@ -79,47 +79,59 @@ def matmul(a, b) -> Tensor:
 
 
 class Linear(Function):
-    """y = x W + b for x (..., in), W (in, out), b (out,) — the paper's xW + b.
+    """y = x W + b for x (..., in), W (in, out), b (out,) — the paper's xW + b; with
+    ``transposed``, W is stored (out, in) and y = x Wᵀ + b (the tied output layer h Eᵀ, whose
+    gradient then comes out in E's own layout).
 
     The leading axes are flattened, so dW = xᵀ G is one matrix product (not a batch of
-    them summed afterwards): dx = G Wᵀ, dW = x₂ᵈᵀ G₂ᵈ, db = Σ G over rows.
+    them summed afterwards): dx = G Wᵀ, dW = x₂ᵈᵀ G₂ᵈ, db = Σ G over rows;
+    transposed: dx = G W, dW = G₂ᵈᵀ x₂ᵈ.
     """
 
     @staticmethod
-    def forward(ctx, x, w, b=None):
-        if w.ndim != 2 or x.shape[-1] != w.shape[0]:
+    def forward(ctx, x, w, b=None, transposed=False):
+        n_in = w.shape[1] if transposed and w.ndim == 2 else w.shape[0]
+        if w.ndim != 2 or x.shape[-1] != n_in:
+            layout = "(out_features, in_features) with transposed=True" if transposed else "(in_features, out_features)"
             raise ShapeError(
                 f"linear: input of shape {tuple(x.shape)} does not fit weight of shape {tuple(w.shape)} "
-                f"(the weight must be (in_features, out_features) with in_features = {x.shape[-1]})"
+                f"(the weight must be {layout} with in_features = {x.shape[-1]})"
             )
-        if b is not None and b.shape != (w.shape[1],):
+        n_out = w.shape[0] if transposed else w.shape[1]
+        if b is not None and b.shape != (n_out,):
             raise ShapeError(f"linear: bias of shape {tuple(b.shape)} does not fit weight of shape {tuple(w.shape)}")
         ctx.save_for_backward(x, w)
-        y = x.reshape(-1, x.shape[-1]) @ w  # one GEMM over all rows
+        ctx.transposed = transposed
+        y = x.reshape(-1, x.shape[-1]) @ (w.T if transposed else w)  # one GEMM over all rows
         if b is not None:
             y += b
-        return y.reshape(x.shape[:-1] + (w.shape[1],))
+        return y.reshape(x.shape[:-1] + (n_out,))
 
     @staticmethod
     def backward(ctx, grad):
         x, w = ctx.saved
         nx, nw, nb = ctx.needs_input_grad
         g2 = grad.reshape(-1, grad.shape[-1])
-        gx = (g2 @ w.T).reshape(x.shape) if nx else None
-        gw = x.reshape(-1, x.shape[-1]).T @ g2 if nw else None
+        x2 = x.reshape(-1, x.shape[-1])
+        gx = (g2 @ (w if ctx.transposed else w.T)).reshape(x.shape) if nx else None
+        gw = ((g2.T @ x2) if ctx.transposed else (x2.T @ g2)) if nw else None
         gb = sum_rows(ctx.xp, g2) if nb else None  # why: one GEMV on every core (fastpaths)
         return gx, gw, gb
 
     @staticmethod
-    def products(ctx, x, w, b=None):
-        """y = x W: (rows, in) x (in, out); dx = G Wᵀ: (rows, out) x (out, in); dW = xᵀ G: (in, rows) x (rows, out)."""
-        rows, (k, n) = int(np.prod(x[:-1])), w
+    def products(ctx, x, w, b=None, transposed=False):
+        """y = x W: (rows, in) x (in, out); dx = G Wᵀ: (rows, out) x (out, in); dW = xᵀ G: (in, rows) x (rows, out)
+        (transposed: dW = Gᵀ x, (out, rows) x (rows, in))."""
+        rows, (k, n) = int(np.prod(x[:-1])), (w[::-1] if transposed else w)
         nx, nw = (ctx.needs_input_grad or (False, False))[:2]
-        return [(1, rows, k, n)], [(1, rows, n, k)] * nx + [(1, k, rows, n)] * nw
+        return [(1, rows, k, n)], [(1, rows, n, k)] * nx + [(1, n, rows, k) if transposed else (1, k, rows, n)] * nw
 
 
-def linear(x, weight, bias=None) -> Tensor:
-    """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out).
+def linear(x, weight, bias=None, transposed: bool = False) -> Tensor:
+    """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out); with
+    ``transposed``, x @ weight.T + bias for a weight stored (out, in), such as a tied
+    embedding (V, d) used as the output layer: its gradient then needs no transposed copy.
     Runs in 16-bit inside ``amp.autocast``."""
     x = as_tensor(x)
-    return Linear.apply(*_autocast(x, as_tensor(weight, x), None if bias is None else as_tensor(bias, x)))
+    return Linear.apply(*_autocast(x, as_tensor(weight, x), None if bias is None else as_tensor(bias, x)),
+                        transposed=transposed)

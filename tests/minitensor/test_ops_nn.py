@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import minitensor as mt
 import minitensor.functional as F
+from minitensor.errors import ShapeError
 from minitensor.testing import arrays, matmul_pairs, shapes
 
 from ..helpers import close, leaf
@@ -44,6 +45,35 @@ def test_linear_is_x_w_plus_b_and_gradcheck(data, device):
     close(F.linear(tx, tw, tb), x @ w + b)
     assert mt.gradcheck(F.linear, [tx, tw, tb])
     assert mt.gradcheck(lambda u, v: F.linear(u, v), [tx, tw])
+
+
+@given(data=st.data())
+def test_linear_with_a_weight_stored_out_by_in_is_x_wT_plus_b_and_gradchecks(data, device):
+    lead = data.draw(shapes(min_dims=0, max_dims=2, max_side=3))
+    n_in, n_out = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5))
+    x, w, b = (data.draw(arrays(s)) for s in (lead + (n_in,), (n_out, n_in), (n_out,)))
+    tx, tw, tb = leaf(x, device), leaf(w, device), leaf(b, device)
+    close(F.linear(tx, tw, tb, transposed=True), x @ w.T + b)
+    assert mt.gradcheck(lambda u, v, c: F.linear(u, v, c, transposed=True), [tx, tw, tb])
+    assert mt.gradcheck(lambda u, v: F.linear(u, v, transposed=True), [tx, tw])
+
+
+def test_a_tied_output_layers_weight_gradient_arrives_contiguous_and_equals_the_transposed_views():
+    """h Eᵀ with E stored (V, d): the same gradient as through the view E.T, made in E's layout
+    (so the engine keeps it instead of copying a strided array)."""
+    rng = np.random.default_rng(0)
+    h, e = rng.standard_normal((6, 4)), rng.standard_normal((9, 4))
+    grads = []
+    for transposed in (False, True):
+        th, te = leaf(h, "cpu"), leaf(e, "cpu")
+        y = F.linear(th, te, transposed=True) if transposed else F.linear(th, te.T)
+        (y * y).sum().backward()
+        grads.append(te.grad.numpy())
+        made = te.grad.data
+    close(grads[1], grads[0])
+    assert made.flags.c_contiguous and made.base is None
+    with pytest.raises(ShapeError, match=r"\(out_features, in_features\) with transposed=True"):
+        F.linear(mt.ones(2, 4), mt.ones(4, 9), transposed=True)
 
 
 @pytest.mark.parametrize("fn,ref", [
