@@ -36,26 +36,18 @@ def test_matmul_with_vectors_drops_the_vector_axis(sa, sb, device):
     assert mt.gradcheck(F.matmul, [ta, tb])
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["weight_in_by_out", "weight_out_by_in"])
 @given(data=st.data())
-def test_linear_is_x_w_plus_b_and_gradcheck(data, device):
+def test_linear_is_x_w_plus_b_and_gradcheck(transposed, data, device):
+    """x W + b for W (in, out), and x Wᵀ + b for W stored (out, in) with ``transposed``."""
     lead = data.draw(shapes(min_dims=0, max_dims=2, max_side=3))
     n_in, n_out = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5))
-    x, w, b = (data.draw(arrays(s)) for s in (lead + (n_in,), (n_in, n_out), (n_out,)))
+    w_shape = (n_out, n_in) if transposed else (n_in, n_out)
+    x, w, b = (data.draw(arrays(s)) for s in (lead + (n_in,), w_shape, (n_out,)))
     tx, tw, tb = leaf(x, device), leaf(w, device), leaf(b, device)
-    close(F.linear(tx, tw, tb), x @ w + b)
-    assert mt.gradcheck(F.linear, [tx, tw, tb])
-    assert mt.gradcheck(lambda u, v: F.linear(u, v), [tx, tw])
-
-
-@given(data=st.data())
-def test_linear_with_a_weight_stored_out_by_in_is_x_wT_plus_b_and_gradchecks(data, device):
-    lead = data.draw(shapes(min_dims=0, max_dims=2, max_side=3))
-    n_in, n_out = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5))
-    x, w, b = (data.draw(arrays(s)) for s in (lead + (n_in,), (n_out, n_in), (n_out,)))
-    tx, tw, tb = leaf(x, device), leaf(w, device), leaf(b, device)
-    close(F.linear(tx, tw, tb, transposed=True), x @ w.T + b)
-    assert mt.gradcheck(lambda u, v, c: F.linear(u, v, c, transposed=True), [tx, tw, tb])
-    assert mt.gradcheck(lambda u, v: F.linear(u, v, transposed=True), [tx, tw])
+    close(F.linear(tx, tw, tb, transposed=transposed), x @ (w.T if transposed else w) + b)
+    assert mt.gradcheck(lambda u, v, c: F.linear(u, v, c, transposed=transposed), [tx, tw, tb])
+    assert mt.gradcheck(lambda u, v: F.linear(u, v, transposed=transposed), [tx, tw])
 
 
 def test_a_tied_output_layers_weight_gradient_arrives_contiguous_and_equals_the_transposed_views():
