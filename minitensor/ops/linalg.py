@@ -90,14 +90,13 @@ class Linear(Function):
 
     @staticmethod
     def forward(ctx, x, w, b=None, transposed=False):
-        n_in = w.shape[1] if transposed and w.ndim == 2 else w.shape[0]
-        if w.ndim != 2 or x.shape[-1] != n_in:
+        n_in, n_out = (w.shape[::-1] if transposed else w.shape) if w.ndim == 2 else (None, None)
+        if n_in is None or x.shape[-1] != n_in:
             layout = "(out_features, in_features) with transposed=True" if transposed else "(in_features, out_features)"
             raise ShapeError(
                 f"linear: input of shape {tuple(x.shape)} does not fit weight of shape {tuple(w.shape)} "
                 f"(the weight must be {layout} with in_features = {x.shape[-1]})"
             )
-        n_out = w.shape[0] if transposed else w.shape[1]
         if b is not None and b.shape != (n_out,):
             raise ShapeError(f"linear: bias of shape {tuple(b.shape)} does not fit weight of shape {tuple(w.shape)}")
         ctx.save_for_backward(x, w)

@@ -66,6 +66,9 @@ def test_a_tied_output_layers_weight_gradient_arrives_contiguous_and_equals_the_
     assert made.flags.c_contiguous and made.base is None
     with pytest.raises(ShapeError, match=r"\(out_features, in_features\) with transposed=True"):
         F.linear(mt.ones(2, 4), mt.ones(4, 9), transposed=True)
+    for transposed in (False, True):  # a weight that is not a matrix is named as such, in either layout
+        with pytest.raises(ShapeError, match=r"does not fit weight of shape \(\)"):
+            F.linear(mt.ones(2, 4), mt.tensor(1.0), transposed=transposed)
 
 
 @pytest.mark.parametrize("fn,ref", [
