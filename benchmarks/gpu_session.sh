@@ -6,6 +6,7 @@
 #   DATA          the Multi30k folder (default ../shared/data/multi30k)
 #   MINUTES       multi30k-gpu's training budget in minutes (default: the preset's)
 #   WORKERS       pytest-xdist workers for the GPU tests (default: none, one process)
+#   TRAIN_ARGS    further `train` flags for multi30k-gpu, e.g. "--tf32 true" or "--precision bf16"
 #   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, KERNELS, STEP, PROFILE, TRAIN,
 #                 EVAL, LESSON; default: no limit), so that a session with a fixed budget still
 #                 gets to its later steps
@@ -40,7 +41,7 @@ if [[ $what == profile || $what == all ]]; then
 fi
 if [[ $what == multi30k || $what == all ]]; then
   run "multi30k-gpu" "${LIMIT_TRAIN:-0}" $py -m transformer train --preset multi30k-gpu --device cuda \
-      --run-dir "$OUT/multi30k-gpu" --data-dir "$data" --no-progress ${MINUTES:+--max-minutes $MINUTES} \
+      --run-dir "$OUT/multi30k-gpu" --data-dir "$data" --no-progress ${MINUTES:+--max-minutes $MINUTES} ${TRAIN_ARGS:-} \
       > "$OUT/multi30k_train.log" 2>&1
   run "multi30k-gpu evaluate" "${LIMIT_EVAL:-0}" $py -m transformer evaluate --run-dir "$OUT/multi30k-gpu" --device cuda \
       --data-dir "$data" > "$OUT/multi30k_eval.log" 2>&1
