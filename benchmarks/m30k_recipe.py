@@ -15,6 +15,8 @@ validation, one row per run, and the final run scored once on test2016.
     # what an update costs at each batch size (no evaluation, no checkpoints; sizes alternate by round)
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/m30k_recipe.py speed \
         --max-tokens 2500 1250 625 --rounds 2 --out FILE --data-dir DIR
+    # the same for another preset, with train's flags after --
+    python benchmarks/m30k_recipe.py speed --preset multi30k-gpu --max-tokens 8192 16384 --data-dir DIR -- --tf32 true
 
     # the chosen run, once on test2016: runs[].test2016 with its signature, the curve, the README's figure
     python benchmarks/m30k_recipe.py final --run-dir RUN --out benchmarks/results/m30k_cpu_bleu_<date>.json \\
@@ -126,13 +128,14 @@ def cmd_speed(a) -> None:
     rounds alternating the sizes; the BPE model and id caches are prepared once and copied."""
     import tempfile  # noqa: PLC0415
 
-    train = [sys.executable, "-m", "transformer", "train", "--preset", "multi30k-cpu", "--no-progress", "--max-minutes",
+    train = [sys.executable, "-m", "transformer", "train", "--preset", a.preset, "--no-progress", "--max-minutes",
              "0", "--eval-every", "1000000", "--save-every", "1000000",
-             *(["--data-dir", a.data_dir] if a.data_dir else [])]
+             *(["--data-dir", a.data_dir] if a.data_dir else []), *a.flags]
     ms: dict[int, list[float]] = {t: [] for t in a.max_tokens}
     with tempfile.TemporaryDirectory() as tmp:
         prep = Path(tmp) / "prep"
         subprocess.run([*train, "--run-dir", str(prep), "--max-steps", "1"], cwd=ROOT, check=True, capture_output=True)
+        device = json.loads((prep / "settings.json").read_text())["device"]
         for r in range(a.rounds):
             for tokens in a.max_tokens:
                 run = like_prepared(prep, Path(tmp) / f"{tokens}_{r}")
@@ -144,9 +147,9 @@ def cmd_speed(a) -> None:
     per_token = {t: statistics.median(v) / t for t, v in ms.items()}
     rows = [{"max_tokens": t, "ms_per_update": v, "ms_per_1000_tokens": [round(x * 1000 / t, 1) for x in v],
              "cost_per_token_relative_to_first": round(per_token[t] / per_token[first], 3)} for t, v in ms.items()]
-    out = {"benchmark": "multi30k-cpu: ms per update by --max-tokens", "commit": commit(ROOT),
-           "date": time.strftime("%Y-%m-%d"), "machine": environment("cpu"), "steps": a.steps, "skip": a.skip,
-           "rows": rows}
+    out = {"benchmark": f"{a.preset}: ms per update by --max-tokens", "commit": commit(ROOT),
+           "date": time.strftime("%Y-%m-%d"), "machine": environment(device), "flags": a.flags, "steps": a.steps,
+           "skip": a.skip, "rows": rows}
     print(json.dumps(rows, indent=2))
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
@@ -226,6 +229,8 @@ def main(argv=None) -> None:
     s.add_argument("--skip", type=int, default=5)
     s.add_argument("--out")
     s.add_argument("--data-dir")
+    s.add_argument("--preset", default="multi30k-cpu")
+    s.add_argument("flags", nargs=argparse.REMAINDER, help="-- then further train flags (e.g. --tf32 true)")
     f = sub.add_parser("final", help="the chosen run on test2016, once; the README's figure")
     f.add_argument("--name", default="multi30k-cpu")
     f.add_argument("--run-dir", required=True)
@@ -236,7 +241,7 @@ def main(argv=None) -> None:
     f.add_argument("--average", type=int, default=1)
     f.add_argument("--figure")
     a = p.parse_args(argv)
-    if a.command == "run":
+    if a.command in ("run", "speed"):
         a.flags = [x for x in a.flags if x != "--"]
     {"run": cmd_run, "collect": cmd_collect, "decode": cmd_decode, "speed": cmd_speed, "final": cmd_final}[a.command](a)
 
