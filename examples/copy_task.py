@@ -25,6 +25,8 @@ def parse_args(argv=None) -> CopyTaskSettings:
         "eval_every": "validate every N steps", "run_dir": "where outputs go", "device": "cpu or cuda",
         "lr_factor": "multiplies the Noam learning rate", "warmup": "Noam warm-up steps",
         "smoothing": "label smoothing epsilon",
+        "profile": "time every op of N updates (after the first) with minitensor.profile: a table on stderr "
+                   "and profile.json in the run directory; 0 is off",
     }
     for f in fields(CopyTaskSettings):
         if f.name == "show_progress":
@@ -49,7 +51,8 @@ def main(argv=None) -> dict:
     summary = train_copy_task(settings)
     shown = {k: summary[k] for k in ("exact_match", "token_accuracy", "train_seconds", "steps", "parameters")}
     print(json.dumps(shown, indent=2))
-    print(f"outputs in {settings.run_dir}/: summary.json loss.png attention.png examples.txt metrics.jsonl")
+    extra = " profile.json" if settings.profile else ""
+    print(f"outputs in {settings.run_dir}/: summary.json loss.png attention.png examples.txt metrics.jsonl{extra}")
     return summary
 
 

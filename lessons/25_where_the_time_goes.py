@@ -156,4 +156,5 @@ results.finding(f"the base model's matrix products need {per_token / 1e6:.0f} MF
 # the product ops take, and their rate against the BLAS's rate on the same shapes.
 #
 # Try it on a run of your own: `python -m transformer train ... --profile 5` prints this table
-# for five updates of a real training run and saves it as `profile.json` in the run directory.
+# for five updates of a real training run and saves it as `profile.json` in the run directory;
+# `python examples/copy_task.py --profile 5` does the same for the copy task.

@@ -36,7 +36,7 @@ from .evaluate import bleu, translate
 from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
-from .progress import bar as progress_bar
+from .progress import bar as progress_bar, report_profile
 from .schedule import NoamSchedule, paper_adam
 from .tokenizer import Tokenizer
 
@@ -513,7 +513,7 @@ class Trainer:
                         loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON,
                                                  progress=progress if self.main else 0.0)
                     if profiling and self.step - first_step == s.profile + 1:
-                        self._report_profile(prof)
+                        report_profile(prof, self.run, self.step)
                     if self.stop_requested and self.comm.world_size == 1:
                         stop = SIGNALLED  # alone, stop after the update in flight (ranks must agree first)
                     self.batch_in_epoch += len(group)
@@ -556,12 +556,6 @@ class Trainer:
             bar.close()
             if metrics:
                 metrics.close()
-
-    def _report_profile(self, prof) -> None:
-        """The profiled updates' table on stderr and in profile.json."""
-        prof.save(self.run / "profile.json")
-        tqdm.write(f"profile of updates {self.step - prof.opened + 1}-{self.step} (also in {self.run / 'profile.json'}):\n"
-                   + prof.table(), file=sys.stderr)
 
     def _finish(self, reason: str) -> dict:
         summary = {"steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds, 1),

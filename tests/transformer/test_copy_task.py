@@ -1,4 +1,6 @@
 """The copy task end to end: a reduced run converges, writes its files, and greedy decoding copies."""
+from dataclasses import replace
+
 import numpy as np
 
 from transformer.copytask import CopyTaskSettings, make_batch, score, train_copy_task
@@ -56,3 +58,22 @@ def test_a_copy_task_that_runs_every_update_says_so_and_names_the_missed_target(
     assert summary["stopped_by"] == "steps" and summary["steps"] == 3
     err = capsys.readouterr().err
     assert "ran all 3 updates:" in err and "(short of the target 100%)" in err
+
+
+def test_the_copy_tasks_profile_times_n_updates_after_the_first_and_saves_the_table(tmp_path, capsys):
+    """--profile 2: updates 2 and 3 are profiled (not the first, which allocates), the table goes to
+    stderr and the same rows to profile.json; the run itself is unchanged."""
+    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, d_model=16, n_heads=2, d_ff=16, layers=1, batch=8,
+                         steps=4, eval_every=4, eval_size=10, stop_at=None, test_size=10, run_dir=str(tmp_path),
+                         show_progress=False, profile=2)
+    summary = train_copy_task(s)
+    saved = strict_json((tmp_path / "profile.json").read_text())
+    assert saved["opened"] == 2 and summary["steps"] == 4
+    rows = {r["op"]: r for r in saved["rows"]}
+    # per update, 1+1 layers: 4 encoder self-attention and 2 feed-forward products, 4 + 4 + 2 in the
+    # decoder, 1 output layer
+    assert rows["Linear"]["calls"] == 2 * 17 and rows["Adam.step"]["calls"] == 2
+    err = capsys.readouterr().err
+    assert "profile of updates 2-3" in err and "Linear" in err
+    unprofiled = train_copy_task(replace(s, profile=0, run_dir=str(tmp_path / "plain")))
+    assert unprofiled["final_loss"] == summary["final_loss"]
