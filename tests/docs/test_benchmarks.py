@@ -3,6 +3,9 @@ products' floor (benchmarks/matmul_floor.py) must count exactly the products a L
 computes, and the WMT-scale benchmark's corpus and projection (benchmarks/wmt_scale.py) must
 be what its report says."""
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -99,3 +102,17 @@ def test_the_tenfold_projection_scales_only_the_stages_that_grow_with_the_corpus
                            "model": 1.0, "token batches": 5.0, "update 1": 20.0}
     assert p["dominant"] == "encode and cache"
     assert p["total_seconds"] == 81.0
+
+
+def test_the_step_profile_on_the_cpu_rates_float32_alone_and_gives_the_blas_rate_per_op(tmp_path):
+    """precision_profile.py --device cpu: only float32 products are rated (NumPy has no BLAS for
+    16-bit ones), and each product op's row carries the BLAS's rate on its own shapes."""
+    out = tmp_path / "profile.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "precision_profile.py"), "--device", "cpu", "--batch", "2",
+                           "--length", "8", "--vocab", "64", "--precisions", "fp32", "--steps", "1", "--out", str(out)],
+                          cwd=BENCHMARKS, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads(out.read_text())
+    assert sorted(saved["rates"]) == ["float32 (16, 512)x(512, 2048)", "float32 (16, 8, 64)x(16, 64, 8)"]
+    rows = {r["op"]: r for r in saved["profiles"]["fp32"]["rows"]}
+    assert rows["Linear"]["blas_gflop_per_s"] > 0 and rows["LayerNorm"]["blas_gflop_per_s"] is None
