@@ -2,7 +2,7 @@
 # # Lesson 1 — Autograd on scalars
 #
 # Everything in this project rests on one idea: **reverse-mode automatic differentiation**.
-# We build it here from nothing, on plain Python floats, in about forty lines, and then check
+# We build it here from nothing, on plain Python floats, in about fifty lines, and then check
 # that `minitensor` (the real engine, which does the same on whole arrays) agrees with it.
 #
 # A computation is a graph. Every value remembers the values it was made from and how to send

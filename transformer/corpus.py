@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .data import FilterReport, iter_parallel, pair_fault
 from .download import sha256_of

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 CHUNK = 1 << 16
 

@@ -6,7 +6,7 @@ import sys
 from typing import Sequence
 
 import sacrebleu
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import minitensor as mt
 

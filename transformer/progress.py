@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from tqdm import tqdm  # text bars everywhere: tqdm.auto warns in a notebook without ipywidgets
 
 
 def bar(total: int, desc: str, show: bool, initial: int = 0) -> tqdm:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 import minitensor as mt
 from minitensor import amp, optim

@@ -32,7 +32,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .data import DataError, read_sgm
 from .download import DownloadError, download, sha256_of

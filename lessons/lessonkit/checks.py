@@ -196,9 +196,26 @@ def sees_only(inf: np.ndarray, allowed: np.ndarray, what: str) -> None:
 
 
 # ---------------------------------------------------------------- shared: two results agree
-def agree(got, expected, what: str, atol: float = 1e-12, rtol: float = 0.0) -> float:
+class Difference(float):
+    """What :func:`agree` returns: the largest difference, a float that names what it measured
+    when a notebook shows it as a cell's result (a bare ``2.2e-16`` says nothing)."""
+
+    def __new__(cls, value: float, what: str):
+        self = super().__new__(cls, value)
+        self.what = what
+        return self
+
+    def __repr__(self) -> str:
+        return f"agree: {self.what} (largest difference {float(self):.3g})"
+
+
+def agree(got, expected, what: str, atol: float = 1e-12, rtol: float = 0.0) -> Difference:
     """``got`` and ``expected`` (numbers, arrays, or lists / dicts of them with the same keys)
     agree to ``atol + rtol·|expected|`` everywhere. Returns the largest difference."""
+    return Difference(_largest_difference(got, expected, what, atol, rtol), what)
+
+
+def _largest_difference(got, expected, what: str, atol: float, rtol: float) -> float:
     if isinstance(expected, dict):
         assert set(got) == set(expected), f"{what}: names {sorted(got)} vs {sorted(expected)}"
         pairs = [(got[k], expected[k], f"{what} [{k}]") for k in expected]
@@ -212,7 +229,7 @@ def agree(got, expected, what: str, atol: float = 1e-12, rtol: float = 0.0) -> f
         bad = diff > atol + rtol * np.abs(e)
         assert not bad.any(), f"{what}: off by {diff.max():.3g} (allowed {atol:.1g} + {rtol:.1g}·|expected|)"
         return float(diff.max()) if diff.size else 0.0
-    return max((agree(g, e, w, atol, rtol) for g, e, w in pairs), default=0.0)
+    return max((_largest_difference(g, e, w, atol, rtol) for g, e, w in pairs), default=0.0)
 
 
 # ---------------------------------------------------------------- a scalar engine

@@ -15,6 +15,9 @@ import sys
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     devices = None
     if argv[:1] == ["--devices"]:
         devices, argv = int(argv[1]), argv[2:]
@@ -26,12 +29,13 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["-m"]:
         sys.argv = [argv[1]] + argv[2:]
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-    elif argv:
+    elif argv and os.path.isfile(argv[0]):
         sys.argv = argv
         sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
         runpy.run_path(argv[0], run_name="__main__")
     else:
-        raise SystemExit(__doc__)
+        raise SystemExit(f"no script {argv[0]!r}: give a script's path or -m and a module\n\n{__doc__}" if argv
+                         else __doc__)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ code shaped like the project's and shows the double rejecting it, beside the cor
 that it accepts. The double is put in place of ``cupy`` for each test and taken out after
 (a real CuPy, when one is imported, is set aside meanwhile and put back)."""
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -235,3 +237,12 @@ def test_the_spec_is_what_the_installed_cupy_offers():
         assert json.dumps(make_spec.module_spec(name), sort_keys=True) == json.dumps(SPEC["modules"][name],
                                                                                  sort_keys=True), name
     assert make_spec.method_keywords(real.ndarray) == SPEC["ndarray_keywords"]
+
+
+def test_the_runner_prints_its_usage_for_help_and_names_a_script_that_is_not_there():
+    repo = Path(__file__).resolve().parents[2]
+    run = [sys.executable, "-m", "tests.cupy_double.run"]
+    shown = subprocess.run(run + ["--help"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "python -m tests.cupy_double.run -m transformer" in shown.stdout
+    missing = subprocess.run(run + ["no_such_script.py"], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "no script 'no_such_script.py'" in missing.stderr

@@ -138,3 +138,27 @@ def test_a_lesson_converted_by_jupytext_and_executed_by_nbconvert_contains_its_f
     assert len(images) == 2
     assert sorted(p.name for p in (tmp_path / "figures" / "08").glob("*.png")) == \
         ["attention_masks.png", "scaling_and_gradients.png"]                  # and still saved
+
+
+def test_a_lesson_that_fails_is_marked_and_the_rest_of_the_book_is_still_built(tmp_path, monkeypatch, capsys):
+    """One failing lesson (here lesson 1, made to fail) does not stop the build: its page and the
+    later lessons' pages are written, the index names the failure, and the command exits 1."""
+    _require_extra()
+    from nbclient.exceptions import CellExecutionError
+
+    calls = []
+
+    def execute(nb):  # no kernel: the first lesson fails as a cell would, the second runs "clean"
+        calls.append(nb)
+        if len(calls) == 1:
+            raise CellExecutionError("Traceback ...\nSystemExit: this lesson needs something", "SystemExit",
+                                     "this lesson needs something")
+
+    monkeypatch.setattr(book, "execute", execute)
+    assert book.main(["--out", str(tmp_path), "--only", "01", "02", "--smoke"]) == 1
+    pages = sorted(p.name for p in tmp_path.glob("0*.html"))
+    assert len(pages) == 2 and pages[0].startswith("01_") and pages[1].startswith("02_")
+    index = (tmp_path / "index.html").read_text()
+    assert index.count("failed in this build") == 1 and "this lesson needs something" in index
+    out = capsys.readouterr()
+    assert "problem: lesson 01 failed" in out.out and "01_autograd_on_scalars.py failed" in out.err

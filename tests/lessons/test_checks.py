@@ -1,6 +1,8 @@
 """Every check a lesson makes can fail: each is handed a deliberately broken input (a wrong
 pad id, a missing causal mask, a broken backward, an optimizer without bias correction) and
 must raise, while the real thing passes."""
+import json
+
 import numpy as np
 import pytest
 
@@ -209,6 +211,14 @@ def test_agree_names_the_entry_that_differs_and_accepts_what_is_within_tolerance
         checks.agree({"a": 1.0, "b": np.ones(3)}, {"a": 1.0, "b": np.ones(3) + 1e-3}, "x", atol=1e-6)
     with pytest.raises(AssertionError, match="shape"):
         checks.agree(np.ones(3), np.ones(4), "x")
+
+
+def test_agrees_result_is_the_largest_difference_and_says_what_it_measured_when_shown():
+    """A notebook shows a cell's last value: agree's reads as a sentence, not a bare 2.2e-16, and
+    is still the number (formatting, comparison, JSON)."""
+    d = checks.agree([1.0, 2.0], [1.0, 2.0 + 2**-40], "two sums")
+    assert d == 2**-40 and f"{d:.1e}" == "9.1e-13" and json.loads(json.dumps({"d": d}))["d"] == 2**-40
+    assert repr(d) == "agree: two sums (largest difference 9.09e-13)"
 
 
 # ---------------------------------------------------------------- lesson 2
