@@ -3,7 +3,6 @@ attention to look up the right source position at every step, which makes it the
 convincing end-to-end check of the whole architecture."""
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -17,7 +16,7 @@ from .decoding import greedy_decode
 from .loss import label_smoothed_loss
 from .model import Transformer
 from .plots import plot_attention, plot_curves
-from .progress import bar as progress_bar, finish, report_profile
+from .progress import ProfiledUpdates, bar as progress_bar, finish
 from .schedule import NoamSchedule, paper_adam
 
 PAD, BOS, EOS = 0, 1, 2
@@ -116,11 +115,9 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     exact = tok = 0.0
     step = 0
     stopped_by = "steps"
-    prof = mt.profile()
+    profiled = ProfiledUpdates(s.profile, run)
     for step in range(1, s.steps + 1):
-        # the first update is left out of a profile: it allocates what later ones reuse
-        profiling = 2 <= step <= s.profile + 1
-        with prof if profiling else contextlib.nullcontext():
+        with profiled.update(step):
             src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
             logits = model(mt.tensor(src, device=s.device), mt.tensor(tgt_in, device=s.device))
             loss = label_smoothed_loss(logits, mt.tensor(tgt_out, device=s.device), PAD, s.smoothing)
@@ -129,8 +126,6 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
             lr = sched.step()
             opt.step()
             loss_value = loss.item()
-        if profiling and step == s.profile + 1:
-            report_profile(prof, run, step)
         if not np.isfinite(loss_value):
             raise FloatingPointError(f"loss became {loss_value} at step {step}; lower --lr-factor")
         log["step"].append(step)

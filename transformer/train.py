@@ -36,7 +36,7 @@ from .evaluate import bleu, translate
 from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
-from .progress import bar as progress_bar, report_profile
+from .progress import ProfiledUpdates, bar as progress_bar
 from .schedule import NoamSchedule, paper_adam
 from .tokenizer import Tokenizer
 
@@ -493,7 +493,7 @@ class Trainer:
         bar = progress_bar(s.max_steps, "training", s.progress and self.main, initial=self.step)
         start = time.perf_counter() - self.train_seconds
         chunk = s.update_freq * self.comm.world_size
-        first_step, prof = self.step, mt.profile()
+        profiled = ProfiledUpdates(s.profile if self.main else 0, self.run, done=self.step)
         try:
             while self.step < s.max_steps:
                 if self.epoch >= s.max_epochs:
@@ -506,14 +506,10 @@ class Trainer:
                     progress = max(self.step / s.max_steps, spent / (60 * s.max_minutes) if s.max_minutes > 0 else 0.0)
                     flag = SIGNALLED if self.stop_requested else OUT_OF_TIME if out_of_time else GO_ON
                     measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
-                    # the run's first update is left out of a profile: it allocates what later ones reuse
-                    profiling = self.main and 1 <= self.step - first_step <= s.profile
                     with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem, \
-                            (prof if profiling else contextlib.nullcontext()):
+                            profiled.update(self.step + 1):
                         loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON,
                                                  progress=progress if self.main else 0.0)
-                    if profiling and self.step - first_step == s.profile + 1:
-                        report_profile(prof, self.run, self.step)
                     if self.stop_requested and self.comm.world_size == 1:
                         stop = SIGNALLED  # alone, stop after the update in flight (ranks must agree first)
                     self.batch_in_epoch += len(group)

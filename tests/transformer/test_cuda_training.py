@@ -5,6 +5,7 @@ devices; a training step makes no host round trips; mixed precision trains on th
 All need a GPU (``gpu`` marker); without one they are skipped.
 """
 import json
+
 import numpy as np
 import pytest
 
