@@ -7,6 +7,8 @@ request for ``"cuda"``, so that the NumPy path has no GPU dependency at all.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .errors import DeviceError
@@ -81,6 +83,17 @@ def is_array(obj) -> bool:
 
 def device_of(array) -> str:
     return "cpu" if isinstance(array, np.ndarray) else "cuda"
+
+
+def memory_bytes(device: str) -> int | None:
+    """The memory of ``device`` in bytes: the machine's physical memory for "cpu", the GPU's for
+    "cuda" (None where it cannot be told)."""
+    if normalize_device(device) == "cpu":
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):  # not a POSIX system
+            return None
+    return int(cupy().cuda.runtime.memGetInfo()[1])
 
 
 def xp_for(device: str):

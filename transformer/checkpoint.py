@@ -2,8 +2,15 @@
 
 Contents: ``model/<name>`` arrays (a weight shared under several names is stored once, the
 other names recorded as aliases), ``optim/<i>/<key>`` arrays (Adam moments), and ``meta``:
-a JSON string with the step, optimizer scalars, RNG state, model config, vocabulary hash and
-anything the caller adds. Writes go to a temporary file in the same directory that is then
+a JSON string with the kind, the step, optimizer scalars, RNG state, model config, vocabulary
+hash and anything the caller adds.
+
+A checkpoint says what it is: ``meta["kind"]`` is "training" (weights and optimizer state:
+``--resume`` continues from it), "best" (the weights of the best validation so far),
+"average" (an average of checkpoints) or "weights" (saved by a script). Its step and its run's
+identity are inside it too, so a file's name is only a name: :func:`step_checkpoints` orders a
+run's ``checkpoint_<step>.npz`` files by the step stored in them, and leaves out a file under
+that name that is not a training checkpoint. Writes go to a temporary file in the same directory that is then
 renamed over the target, so a crash never leaves a half-written checkpoint under a checkpoint's
 name. A process killed mid-write (SIGKILL, power loss) can leave its temporary file behind;
 :func:`remove_partial_checkpoints` deletes those, and resuming a run calls it. A failed write
@@ -49,8 +56,15 @@ def arrays_sha256(arrays: dict) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None = None) -> Path:
-    """Write model (and optimizer) state plus ``meta`` to ``path`` atomically."""
+KINDS = ("training", "best", "average", "weights")
+
+
+def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None = None, kind: str | None = None) -> Path:
+    """Write model (and optimizer) state plus ``meta`` to ``path`` atomically. ``kind`` (one of
+    :data:`KINDS`) defaults to "training" with an optimizer and "weights" without."""
+    kind = kind or ("training" if optimizer is not None else "weights")
+    if kind not in KINDS:
+        raise ValueError(f"save_checkpoint: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays, aliases, seen = {}, {}, {}
@@ -62,6 +76,7 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
         seen[key] = name
         arrays["model/" + name] = backend.to_numpy(t.data)
     info = dict(meta or {})
+    info["kind"] = kind
     info["aliases"] = aliases
     if optimizer is not None:
         sd = optimizer.state_dict()
@@ -132,15 +147,33 @@ def _checkpoint_file(path: str | Path) -> Path:
     return path
 
 
+def _meta_of(z, path: Path) -> dict:
+    """The metadata of an open .npz; a .npz without it is some other program's file, not a damaged checkpoint."""
+    if "meta" not in z.files:
+        raise CheckpointError(f"{path} is a .npz file but not a checkpoint of this tool (it has no metadata)")
+    meta = json.loads(str(z["meta"]))
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path} is a .npz file but not a checkpoint of this tool (its metadata is not a record)")
+    return meta
+
+
 def read_meta(path: str | Path) -> dict:
-    """A checkpoint's ``meta`` alone (step, settings, config), without reading or checking its
-    arrays; raises :class:`CheckpointError` when it cannot be read."""
+    """A checkpoint's ``meta`` alone (kind, step, settings, config), without reading or checking
+    its arrays; raises :class:`CheckpointError` when it cannot be read."""
     path = _checkpoint_file(path)
     try:
         with np.load(path, allow_pickle=False) as z:
-            return json.loads(str(z["meta"]))
+            return _meta_of(z, path)
     except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError) as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{path} is damaged and cannot be read ({type(e).__name__}: {e})") from e
+
+
+def kind_of(meta: dict) -> str:
+    """A checkpoint's kind (:data:`KINDS`); files written before kinds were recorded: "training"
+    when they hold optimizer state, else "weights"."""
+    return meta.get("kind") or ("training" if "optimizer" in meta else "weights")
 
 
 def load_checkpoint(path: str | Path) -> dict:
@@ -152,11 +185,14 @@ def load_checkpoint(path: str | Path) -> dict:
     path = _checkpoint_file(path)
     try:
         with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
+            meta = _meta_of(z, path)
             stored = {k: z[k] for k in z.files if k != "meta"}
     except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError) as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{path} is damaged and cannot be read ({type(e).__name__}: {e}); "
                               "it may be truncated by an interrupted copy or write") from e
+    meta["kind"] = kind_of(meta)
     expected = meta.pop("sha256", None)
     if expected is not None and arrays_sha256(stored) != expected:
         raise CheckpointError(f"{path} is damaged: its arrays do not match the hash written with them")
@@ -175,22 +211,28 @@ def load_checkpoint(path: str | Path) -> dict:
     return {"model": model, "optimizer": optimizer, "meta": meta}
 
 
-def newest_loadable(paths: Sequence[str | Path], warn=None) -> tuple[dict, Path]:
+def newest_loadable(paths: Sequence[str | Path], warn=None, refuse=None) -> tuple[dict, Path]:
     """(checkpoint, path) of the newest of ``paths`` (oldest first) that loads.
 
-    Each damaged file passed over is reported through ``warn`` (a function of one string),
-    with the reason, so that a caller can say which checkpoint it skipped and why; when none
-    loads, :class:`CheckpointError` says so.
+    ``refuse``, when given, is a function of a checkpoint's metadata that returns why it may not
+    be used here (another vocabulary, say), or None. Each file passed over, damaged or refused,
+    is reported through ``warn`` (a function of one string) with the reason, so that a caller
+    can say which checkpoint it skipped and why; when none is left, :class:`CheckpointError`
+    says so.
     """
     paths = [Path(p) for p in paths]
     for p in reversed(paths):
         try:
-            return load_checkpoint(p), p
+            ck = load_checkpoint(p)
+            reason = refuse(ck["meta"]) if refuse is not None else None
+            if reason is None:
+                return ck, p
         except CheckpointError as e:
-            if warn is not None:
-                warn(f"skipping {p.name}: {e}")
+            reason = str(e)
+        if warn is not None:
+            warn(f"skipping {p.name}: {reason}")
     raise CheckpointError(f"{paths[-1].parent if paths else '.'}: none of the {len(paths)} checkpoints "
-                          "can be read (see above)")
+                          "can be used (see above)")
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> dict:
@@ -221,18 +263,54 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict:
     return {"model": model, "optimizer": None, "meta": last["meta"]}
 
 
-_STEP = re.compile(r"checkpoint_(\d+)\.npz$")
+_STEP = re.compile(r"^checkpoint_(\d+)\.npz$")
 
 
-def step_checkpoints(folder: str | Path) -> list[Path]:
-    """``checkpoint_<step>.npz`` files in ``folder``, oldest step first."""
-    found = [(int(m.group(1)), p) for p in Path(folder).glob("checkpoint_*.npz") if (m := _STEP.search(p.name))]
-    return [p for _, p in sorted(found)]
+def step_checkpoints(folder: str | Path, warn=None) -> list[Path]:
+    """The step checkpoints among the ``checkpoint_<step>.npz`` files of ``folder``, oldest first
+    by the step stored inside each (a name is only a name).
+
+    A file whose metadata cannot be read stays in the list at its name's step, so that loaders
+    say why they skip it. An average or a best checkpoint saved under that name is left out. ``warn``, when given, hears of both that and a file whose
+    name is not its step.
+    """
+    found = []
+    for p in Path(folder).glob("checkpoint_*.npz") if Path(folder).is_dir() else []:
+        if not (m := _STEP.match(p.name)):
+            continue
+        named = int(m.group(1))
+        try:
+            meta = read_meta(p)
+        except (CheckpointError, FileNotFoundError):
+            found.append((named, named, p))
+            continue
+        kind, step = kind_of(meta), meta.get("step")
+        if kind in ("average", "best"):  # written by this tool under other names: not a step of the run
+            if warn is not None:
+                warn(f"note: {p} holds {'an average of checkpoints' if kind == 'average' else 'the best weights'}, not "
+                     "a training checkpoint, though it is named like one: left out")
+            continue
+        if not isinstance(step, int) or isinstance(step, bool):
+            step = named
+        elif step != named and warn is not None:
+            warn(f"note: {p.name} holds update {step} (its name says {named}): taken as update {step}")
+        found.append((step, named, p))
+    return [p for _, _, p in sorted(found)]
 
 
-def prune_checkpoints(folder: str | Path, keep: int) -> list[Path]:
-    """Delete all but the newest ``keep`` step checkpoints; returns the deleted paths."""
-    old = step_checkpoints(folder)[:-keep] if keep > 0 else step_checkpoints(folder)
+def prune_checkpoints(folder: str | Path, keep: int, ours=None) -> list[Path]:
+    """Delete all but the newest ``keep`` training checkpoints (by their stored steps); returns
+    the deleted paths. ``ours``, when given, is a function of a checkpoint's metadata that says
+    whether it belongs to the run being pruned: another run's checkpoint, or one that cannot be
+    read, is never deleted."""
+    def deletable(p: Path) -> bool:
+        try:
+            return ours is None or ours(read_meta(p))
+        except CheckpointError:
+            return False
+
+    found = step_checkpoints(folder)
+    old = [p for p in (found[:-keep] if keep > 0 else found) if deletable(p)]
     for p in old:
         p.unlink()
     return old

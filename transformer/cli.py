@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterator
 
@@ -33,19 +34,23 @@ from minitensor import DeviceError, allocator, backend, blas, distributed, threa
 
 from . import data as D
 from . import wmt14
-from .checkpoint import (CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint, newest_loadable,
-                         read_meta, save_checkpoint, step_checkpoints)
-from .config import POSITIONAL, TransformerConfig
+from . import config as model_config
+from . import train as training
+from .checkpoint import (CheckpointError, CheckpointWriteError, average_checkpoints, kind_of, load_checkpoint,
+                         newest_loadable, read_meta, save_checkpoint, step_checkpoints)
+from .config import TransformerConfig
 from .corpus import PairFilter, ParallelText, bpe_sample, encode_corpus
 from .download import DownloadError
 from .decoding import MAX_BEAM
 from .evaluate import DECODE_MEMORY_GIB, LONG_LINES, DecodingTooLarge, LongLineError, bleu, translate
+from .flags import Boolean, Choice, FlagError, Real, Text, Whole, help_text
 from .model import Transformer
 from .presets import PRESETS
-from .rundir import RunDirBusy, RunDirInUse, RunLock, archive, check_fresh, check_not_busy, previous_run
-from .tokenizer import Tokenizer, VocabularyTooLarge, encode_cached
-from .train import (MODEL_FLAGS, PRECISIONS, Interrupted, ParallelData, SettingsError, Trainer, TrainingDiverged, TrainSettings,
-                    resume_differences)
+from .rundir import (RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh, check_not_busy,
+                     leftovers, previous_run, write_file)
+from .tokenizer import Tokenizer, VocabularyTooLarge, VocabularyTooSmall, encode_cached
+from .train import (MODEL_FLAGS, Interrupted, ParallelData, SettingsError, Trainer, TrainingDiverged, TrainSettings,
+                    run_differences)
 
 
 # pairs the joint BPE model is trained on, sampled from the whole corpus (every pair of a smaller one)
@@ -58,8 +63,9 @@ class InputError(Exception):
 
 EXIT_FAILURE, EXIT_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 # what the user can mend: reported with exit status 2 (anything else is a failure, status 1)
-INPUT_ERRORS = (InputError, SettingsError, D.DataError, CheckpointError, VocabularyTooLarge, FileNotFoundError,
-                NotADirectoryError, IsADirectoryError, UnicodeDecodeError, RunDirBusy, RunDirInUse, DeviceError, LongLineError, DecodingTooLarge)
+INPUT_ERRORS = (InputError, SettingsError, FlagError, D.DataError, CheckpointError, VocabularyTooLarge,
+                VocabularyTooSmall, FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError, RunDirBusy,
+                RunDirInUse, RunDirUnwritable, DeviceError, LongLineError, DecodingTooLarge)
 
 
 TRAIN_HELP = """Train a translation model: read and filter the parallel text, train the joint BPE model on a
@@ -102,17 +108,27 @@ def load_corpora(args) -> dict:
 
 
 def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: bool = False,
-            timings: dict | None = None):
+            timings: dict | None = None, expect_text: str | None = None):
     """Filter, train (or load) the joint BPE model on a sample, encode on every core (cached):
-    -> tokenizer, train, valid, test. The training text is streamed, never held. ``timings``,
-    when given, receives each stage's seconds."""
+    -> tokenizer, train, valid, test, and the training text's SHA-256. The training text is
+    streamed, never held. ``timings``, when given, receives each stage's seconds.
+    ``expect_text``: the SHA-256 the training text must have (a resumed run's), checked before
+    anything is encoded."""
     timings = {} if timings is None else timings
     with _stage(timings, "read and filter, BPE sample"):
         corpora = load_corpora(args)
+        text_sha256 = corpora["train"].fingerprint()
+        if expect_text is not None and text_sha256 != expect_text:
+            raise InputError(f"--resume: the training text is not the run's (its SHA-256 is {text_sha256[:12]}..., the "
+                             f"run was trained on {expect_text[:12]}...); give the run's own data (--data-dir or the "
+                             "--train-src/--train-tgt files it was trained on)")
         keep = PairFilter(args.max_words, args.max_ratio, limit)
         model_path = run / "spm.model"
         if not model_path.exists():
             src, tgt, report = bpe_sample(corpora["train"], keep, BPE_SAMPLE_PAIRS)
+            if not src:
+                raise D.DataError(f"no training pair is left to learn from ({report}); raise --max-words or "
+                                  "--max-ratio, or check the training files")
     if model_path.exists():
         tok = Tokenizer(model_path)
     else:
@@ -123,7 +139,10 @@ def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: b
         del src, tgt
     with _stage(timings, "encode and cache"):
         src, tgt, report = encode_corpus(tok, corpora["train"], keep, run / "cache" / "train",
-                                         progress=not (quiet or args.no_progress))
+                                         progress=not (quiet or args.no_progress), text_sha256=text_sha256)
+        if len(src) == 0:
+            raise D.DataError(f"no training pair is left to learn from ({report}); raise --max-words or --max-ratio, or "
+                              "check the training files")
         vs, vt = corpora["valid"]
         cache = run / "cache"
         valid = ParallelData(encode_cached(tok, vs, cache / "valid.src.npz"),
@@ -133,7 +152,7 @@ def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: b
         print(f"training data: {report}; {len(src.flat) + len(tgt.flat):,} tokens; ready in "
               f"{sum(timings.values()):.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in timings.items())})",
               file=sys.stderr)
-    return tok, ParallelData(src, tgt), valid, corpora["test"]
+    return tok, ParallelData(src, tgt), valid, corpora["test"], text_sha256
 
 
 @contextlib.contextmanager
@@ -158,53 +177,78 @@ class Loaded:
 
 
 def load_model(run: Path, checkpoint: str | None = None, average: int | None = None, device: str = "cpu") -> Loaded:
-    """A run directory's model: a given checkpoint, the average of the last N, or the newest that loads."""
+    """A run directory's model: a given checkpoint, the average of the last N, or the newest that loads.
+    A checkpoint trained with another vocabulary than the run's ``spm.model`` is refused, naming both."""
     check_run_dir(run)
     if not (run / "spm.model").exists():
         raise InputError(f"{run}: not a run directory of this tool (no spm.model in it); check --run-dir, or train first")
     tok = Tokenizer(run / "spm.model")
+    vocabulary = tok.fingerprint()
+
+    def other_vocabulary(meta: dict) -> str | None:
+        if meta.get("vocab_sha256") in (None, vocabulary):
+            return None
+        return f"trained with another vocabulary than {run / 'spm.model'}"
+
+    note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     if checkpoint:
         ck, files = load_checkpoint(checkpoint), [Path(checkpoint)]
         name = Path(checkpoint).stem
+        if (why := other_vocabulary(ck["meta"])) is not None:
+            raise InputError(f"--checkpoint {checkpoint} was {why}: it belongs to another run; give that run's "
+                             "--run-dir, or a checkpoint of this run")
     else:
-        found = step_checkpoints(run)
+        found = step_checkpoints(run, warn=note)
         if not found:
             raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
         if average and average > 1:
             files = found[-average:]
+            check_same_run(files)
+            for f in files:
+                if (why := other_vocabulary(read_meta(f))) is not None:
+                    raise InputError(f"--average {average}: {f} was {why}")
             ck, name = average_checkpoints(files), f"average{len(files)}-{files[-1].stem}"
         else:  # the newest that loads, saying which were skipped and why
-            ck, path = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr))
+            ck, path = newest_loadable(found, warn=note, refuse=other_vocabulary)
             files, name = [path], path.stem
-    if ck["meta"].get("vocab_sha256") not in (None, tok.fingerprint()):
-        raise InputError(f"the checkpoint was trained with another vocabulary than {run / 'spm.model'}")
     model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
     model.load_state_dict(ck["model"])
     return Loaded(model.to(device).eval(), tok, name, [str(f) for f in files], ck["meta"])
 
 
+def check_same_run(files: list[Path]) -> None:
+    """Checkpoints to be averaged must come from one run: the same model, recipe, data and
+    vocabulary (:func:`transformer.train.run_differences`); the first difference found is named."""
+    metas = [read_meta(f) for f in files]
+    newest = metas[-1]
+    for f, meta in zip(files[:-1], metas[:-1]):
+        if differing := run_differences(meta, newest, labels=(f"in {f.name}", f"in {files[-1].name}")):
+            raise InputError(f"{f} and {files[-1]} are not checkpoints of one run, and an average of them would "
+                             f"mean nothing: {'; '.join(differing)}")
+
+
 # ---------------------------------------------------------------------------- commands
+DEFAULT_PRESET = "multi30k-cpu"
+# a run's data settings beside its preset; None in the parser, so that a resumed run keeps its own
+DATA_DEFAULTS = {"src_lang": "en", "tgt_lang": "de", "limit": None, "max_words": 250, "max_ratio": 3.0}
+
+
 def add_data_args(p):
-    p.add_argument("--dataset", choices=["multi30k", "wmt14"], help="default: the preset's")
-    p.add_argument("--data-dir", help="multi30k: a local Multi30k directory (default: $MULTI30K_DIR, else download into "
-                                      "the cache); wmt14: a folder prepared by `python -m transformer data wmt14`")
-    p.add_argument("--src-lang", default="en", help="the source side's language code (default en)")
-    p.add_argument("--tgt-lang", default="de", help="the target side's language code (default de)")
+    _value(p, "--dataset", Choice(("multi30k", "wmt14")), None, "default: the preset's")
+    p.add_argument("--data-dir", type=Text("folder"),
+                   help="multi30k: a local Multi30k directory (default: $MULTI30K_DIR, else download into the cache); "
+                        "wmt14: a folder prepared by `python -m transformer data wmt14`")
+    p.add_argument("--src-lang", type=Text("language code"), help="the source side's language code (default en)")
+    p.add_argument("--tgt-lang", type=Text("language code"), help="the target side's language code (default de)")
     for side in ("train", "valid", "test"):
         for lang in ("src", "tgt"):
-            p.add_argument(f"--{side}-{lang}", help=f"WMT14 {side} {lang} file(s), plain or .sgm")
-    p.add_argument("--max-words", type=int, default=250, help="drop training pairs with a longer side")
-    p.add_argument("--max-ratio", type=float, default=3.0, help="drop training pairs with a larger length ratio")
+            p.add_argument(f"--{side}-{lang}", type=Text("file"), help=f"WMT14 {side} {lang} file(s), plain or .sgm")
+    _value(p, "--max-words", Whole(1, 10**6), None, "drop training pairs with a longer side (default 250)")
+    _value(p, "--max-ratio", Real(1, 1e6), None, "drop training pairs with a larger length ratio (default 3)")
 
 
-def check_data_args(args, vocab_size: int) -> None:
+def check_data_args(args) -> None:
     """The data flags, checked before anything is read (each error names its flag)."""
-    if vocab_size < 5:
-        raise InputError(f"--vocab-size must be >= 5 (4 special pieces and at least one more), got {vocab_size}")
-    for name, low in (("limit", 1), ("max_words", 1), ("max_ratio", 1.0)):
-        v = getattr(args, name, None)
-        if v is not None and v < low:
-            raise InputError(f"--{name.replace('_', '-')} must be >= {low}, got {v}")
     if args.data_dir and not Path(args.data_dir).is_dir():
         hint = ("a folder holding Multi30k's files, or leave --data-dir out to download them" if args.dataset == "multi30k"
                 else "prepare one with: python -m transformer data wmt14 --out DIR")
@@ -226,85 +270,160 @@ def check_run_dir(path: Path, flag: str = "--run-dir") -> None:
         raise InputError(f"{flag} {path}: a file, not a directory")
 
 
-DATA_RECORD = "data.json"  # in a run directory: the --data-dir it was trained from
+DATA_RECORD = "data.json"  # in a run directory: the --data-dir it was trained from, and its data settings
 
 
-def remember_data_dir(args, run: Path) -> None:
-    """Record the run's ``--data-dir`` (absolute), so that ``--resume`` and ``evaluate`` find the data again."""
-    if args.data_dir:
-        (run / DATA_RECORD).write_text(json.dumps({"data_dir": str(Path(args.data_dir).resolve())}) + "\n")
+def remember_data(args, run: Path, data: dict) -> None:
+    """Record the run's ``--data-dir`` (absolute) and data settings, so that ``--resume`` and
+    ``evaluate`` find the data again (the checkpoints hold the settings too)."""
+    folder = str(Path(args.data_dir).resolve()) if args.data_dir else None
+    write_file(run / DATA_RECORD, json.dumps({"data_dir": folder, **data}, indent=2) + "\n")
 
 
 def recall_data_dir(args, run: Path) -> None:
     """Without ``--data-dir``, use the one the run was trained from, if it is still there (with a note)."""
     if args.data_dir or not (run / DATA_RECORD).is_file():
         return
-    with contextlib.suppress(OSError, ValueError, AttributeError):
+    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
         folder = json.loads((run / DATA_RECORD).read_text()).get("data_dir")
         if folder and Path(folder).is_dir():
             args.data_dir = folder
             print(f"note: --data-dir {folder}, the run's own (give --data-dir to use another)", file=sys.stderr)
 
 
-def saved_settings(run: Path) -> dict | None:
-    """The settings stored in the newest checkpoint of ``run`` whose metadata reads (None if none)."""
-    for path in reversed(step_checkpoints(run) if run.is_dir() else []):
-        with contextlib.suppress(CheckpointError):
-            return read_meta(path).get("settings")
-    return None
+def resumable(run: Path) -> dict:
+    """The metadata of the newest training checkpoint in ``run`` that reads: what ``--resume``
+    continues. Refuses, before anything is written, when there is none (a misspelled
+    ``--run-dir`` would otherwise start a new run from update 0)."""
+    found = step_checkpoints(run)
+    if not found:
+        where = (f"{run} does not exist" if not run.exists() else f"{run} holds no checkpoint_<step>.npz")
+        raise InputError(f"--resume: {where}, so there is no run to continue (check --run-dir; leave --resume out to "
+                         "start a new run)")
+    problems = []
+    for path in reversed(found):
+        try:
+            return read_meta(path)
+        except CheckpointError as e:
+            problems.append(str(e))
+    raise InputError(f"--resume: none of the {len(found)} checkpoint(s) in {run} can be read: {'; '.join(problems)}")
+
+
+def data_settings(args, preset: str, saved: dict) -> dict:
+    """The run's data settings: the flags given, else the resumed run's own (``saved``), else the
+    preset's and the defaults. They are written into ``args`` (the readers take them from there)
+    and returned, to be stored in every checkpoint beside the training settings."""
+    values = {"preset": preset, "dataset": PRESETS[preset]["dataset"], "vocab_size": PRESETS[preset]["vocab_size"],
+              **DATA_DEFAULTS}
+    values.update({k: v for k, v in saved.items() if k in values})
+    values.update({k: getattr(args, k) for k in values if getattr(args, k, None) is not None})
+    for name, value in values.items():
+        setattr(args, name, value)
+    return values
+
+
+def check_memory(settings: TrainSettings, vocab_size: int) -> None:
+    """Refuse a model whose weights, gradients and Adam moments alone (4 float32 copies) exceed
+    this machine's memory, before any data is read (it would fail inside NumPy, or swap)."""
+    weights = settings.model_config(vocab_size).num_parameters()
+    need = 16 * weights
+    have = backend.memory_bytes(settings.device)
+    if have and need > have:
+        raise InputError(f"the model has {weights:,} weights: {need / 2**30:,.1f} GiB for its weights, gradients and "
+                         f"Adam's moments alone, more than the {have / 2**30:,.1f} GiB of memory of --device "
+                         f"{settings.device}; choose a smaller --d-model, --d-ff, --layers or --vocab-size")
 
 
 def cmd_train(args) -> dict:
-    preset = PRESETS[args.preset]
-    args.dataset = args.dataset or preset["dataset"]
+    run = Path(args.run_dir)
+    check_run_dir(run)
+    if args.resume and args.overwrite:
+        raise InputError("--resume continues the run in --run-dir and --overwrite archives it: give one of them")
+    saved = resumable(run) if args.resume else {}
+    saved_data = saved.get("data") or {}
+    preset = args.preset or saved_data.get("preset") or DEFAULT_PRESET
+    asked_vocab = args.vocab_size
+    data = data_settings(args, preset, saved_data)
     names = [*MODEL_FLAGS, *(f.name for f in fields(TrainSettings) if f.name != "model")]
     overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     overrides.update(run_dir=args.run_dir, progress=not args.no_progress)
-    settings = TrainSettings(**{**preset["settings"], **overrides})
-    vocab_size = args.vocab_size if args.vocab_size is not None else preset["vocab_size"]
-    run = Path(args.run_dir)
-    check_run_dir(run)
+    if saved.get("settings"):  # the run's own settings, changed only by the flags given now
+        own = saved["settings"]
+        settings = TrainSettings(TransformerConfig.from_dict(own["model"]),
+                                 **{k: v for k, v in own.items() if k != "model"} | overrides)
+        now = {"settings": asdict(settings), "data": data}
+        if differing := run_differences(saved, now):
+            raise InputError(f"--resume: {len(differing)} setting(s) differ from the run in {run}, which keeps its "
+                             f"own (leave them out): {'; '.join(differing)}")
+    else:
+        settings = TrainSettings(**{**PRESETS[preset]["settings"], **overrides})
     if args.resume:
         recall_data_dir(args, run)
-    check_data_args(args, vocab_size)
-    if args.resume and args.overwrite:
-        raise InputError("--resume continues the run in --run-dir and --overwrite archives it: give one of them")
+    check_data_args(args)
+    check_memory(settings, args.vocab_size)
     comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
-    if comm.rank == 0:
-        try:
-            run.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"--run-dir {run}: cannot create it ({e.strerror or e})") from None
-    with RunLock(run) if comm.rank == 0 else contextlib.nullcontext():
-        saved = saved_settings(run) if args.resume else None
-        if saved is not None:  # the run's own settings, changed only by the flags given now
-            model = TransformerConfig.from_dict(saved["model"])
-            settings = TrainSettings(model, **{k: v for k, v in saved.items() if k != "model"} | overrides)
-            if differing := resume_differences(saved, settings):
-                raise InputError(f"--resume: {len(differing)} setting(s) differ from the run in {run}, which keeps its "
-                                 f"own (leave them out): {'; '.join(differing)}")
-        elif comm.rank == 0 and not args.resume and previous_run(run):
-            if not args.overwrite:
-                check_fresh(run)
-            print(f"--overwrite: the old run in {run} moved to {archive(run)}", file=sys.stderr)
-        if comm.rank == 0 and not args.resume and args.vocab_size is not None and (run / "spm.model").exists():
-            # a BPE model prepared earlier is reused, unless --vocab-size asks for another size
-            pieces = Tokenizer(run / "spm.model").vocab_size
-            if pieces != vocab_size:
-                raise InputError(f"{run / 'spm.model'} has {pieces} pieces and --vocab-size asks for {vocab_size}: "
-                                 "use a new --run-dir, or --overwrite to archive what is there")
-        return _train(args, settings, run, comm, vocab_size)
+    created = not run.exists()
+    prepared = (run / "spm.model").exists()
+    try:
+        if comm.rank == 0:
+            try:
+                run.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InputError(f"--run-dir {run}: cannot create it ({e.strerror or e})") from None
+        with RunLock(run) if comm.rank == 0 else contextlib.nullcontext():
+            if comm.rank == 0 and not args.resume:
+                _make_room(run, args)
+            if not args.resume and (run / "spm.model").exists():
+                # a BPE model prepared earlier is reused, unless --vocab-size asks for another size
+                pieces = Tokenizer(run / "spm.model").vocab_size
+                if asked_vocab is not None and pieces != asked_vocab:
+                    raise InputError(f"{run / 'spm.model'} has {pieces} pieces and --vocab-size asks for "
+                                     f"{asked_vocab}: use a new --run-dir, or --overwrite to archive what is there")
+                data["vocab_size"] = args.vocab_size = pieces
+            return _train(args, settings, run, comm, data, saved_data.get("train_sha256"))
+    except BaseException as e:
+        if comm.rank == 0:
+            _after_a_failed_start(run, created, prepared and not args.resume, e)
+        raise
 
 
-def _train(args, settings: TrainSettings, run: Path, comm, vocab_size: int) -> dict:
+def _make_room(run: Path, args) -> None:
+    """A new run's directory: refuse one that holds a run (or archive it, with --overwrite), and
+    move aside what a failed start left, saying so."""
+    if previous_run(run):
+        if not args.overwrite:
+            check_fresh(run)
+        print(f"--overwrite: the old run in {run} moved to {archive(run)}", file=sys.stderr)
+    elif left := leftovers(run):
+        where = archive(run) if args.overwrite else archive(run, left)
+        what = "everything" if args.overwrite else ", ".join(p.name for p in left)
+        print(f"note: {run} held the files of a start that saved no checkpoint ({what}): moved to {where}",
+              file=sys.stderr)
+
+
+def _after_a_failed_start(run: Path, created: bool, was_prepared: bool, error: BaseException) -> None:
+    """A start that failed leaves nothing in its way: a run directory it made and left empty is
+    removed, and a note says what it keeps (the BPE model and token ids it prepared)."""
+    if created and run.is_dir() and not any(run.iterdir()):
+        run.rmdir()
+        return
+    if isinstance(error, INPUT_ERRORS) and not was_prepared and (run / "spm.model").exists() \
+            and not step_checkpoints(run):
+        print(f"note: the BPE model and token ids prepared in {run} are kept: the next train there reuses them",
+              file=sys.stderr)
+
+
+def _train(args, settings: TrainSettings, run: Path, comm, data: dict, expect_text: str | None) -> dict:
     if comm.rank > 0:  # rank 0 (which made the run directory) trains the BPE model and writes the id caches first
         comm.barrier(timeout=24 * 3600)
-    tok, train, valid, _ = prepare(args, run, vocab_size, args.limit, quiet=comm.rank > 0)
+    tok, train, valid, _, text_sha256 = prepare(args, run, args.vocab_size, args.limit, quiet=comm.rank > 0,
+                                                expect_text=expect_text)
     if comm.rank == 0 and comm.world_size > 1:
         comm.barrier(timeout=24 * 3600)
-    trainer = Trainer(settings, tok, train, valid, resume=args.resume, comm=comm)
+    data = {**data, "train_sha256": text_sha256}
+    trainer = Trainer(settings, tok, train, valid, resume=args.resume, comm=comm, data=data)
     if comm.rank == 0:
-        remember_data_dir(args, run)
+        remember_data(args, run, data)
         print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
               f"{comm.world_size} process(es) of {threads.count()} thread(s); starting at update {trainer.step}", file=sys.stderr)
         if trainer.step >= settings.max_steps:
@@ -318,8 +437,6 @@ def _train(args, settings: TrainSettings, run: Path, comm, vocab_size: int) -> d
 
 
 def cmd_data(args) -> dict:
-    if args.retries < 0 or not args.timeout > 0:
-        raise InputError("--retries must be >= 0 and --timeout > 0")
     if args.from_dir and not Path(args.from_dir).is_dir():
         raise InputError(f"--from {args.from_dir}: no such directory")
     out = Path(args.out)
@@ -329,23 +446,37 @@ def cmd_data(args) -> dict:
                          retries=args.retries)
 
 
+TRAINING_NAME = re.compile(r"^checkpoint_\d+\.npz$")
+
+
 def cmd_average(args) -> None:
-    if args.last < 1:
-        raise InputError(f"--last must be >= 1, got {args.last}")
     run = Path(args.run_dir)
     check_run_dir(run)
     output = Path(args.output) if args.output else run / "average.npz"
     check_output(output, "--output")
+    if TRAINING_NAME.match(output.name):
+        raise InputError(f"--output {output}: checkpoint_<step>.npz is how train names its training checkpoints; "
+                         "choose another name (average.npz, say)")
+    if output.exists():  # an earlier average may be replaced; a training checkpoint or another file may not
+        try:
+            kind = kind_of(read_meta(output))
+        except CheckpointError:
+            kind = None
+        if kind != "average":
+            what = f"a {kind} checkpoint" if kind else "not an average this tool wrote"
+            raise InputError(f"--output {output} exists and is {what}: averaging would replace it; choose another "
+                             "--output")
     check_not_busy(output.parent)  # a training run writing there owns its directory
-    found = step_checkpoints(run)[-args.last:]
+    found = step_checkpoints(run, warn=lambda msg: print(msg, file=sys.stderr))[-args.last:]
     if not found:
         raise InputError(f"{run}: no checkpoints to average")
     if len(found) < args.last:
         print(f"note: --last {args.last}, but {run} holds {len(found)} checkpoint(s): averaging those", file=sys.stderr)
+    check_same_run(found)
     ck = average_checkpoints(found)
     model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
     model.load_state_dict(ck["model"])
-    out = save_checkpoint(output, model, None, {**ck["meta"], "averaged": [p.name for p in found]})
+    out = save_checkpoint(output, model, None, {**ck["meta"], "averaged": [p.name for p in found]}, kind="average")
     print(f"averaged {', '.join(p.name for p in found)} -> {out}")
 
 
@@ -357,23 +488,22 @@ def check_output(path: Path, flag: str) -> None:
         raise InputError(f"{flag} {path}: the folder {path.parent} does not exist")
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise InputError(f"{flag} {path}: not writable")
+    if len(path.name.encode()) + 20 > _name_max(path.parent):  # + room for the hidden temporary name
+        raise InputError(f"{flag} {path}: the file name is too long for its folder's file system")
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def check_decoding_args(args) -> None:
-    """translate's and evaluate's flags, checked before the model is loaded (each error names its flag)."""
-    if args.beam_max < 1:
-        raise InputError(f"--beam-max must be >= 1, got {args.beam_max}")
-    if not 1 <= args.beam <= args.beam_max:
-        raise InputError(f"--beam must be in [1, {args.beam_max}], got {args.beam}"
-                         + (" (--beam-max raises the upper bound)" if args.beam > args.beam_max else ""))
-    if not (math.isfinite(args.alpha) and args.alpha >= 0):
-        raise InputError(f"--alpha must be finite and >= 0, got {args.alpha}")
-    for name in ("average", "limit", "max_pieces"):
-        v = getattr(args, name, None)
-        if v is not None and v < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
-    if not (math.isfinite(args.memory_gib) and args.memory_gib > 0):
-        raise InputError(f"--memory-gib must be > 0, got {args.memory_gib}")
+    """translate's and evaluate's flags, checked before the model is loaded (each error names
+    its flag; the ranges of the others were checked where they were parsed)."""
+    if args.beam > args.beam_max:
+        raise InputError(f"--beam must be in [1, {args.beam_max}], got {args.beam} (--beam-max raises the upper bound)")
     try:
         backend.normalize_device(args.device)
     except (ValueError, DeviceError) as e:
@@ -389,35 +519,71 @@ def _translate_options(args, loaded: Loaded) -> dict:
                 max_pieces=max_pieces, memory_gib=args.memory_gib)
 
 
-def input_lines(path: str | None) -> Iterator[str]:
-    """The lines to translate, one at a time: a file's or stdin's (invalid UTF-8 named by line)."""
-    return D.iter_lines(path) if path else D.decode_lines(sys.stdin.buffer, "stdin")
+def check_input(path: str | None) -> Path | None:
+    """translate's input: a file, a pipe or a device named by --input, or stdin (None), which
+    must be open."""
+    if path is None:
+        if sys.stdin is None:
+            raise InputError("stdin is closed: give --input FILE, or pipe the text in")
+        return None
+    source = Path(path)
+    if not source.exists():
+        raise InputError(f"--input {path}: no such file")
+    if source.is_dir():
+        raise InputError(f"--input {path}: a directory, not a file")
+    return source
+
+
+def input_lines(source: Path | None) -> Iterator[str]:
+    """The lines to translate, one at a time: a file's, a pipe's or stdin's (invalid UTF-8, or a
+    line too long to be a sentence, named by line)."""
+    return D.iter_lines(source) if source else D.decode_lines(sys.stdin.buffer, "stdin")
+
+
+def count_lines(source: Path | None) -> int | None:
+    """The lines of a regular file, for the progress bar; None for stdin, a pipe or a device,
+    which can be read only once (and may never end)."""
+    if source is None or not source.is_file():
+        return None
+    with open(source, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b"")) + _unterminated(source)
+
+
+def _unterminated(path: Path) -> int:
+    """1 when a non-empty file's last line has no line ending (it is a line all the same)."""
+    size = path.stat().st_size
+    if not size:
+        return 0
+    with open(path, "rb") as f:
+        f.seek(size - 1)
+        return int(f.read(1) != b"\n")
 
 
 class TranslationStopped(Exception):
-    """SIGINT during translate: the lines finished so far were kept."""
+    """A signal stopped translate: the lines finished so far were kept."""
 
 
 def cmd_translate(args) -> None:
     check_decoding_args(args)
     output = Path(args.output) if args.output else None
+    source = check_input(args.input)
     if output:
         check_output(output, "--output")
-    if args.input and not Path(args.input).exists():
-        raise InputError(f"--input {args.input}: no such file")
-    if args.input and Path(args.input).is_dir():
-        raise InputError(f"--input {args.input}: a directory, not a file")
+        if source and output.exists() and os.path.samefile(source, output):
+            raise InputError(f"--output {output} is the --input file: translating it in place would replace the "
+                             "source; choose another --output")
     loaded = load_model(Path(args.run_dir), args.checkpoint, args.average, args.device)
     options = _translate_options(args, loaded)
-    total = sum(1 for _ in open(args.input, "rb")) if args.input else None
+    total = count_lines(source)
     show = not args.no_progress and (output is not None or not sys.stdout.isatty())
-    chunk = 1 if not args.input and sys.stdin.isatty() else TRANSLATE_CHUNK  # typed lines come back at once
+    typed = source is None and sys.stdin.isatty()
+    chunk = 1 if typed else TRANSLATE_CHUNK  # typed lines come back at once
     partial = output.with_name(f".{output.name}.partial") if output else None
     sink = open(partial, "w", encoding="utf-8") if output else sys.stdout
     try:
         with tqdm(total=total, desc="translating", unit="line", disable=not show, file=sys.stderr) as bar:
             done = 0
-            for lines in batched(input_lines(args.input), chunk):
+            for lines in batched(input_lines(source), chunk):
                 for line in translate(loaded.model, loaded.tokenizer, lines, progress=False, first_line=done + 1,
                                       **options):
                     sink.write(line + "\n")
@@ -427,7 +593,8 @@ def cmd_translate(args) -> None:
     except BaseException as e:  # the lines finished so far are kept, whatever stopped the rest
         kept = _keep_partial(sink, partial, output) if output else None
         if isinstance(e, KeyboardInterrupt):
-            raise TranslationStopped(f"interrupted: {kept}" if output else "interrupted") from None
+            why = f"interrupted ({e.signal_name})" if isinstance(e, Stopped) else "interrupted"
+            raise TranslationStopped(f"{why}: {kept}" if output else why) from None
         if kept:
             print(f"note: {kept}", file=sys.stderr)
         raise
@@ -439,7 +606,8 @@ def cmd_translate(args) -> None:
 def _keep_partial(sink, partial: Path, output: Path) -> str | None:
     """Close the partial output; if it holds finished lines, move it to ``output`` and say how
     many (counted in the file: an interrupt may fall between two writes, or inside one)."""
-    sink.close()
+    with contextlib.suppress(OSError):  # a full disk: what reached the file is kept all the same
+        sink.close()
     text = partial.read_bytes()
     text = text[:text.rfind(b"\n") + 1]  # a line cut off mid-write is dropped
     partial.write_bytes(text)
@@ -474,6 +642,14 @@ def _unique(folder: Path, stem: str) -> Path:
     return path
 
 
+def _check_writable(folder: Path) -> None:
+    """evaluate writes into ``folder`` (made if missing): checked before the decoding it would waste."""
+    where = folder if folder.exists() else folder.parent
+    if not os.access(where, os.W_OK):
+        raise InputError(f"{where}: not writable, so the evaluation could not be saved; make it writable, or copy "
+                         "the run directory somewhere that is")
+
+
 def cmd_evaluate(args) -> dict:
     check_decoding_args(args)
     if bool(args.src) != bool(args.ref):
@@ -495,129 +671,163 @@ def cmd_evaluate(args) -> dict:
         src, ref = D.multi30k(name, args.src_lang, args.tgt_lang, args.data_dir)
         scored = {"source": f"multi30k {name}.{args.src_lang}", "reference": f"multi30k {name}.{args.tgt_lang}",
                   "data_dir": str(Path(args.data_dir).resolve()) if args.data_dir else None}
-    if args.limit:
+    first = args.limit is not None and args.limit < len(src)  # a part of the set, not all of it
+    if first:
         src, ref = src[:args.limit], ref[:args.limit]
+    folder = run / "evaluations"
+    _check_writable(folder)
+    headline = not args.src and args.split is None and not first  # the default test set, whole: the run's headline
+    if headline:
+        _check_writable(run)
+    stem = f"{name[:100]}_{loaded.name[:100]}_beam{args.beam}" + (f"_alpha{args.alpha:g}" if args.alpha != 0.6 else "") \
+        + (f"_first{len(src)}" if first else "")
     hyps = translate(loaded.model, loaded.tokenizer, src, **_translate_options(args, loaded))
     cased, lower = bleu(hyps, ref), bleu(hyps, ref, lowercase=True)
+    print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
+    print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})", flush=True)
     result = {"sentences": len(src), "bleu": cased["score"], "signature": cased["signature"],
               "bleu_lowercase": lower["score"], "signature_lowercase": lower["signature"],
               "beam": args.beam, "alpha": args.alpha, "checkpoint": loaded.name, "checkpoint_files": loaded.files,
               **scored, "split": None if args.src else name, "limit": args.limit,
               "empty_hypotheses": sum(1 for h, s in zip(hyps, src) if s.strip() and not h.strip())}
-    folder = run / "evaluations"
     folder.mkdir(exist_ok=True)
-    stem = f"{name}_{loaded.name}_beam{args.beam}" + (f"_alpha{args.alpha:g}" if args.alpha != 0.6 else "") \
-        + (f"_first{args.limit}" if args.limit else "")
     path = _unique(folder, stem)
     result["hypotheses"] = path.with_suffix(".txt").name
-    path.with_suffix(".txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    path.write_text(json.dumps(result, indent=2, allow_nan=False))
-    if not args.src and args.split is None and not args.limit:  # the default test set, whole: the run's headline
-        (run / "hypotheses.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-        (run / "evaluation.json").write_text(json.dumps(result, indent=2, allow_nan=False))
-    print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
-    print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})")
+    text = "\n".join(hyps) + "\n"
+    write_file(path.with_suffix(".txt"), text)
+    write_file(path, json.dumps(result, indent=2, allow_nan=False))
+    if headline:
+        write_file(run / "hypotheses.txt", text)
+        write_file(run / "evaluation.json", json.dumps(result, indent=2, allow_nan=False))
     print(f"written to {path} and {path.with_suffix('.txt').name}", file=sys.stderr)
     return result
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every verb and flag; each value flag parses with its declared kind (:mod:`transformer.flags`),
+    so a value out of range is refused here, naming the flag, before any work."""
     p = _Parser(prog="python -m transformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     d = sub.add_parser("data", help="download and prepare a dataset (WMT14 English-German)",
                        description=plain_text(wmt14.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("dataset", choices=["wmt14"], help="the dataset to prepare: wmt14 (English-German, Section 5.1)")
-    d.add_argument("--out", required=True, help="the folder to prepare (train/valid/test files and manifest.json)")
-    d.add_argument("--from", dest="from_dir", metavar="DIR",
+    d.add_argument("dataset", type=Choice(("wmt14",)), metavar="{wmt14}",
+                   help="the dataset to prepare: wmt14 (English-German, Section 5.1)")
+    d.add_argument("--out", required=True, type=Text("folder"),
+                   help="the folder to prepare (train/valid/test files and manifest.json)")
+    d.add_argument("--from", dest="from_dir", metavar="DIR", type=Text("folder"),
                    help="a folder that already holds the archives (no download): " + ", ".join(wmt14.ARCHIVES))
-    d.add_argument("--url-base", help="a mirror that serves the archives under their own names (URL_BASE/dev.tgz)")
-    d.add_argument("--timeout", type=float, default=60.0, help="seconds a wait for the server may last (default 60)")
-    d.add_argument("--retries", type=int, default=3,
-                   help="times a download that broke off is resumed before giving up (default 3)")
+    d.add_argument("--url-base", type=Text("URL"),
+                   help="a mirror that serves the archives under their own names (URL_BASE/dev.tgz)")
+    _value(d, "--timeout", Real(0, 86400, low_open=True), 60.0,
+           "seconds a wait for the server may last, and the longest a download may go on receiving almost nothing "
+           "(default 60)")
+    _value(d, "--retries", Whole(0, 100), 3, "times a download that broke off is resumed before giving up (default 3)")
     d.add_argument("--no-progress", action="store_true", help="no progress bars")
     d.set_defaults(func=cmd_data)
 
     t = sub.add_parser("train", help="train a translation model", description=TRAIN_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    t.add_argument("--preset", choices=sorted(PRESETS), default="multi30k-cpu",
-                   help="the data, model and recipe (transformer/presets.py; default multi30k-cpu)")
-    t.add_argument("--run-dir", required=True, help="checkpoints, metrics, plots and the BPE model go here")
+    _value(t, "--preset", Choice(tuple(sorted(PRESETS))), None,
+           f"the data, model and recipe (transformer/presets.py; default {DEFAULT_PRESET}, or a resumed run's own)")
+    t.add_argument("--run-dir", required=True, type=Text("folder"),
+                   help="checkpoints, metrics, plots and the BPE model go here")
     t.add_argument("--resume", action="store_true",
                    help="continue the run in --run-dir from its newest checkpoint, with its own settings (flags given "
                         "may change its budget: --max-steps, --max-minutes, ...)")
     t.add_argument("--overwrite", action="store_true",
                    help="--run-dir holds an old run: move it to <run-dir>.archived-<time> first and start afresh")
-    t.add_argument("--vocab-size", type=int, help="joint BPE vocabulary (default: the preset's)")
-    t.add_argument("--limit", type=int, help="use only the first N training pairs (for quick trials)")
+    _value(t, "--vocab-size", Whole(5, 2**20), None, "joint BPE vocabulary: 4 special pieces and at least one more "
+                                                     "(default: the preset's)")
+    _value(t, "--limit", Whole(1, 10**12), None, "use only the first N training pairs (for quick trials)")
     t.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     t.add_argument("--distributed", action="store_true",
                    help="data parallel over the processes of an mpiexec launch (NCCL on cuda, MPI on cpu)")
     add_data_args(t)
-    model_fields = {f.name: f for f in fields(TransformerConfig)}
-    settings = [(name, model_fields[first]) for name, (first, *_) in MODEL_FLAGS.items()]
-    settings += [(f.name, f) for f in fields(TrainSettings) if f.name not in ("run_dir", "progress", "model")]
-    choices = {"precision": sorted(PRECISIONS), "positional": POSITIONAL}
-    for name, f in settings:
-        kind = type(f.default)
-        flag = "--" + name.replace("_", "-")
-        if kind is bool:
-            t.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes"), default=None, help="true/false")
-        else:
-            t.add_argument(flag, type=kind, default=None, choices=choices.get(name),
-                           help=f.metadata.get("help", f"default: the preset's (else {f.default})"))
+    kinds = {name: model_config.RANGES[first] for name, (first, *_) in MODEL_FLAGS.items()}
+    kinds.update({name: kind for name, kind in training.RANGES.items() if name not in ("run_dir", "progress")})
+    helps = {f.name: f.metadata.get("help") for f in fields(TrainSettings)}
+    for name, kind in kinds.items():
+        _value(t, "--" + name.replace("_", "-"), kind, None, helps.get(name) or "default: the preset's")
     t.set_defaults(func=cmd_train)
 
     for name, func, helptext in (("translate", cmd_translate, "translate text (stdin -> stdout, or files)"),
                                  ("evaluate", cmd_evaluate, "BLEU on a test set (Multi30k test2016 by default)")):
         c = sub.add_parser(name, help=helptext)
-        c.add_argument("--run-dir", required=True, help="a run directory that train wrote")
-        c.add_argument("--checkpoint", help="a checkpoint file (default: the newest, or --average N)")
-        c.add_argument("--average", type=int, help="average the last N (>= 1) checkpoints (default: the newest)")
-        c.add_argument("--beam", type=int, default=4, help="beam size, in [1, --beam-max] (default 4; 1: greedy)")
-        c.add_argument("--beam-max", type=int, default=MAX_BEAM,
-                       help=f"the largest --beam allowed (default {MAX_BEAM}: a larger beam rarely helps and costs memory)")
-        c.add_argument("--alpha", type=float, default=0.6, help="length penalty, finite and >= 0 (default 0.6)")
-        c.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-        c.add_argument("--memory-gib", type=float, default=DECODE_MEMORY_GIB,
-                       help=f"decoding memory allowed per batch, estimated from beam, batch and length; larger batches "
-                            f"are split (default {DECODE_MEMORY_GIB:g})")
-        c.add_argument("--long-lines", choices=LONG_LINES, default="split",
-                       help="a line longer than --max-pieces: translate it in parts (split, the default), translate "
-                            "its start and say so (truncate), or stop with an error naming it (error)")
-        c.add_argument("--max-pieces", type=int,
-                       help="the longest line, in pieces, translated whole (default: the longest training source, "
-                            "at most the model's positions)")
+        c.add_argument("--run-dir", required=True, type=Text("folder"), help="a run directory that train wrote")
+        c.add_argument("--checkpoint", type=Text("file"), help="a checkpoint file (default: the newest, or --average N)")
+        _value(c, "--average", Whole(1, 10**6), None, "average the last N checkpoints (default: the newest)")
+        _value(c, "--beam", Whole(1, 10**4), 4, "beam size, at most --beam-max (default 4; 1: greedy)")
+        _value(c, "--beam-max", Whole(1, 10**4), MAX_BEAM,
+               f"the largest --beam allowed (default {MAX_BEAM}: a larger beam rarely helps and costs memory)")
+        _value(c, "--alpha", Real(0, 100), 0.6, "length penalty (default 0.6)")
+        c.add_argument("--device", type=Text("device"), default="cpu", help="cpu or cuda (default cpu)")
+        _value(c, "--memory-gib", Real(0, 2**20, low_open=True), DECODE_MEMORY_GIB,
+               f"decoding memory allowed per batch, estimated from beam, batch and length; larger batches are split "
+               f"(default {DECODE_MEMORY_GIB:g})")
+        _value(c, "--long-lines", Choice(LONG_LINES), "split",
+               "a line longer than --max-pieces: translate it in parts (split, the default), translate its start and "
+               "say so (truncate), or stop with an error naming it (error)")
+        _value(c, "--max-pieces", Whole(1, 2**20), None,
+               "the longest line, in pieces, translated whole (default: the longest training source, at most the "
+               "model's positions)")
         if name == "translate":
-            c.add_argument("--input", help="a text file, one sentence per line (default: stdin)")
-            c.add_argument("--output", help="where to write (default: stdout); written as it goes, finished lines "
-                                            "kept on Ctrl-C")
+            c.add_argument("--input", type=Text("file"),
+                           help="a text file, a pipe or a device, one sentence per line (default: stdin)")
+            c.add_argument("--output", type=Text("new file"),
+                           help="where to write (default: stdout); written as it goes, finished lines kept when a "
+                                "signal (Ctrl-C, SIGTERM, SIGHUP) stops it")
             c.add_argument("--no-progress", action="store_true",
                            help="no progress bar (shown on stderr when the output is a file or a pipe)")
         else:
-            c.add_argument("--split", help="Multi30k split (default test_2016_flickr); in a WMT14 folder, test "
-                                           "(newstest2014, the default) or valid (newstest2013)")
-            c.add_argument("--data-dir", help="a local Multi30k directory, or a folder `data wmt14` prepared")
-            c.add_argument("--src", help="a source file (WMT: newstest2014, plain or .sgm); needs --ref")
-            c.add_argument("--ref", help="the reference translations of --src")
-            c.add_argument("--src-lang", default="en", help="the source side's language code (default en)")
-            c.add_argument("--tgt-lang", default="de", help="the target side's language code (default de)")
-            c.add_argument("--limit", type=int, help="only the first N sentences")
+            c.add_argument("--split", type=Text("name"),
+                           help="Multi30k split (default test_2016_flickr); in a WMT14 folder, test (newstest2014, "
+                                "the default) or valid (newstest2013)")
+            c.add_argument("--data-dir", type=Text("folder"),
+                           help="a local Multi30k directory, or a folder `data wmt14` prepared")
+            c.add_argument("--src", type=Text("file"), help="a source file (WMT: newstest2014, plain or .sgm); needs --ref")
+            c.add_argument("--ref", type=Text("file"), help="the reference translations of --src")
+            c.add_argument("--src-lang", type=Text("language code"), default="en",
+                           help="the source side's language code (default en)")
+            c.add_argument("--tgt-lang", type=Text("language code"), default="de",
+                           help="the target side's language code (default de)")
+            _value(c, "--limit", Whole(1, 10**12), None, "only the first N sentences")
         c.set_defaults(func=func)
 
     a = sub.add_parser("average", help="average the last N checkpoints into one file")
-    a.add_argument("--run-dir", required=True, help="a run directory that train wrote")
-    a.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints, >= 1 (default 5)")
-    a.add_argument("--output", help="the averaged checkpoint (default: <run-dir>/average.npz)")
+    a.add_argument("--run-dir", required=True, type=Text("folder"), help="a run directory that train wrote")
+    _value(a, "--last", Whole(1, 10**6), 5, "how many of the newest checkpoints (default 5)")
+    a.add_argument("--output", type=Text("new file"), help="the averaged checkpoint (default: <run-dir>/average.npz)")
     a.set_defaults(func=cmd_average)
     return p
 
 
+def _value(parser: argparse.ArgumentParser, flag: str, kind, default, text: str) -> None:
+    """A flag that takes a value of ``kind``; --help shows the kind after ``text``."""
+    parser.add_argument(flag, type=kind, default=default, metavar=_metavar(kind), help=help_text(kind, text))
+
+
+def _metavar(kind) -> str:
+    if isinstance(kind, Choice):
+        return "{" + ",".join(map(str, kind.names)) + "}"
+    if isinstance(kind, Text):
+        return kind.role.upper().replace(" ", "_")
+    return {Whole: "N", Real: "X", Boolean: "true|false"}[type(kind)]
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, with usage errors raised (so that :func:`run` reports them like any other)."""
+    """argparse with usage errors raised (so that :func:`run` reports them like any other), in
+    the settings' words ("--beam must be ..."), and no abbreviated flags: ``--ov`` is not taken
+    for ``--overwrite``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
+        if m := re.match(r"argument (--[\w-]+)(?:/\S+)?: (must be .*)$", message, re.S):
+            message = f"{m.group(1)} {m.group(2)}"
         raise InputError(f"{message} (see {self.prog} --help)")
 
 
@@ -632,32 +842,92 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (what ``timeout``, ``kill``, batch schedulers and a closed terminal send)
+    ended the command: handled as Ctrl-C is, so what was finished is kept and said."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program ended by SIGPIPE (`... | head -1`)
+
+
+@contextlib.contextmanager
+def _signals_as_interrupts():
+    """While a command runs, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread (training
+    catches them itself, to finish the update in flight and save)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def run(argv=None) -> int:
     """The command line: :func:`main` with errors as one ``error:`` line and an exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or os.environ.get("MINITENSOR_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     try:
-        main(argv)
+        with _signals_as_interrupts():
+            main(argv)
+        sys.stdout.flush()
         return 0
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every failure becomes one line
         error = e
+    if isinstance(error, BrokenPipeError) and _stdout_closed():
+        return EXIT_CLOSED_PIPE  # the reader has all it wanted (`| head`): nothing to say
     if isinstance(error, (Interrupted, TranslationStopped)):
         status, message = EXIT_INTERRUPTED, str(error)
     elif isinstance(error, KeyboardInterrupt):
-        status, message = EXIT_INTERRUPTED, "interrupted"
+        status, message = EXIT_INTERRUPTED, (f"interrupted ({error.signal_name})" if isinstance(error, Stopped)
+                                             else "interrupted")
     elif isinstance(error, INPUT_ERRORS):
         status, message = EXIT_INPUT, _message(error)
     else:
         status, message = EXIT_FAILURE, _message(error)
     _close_progress_bars()
-    sys.stdout.flush()
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    if not _speaks(error):  # one rank of a distributed run reports; the others end with the same status
+        return status
     if debug:
         traceback.print_exception(error)
     print(f"error: {message}" if status != EXIT_INTERRUPTED else message, file=sys.stderr)
     if not debug and status == EXIT_FAILURE and not _own_words(error):
         print("(run again with --debug for the traceback)", file=sys.stderr)
     return status
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader has gone; if so, stdout is pointed at /dev/null, so that Python's
+    own flush at exit does not fail on it again."""
+    try:
+        sys.stdout.flush()
+        return False
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return True
+    except (OSError, ValueError):
+        return True
+
+
+def _speaks(error: BaseException) -> bool:
+    """Interrupted training is reported by rank 0 alone (each rank's line would say the same)."""
+    return not isinstance(error, Interrupted) or error.main
 
 
 # failures this project describes in full: their message is the whole story, no traceback hint

@@ -5,10 +5,17 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from minitensor.ops.dropout import check_probability
+from .flags import Boolean, Choice, Real, Whole
 
 POSITIONAL = ("sinusoidal", "learned")  # Section 3.5's encoding, or learned embeddings (Table 3, row E)
-WHOLE_FIELDS = ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers", "max_len")
+_PROBABILITY = Real(0, 1, high_open=True)  # 1 would drop everything: attention must keep something to renormalise
+# each field's kind and range; the upper bounds lie far past any model one machine can hold,
+# and keep a mistyped size from failing deep inside NumPy
+RANGES = {"vocab_size": Whole(1, 2**22), "d_model": Whole(1, 2**16), "n_heads": Whole(1, 2**10),
+          "d_ff": Whole(1, 2**18), "n_encoder_layers": Whole(1, 1024), "n_decoder_layers": Whole(1, 1024),
+          "max_len": Whole(1, 2**20), "dropout": _PROBABILITY, "attention_dropout": _PROBABILITY,
+          "positional": Choice(POSITIONAL), "norm_first": Boolean(), "share_embeddings": Boolean(),
+          "layer_norm_eps": Real(0, 1, low_open=True)}
 
 
 def check_heads(d_model: int, n_heads: int, name=str) -> None:
@@ -23,21 +30,17 @@ def check_config(values: dict, name=str) -> None:
     Every model setting is checked here; ``name`` turns a field's name into the one the
     message shows (the trainer passes its command-line flags).
     """
-    for field in WHOLE_FIELDS:
-        v = values[field]
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ValueError(f"{name(field)} must be a whole number >= 1, got {v}")
+    for field, kind in RANGES.items():
+        kind.check(name(field), values[field])
+    if values["tgt_vocab_size"] is not None:
+        RANGES["vocab_size"].check(name("tgt_vocab_size"), values["tgt_vocab_size"])
     check_heads(values["d_model"], values["n_heads"], name)
-    if values["positional"] not in POSITIONAL:
-        raise ValueError(f"{name('positional')} must be sinusoidal or learned, got {values['positional']!r}")
     if values["tgt_vocab_size"] is not None and values["share_embeddings"]:
         raise ValueError("a separate tgt_vocab_size needs share_embeddings=False")
     vocab = min(values["vocab_size"], values["tgt_vocab_size"] or values["vocab_size"])
     for field in ("pad_id", "bos_id", "eos_id"):
         if not 0 <= values[field] < vocab:
             raise ValueError(f"{field}={values[field]} is outside the vocabulary")
-    for field in ("dropout", "attention_dropout"):
-        check_probability(name(field), values[field], one_allowed=False)
 
 
 @dataclass

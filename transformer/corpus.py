@@ -128,15 +128,17 @@ def _skip(rng: random.Random, w: float) -> int:
 
 # ---------------------------------------------------------------------------- 2. encoding, 3. the cache
 def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, cache: str | Path,
-                  progress: bool = False) -> tuple[TokenIds, TokenIds, FilterReport]:
+                  progress: bool = False, text_sha256: str | None = None) -> tuple[TokenIds, TokenIds, FilterReport]:
     """The ids of the kept pairs' two sides, from ``cache`` when it holds this tokenizer, text
-    and filter, else encoded and cached there.
+    and filter, else encoded and cached there. ``text_sha256``: the text's fingerprint, when the
+    caller has just computed it (a large corpus takes seconds to hash).
 
     The kept pairs are encoded ``CHUNK`` at a time; sentencepiece encodes a chunk's sentences
     on every core (its own threads), and each side's ids are appended to its file.
     """
     cache = Path(cache)
-    key = hashlib.sha256(json.dumps([CACHE_VERSION, tokenizer.fingerprint(), text.fingerprint(), asdict(keep)])
+    text_sha256 = text_sha256 or text.fingerprint()
+    key = hashlib.sha256(json.dumps([CACHE_VERSION, tokenizer.fingerprint(), text_sha256, asdict(keep)])
                          .encode()).hexdigest()
     found = load_cache(cache, key)
     if found is not None:

@@ -1,6 +1,7 @@
 """Figures (matplotlib, Agg backend: files, never windows)."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Sequence
 
@@ -9,6 +10,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from .rundir import write_file  # noqa: E402
+
+
+def _save(fig, path: str | Path) -> Path:
+    """The figure as a PNG, renamed into place once whole (a crash never leaves half an image)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return write_file(path, buffer.getvalue())
 
 
 def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str = "", ylabel: str = "",
@@ -32,9 +43,7 @@ def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str
     if len(series) > 1:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def plot_attention(path: str | Path, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
@@ -58,6 +67,4 @@ def plot_attention(path: str | Path, weights: np.ndarray, src_tokens: Sequence[s
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.colorbar(im, ax=axes, label="attention weight", shrink=0.8)
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)

@@ -2,13 +2,17 @@
 fresh ``train`` never mixes its files with an old run's.
 
 ``train`` (and ``average`` when it writes into a run directory) holds :class:`RunLock` for as
-long as it writes: a file ``.lock`` created atomically, holding the holder's process id, host and
-command. A second writer refuses in one line naming the holder. A lock whose process is gone
-(killed with SIGKILL, a power cut) is stale: the next writer on the same host takes it over and
-says so. A lock from another host cannot be checked and is never taken over.
+long as it writes. The lock is the kernel's (``flock`` on the file ``.lock``), so it is taken
+atomically, and it is released by the kernel when its holder ends in any way (SIGKILL, a
+crash): a lock file left behind is taken over at once, with a note, whatever pid it names and
+whatever it holds (nothing, after a full disk; garbage). The file holds the holder's process
+id, host and command, only to name the holder when a second writer refuses. A lock file that
+names another host is never taken over: ``flock`` may not reach across a network filesystem.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -17,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .checkpoint import process_alive, step_checkpoints
+from .checkpoint import step_checkpoints
 
 LOCK_NAME = ".lock"
 # files that say a run has trained in the directory (spm.model and cache/ alone are only prepared data)
@@ -32,9 +36,38 @@ class RunDirInUse(Exception):
     """A fresh ``train`` was pointed at a directory that holds another run."""
 
 
+class RunDirUnwritable(Exception):
+    """The run directory's lock file cannot be written (a read-only folder, a full disk)."""
+
+
 def _describe(holder: dict) -> str:
     return (f"process {holder.get('pid')} on {holder.get('host')} ({holder.get('command', '?')}, "
             f"since {holder.get('since', '?')})")
+
+
+def _holder(text: str) -> dict | None:
+    """What a lock file says of its holder, or None when it says nothing usable."""
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        return None
+    return holder if isinstance(holder, dict) and "pid" in holder and "host" in holder else None
+
+
+def _read(fd: int) -> str:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return os.read(fd, 1 << 16).decode("utf-8", "replace")
+
+
+def _open_lock(path: Path, flags: int) -> int:
+    try:
+        return os.open(path, flags, 0o644)
+    except IsADirectoryError:
+        raise RunDirBusy(f"{path} is a directory, not a lock file: remove it (rmdir {path})") from None
+    except (PermissionError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise RunDirUnwritable(f"{path.parent}: cannot take its lock file {path.name} ({e.strerror or e})") from None
 
 
 class RunLock:
@@ -45,49 +78,59 @@ class RunLock:
         self.run = Path(run)
         self.path = self.run / LOCK_NAME
         self.command = command or " ".join(["python -m transformer", *sys.argv[1:]])[:200]
-        self.held = False
+        self.fd: int | None = None
 
-    def holder(self) -> dict | None:
-        """The lock file's contents, or None when there is none (an unreadable one counts as held)."""
-        try:
-            return json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            return {"pid": None, "host": "?", "command": "unreadable lock file"}
-
-    def _stale(self, holder: dict) -> bool:
-        return (holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int)
-                and not process_alive(holder["pid"]))
+    @property
+    def held(self) -> bool:
+        return self.fd is not None
 
     def acquire(self) -> None:
-        self.run.mkdir(parents=True, exist_ok=True)
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
               "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        for _ in range(2):  # a second try after removing a stale lock
+        while True:
+            fd = _open_lock(self.path, os.O_RDWR | os.O_CREAT)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self.holder()
-                if holder is None:
-                    continue  # released between the two calls
-                if self._stale(holder):
-                    print(f"note: {self.path} was left by {_describe(holder)}, which is no longer running; "
-                          "taking it over", file=sys.stderr)
-                    self.path.unlink(missing_ok=True)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = _read(fd)
+                os.close(fd)
+                holder = _holder(text)
+                who = _describe(holder) if holder else "another process (its lock file does not say which)"
+                raise RunDirBusy(f"{self.run} is in use by {who}; wait for it to finish or use another --run-dir "
+                                 f"(if that process is gone for sure, delete {self.path})") from None
+            try:
+                if os.fstat(fd).st_ino != os.stat(self.path).st_ino:
+                    os.close(fd)  # its holder removed the file between our open and our lock: open afresh
                     continue
-                raise RunDirBusy(f"{self.run} is in use by {_describe(holder)}; wait for it to finish or use "
-                                 f"another --run-dir (if that process is gone for sure, delete {self.path})") from None
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            self.held = True
-            return
-        raise RunDirBusy(f"{self.run}: could not take {self.path}; another process keeps taking it")
+            except FileNotFoundError:
+                os.close(fd)
+                continue
+            break
+        text = _read(fd)
+        holder = _holder(text)
+        if holder and holder.get("host") != me["host"]:
+            os.close(fd)  # the file is theirs: left as it is
+            raise RunDirBusy(f"{self.run} is in use by {_describe(holder)}; a lock from another host cannot be "
+                             f"checked from here (if that process is gone for sure, delete {self.path})")
+        try:
+            if text.strip():
+                left = _describe(holder) if holder else "a process that left it unreadable"
+                print(f"note: {self.path} was left by {left}, which no longer holds it; taking it over", file=sys.stderr)
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, json.dumps(me).encode())
+        except BaseException as e:  # a full disk, say: no empty or half-written lock file is left
+            _remove_and_close(self.path, fd)
+            if isinstance(e, OSError):
+                raise RunDirUnwritable(f"{self.run}: cannot write its lock file {self.path.name} "
+                                       f"({e.strerror or e}); nothing was left behind") from None
+            raise
+        self.fd = fd
 
     def release(self) -> None:
-        if self.held:
-            self.path.unlink(missing_ok=True)
-            self.held = False
+        if self.fd is not None:
+            _remove_and_close(self.path, self.fd)
+            self.fd = None
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -97,21 +140,50 @@ class RunLock:
         self.release()
 
 
+def _remove_and_close(path: Path, fd: int) -> None:
+    """Remove the lock file while still holding it (so no one can have locked it meanwhile), then let go."""
+    with contextlib.suppress(FileNotFoundError):  # removed by hand
+        os.unlink(path)
+    os.close(fd)
+
+
 def check_not_busy(folder: str | Path) -> None:
     """Raise :class:`RunDirBusy` if a live process holds ``folder``'s lock (for writers that only
     add one file, such as ``average --output``)."""
-    lock = RunLock(folder)
-    holder = lock.holder()
-    if holder is not None and not lock._stale(holder):
-        raise RunDirBusy(f"{folder} is in use by {_describe(holder)}; write elsewhere or wait for it to finish")
+    path = Path(folder) / LOCK_NAME
+    try:
+        fd = _open_lock(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        text = _read(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(text)
+            who = _describe(holder) if holder else "another process"
+            raise RunDirBusy(f"{folder} is in use by {who}; write elsewhere or wait for it to finish") from None
+        holder = _holder(text)
+        if holder and holder.get("host") != socket.gethostname():
+            raise RunDirBusy(f"{folder} is in use by {_describe(holder)}; write elsewhere or wait for it to finish")
+    finally:
+        os.close(fd)
 
 
 def previous_run(run: str | Path) -> list[Path]:
-    """The files of an earlier run in ``run``: its step checkpoints and logs (empty for a new one)."""
+    """The step checkpoints of an earlier run in ``run`` (empty for a new one, or after a start
+    that failed before its first checkpoint: that left nothing to continue)."""
+    return step_checkpoints(run) if Path(run).is_dir() else []
+
+
+# what a start that saved no checkpoint leaves: its logs and plots (spm.model and cache/ are prepared data, kept)
+LEFTOVERS = (*RUN_FILES, "settings.json", "loss.png", "lr.png", "bleu.png", "profile.json")
+
+
+def leftovers(run: str | Path) -> list[Path]:
+    """The logs of a start in ``run`` that saved no checkpoint (a start that failed or diverged)."""
     run = Path(run)
-    if not run.is_dir():
-        return []
-    return step_checkpoints(run) + [run / name for name in RUN_FILES if (run / name).exists()]
+    return [run / name for name in LEFTOVERS if (run / name).exists()] if not previous_run(run) else []
 
 
 def check_fresh(run: str | Path) -> None:
@@ -122,11 +194,12 @@ def check_fresh(run: str | Path) -> None:
                           "--resume, train into a new --run-dir, or add --overwrite to archive the old run first")
 
 
-def archive(run: str | Path) -> Path | None:
-    """Move everything in ``run`` but its lock into a sibling ``<name>.archived-<time>`` folder;
-    returns that folder (None when there was nothing to move)."""
+def archive(run: str | Path, entries: list[Path] | None = None) -> Path | None:
+    """Move ``entries`` (by default everything in ``run`` but its lock) into a sibling
+    ``<name>.archived-<time>`` folder; returns that folder (None when there was nothing to move)."""
     run = Path(run)
-    entries = [p for p in run.iterdir() if p.name != LOCK_NAME] if run.is_dir() else []
+    if entries is None:
+        entries = [p for p in run.iterdir() if p.name != LOCK_NAME] if run.is_dir() else []
     if not entries:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -138,3 +211,19 @@ def archive(run: str | Path) -> Path | None:
     for p in entries:
         shutil.move(str(p), dest / p.name)
     return dest
+
+
+def write_file(path: str | Path, data: str | bytes) -> Path:
+    """Write ``data`` to a hidden temporary name beside ``path``, then rename it to ``path``: a
+    reader, or a crash, never meets half a file under the final name."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8")
+        else:
+            tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

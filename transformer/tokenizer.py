@@ -24,6 +24,10 @@ class VocabularyTooLarge(ValueError):
     """The corpus has too few distinct pieces for the vocabulary size asked for."""
 
 
+class VocabularyTooSmall(ValueError):
+    """The vocabulary size asked for cannot hold the corpus's characters and the special pieces."""
+
+
 class Tokenizer:
     """A trained sentencepiece model: text <-> lists of ids."""
 
@@ -63,11 +67,17 @@ class Tokenizer:
             )
         except RuntimeError as e:  # sentencepiece: "Vocabulary size too high (8000). Please set it to a value <= 15."
             most = re.search(r"Vocabulary size too high \((\d+)\).*<= *(\d+)", str(e))
-            if not most:
-                raise
-            raise VocabularyTooLarge(
-                f"the training corpus allows at most {most.group(2)} pieces, not {most.group(1)}; "
-                f"use --vocab-size {most.group(2)} or less (or more training data)") from None
+            least = re.search(r"Vocabulary size is smaller than required_chars\. *(\d+) vs (\d+)", str(e))
+            if most:
+                raise VocabularyTooLarge(
+                    f"the training corpus allows at most {most.group(2)} pieces, not {most.group(1)}; "
+                    f"use --vocab-size {most.group(2)} or less (or more training data)") from None
+            if least:
+                raise VocabularyTooSmall(
+                    f"the training corpus has characters enough to need at least {least.group(2)} pieces (each "
+                    f"character and the special pieces), not {least.group(1)}; use --vocab-size {least.group(2)} "
+                    "or more") from None
+            raise
         finally:
             os.remove(corpus)
         return cls(str(prefix) + ".model")

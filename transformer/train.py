@@ -25,18 +25,19 @@ from tqdm import tqdm
 
 import minitensor as mt
 from minitensor import amp, optim
-from minitensor.ops.dropout import check_probability
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, lengths, token_batches
-from .checkpoint import newest_loadable, prune_checkpoints, remove_partial_checkpoints, save_checkpoint, step_checkpoints
+from .checkpoint import kind_of, newest_loadable, prune_checkpoints, remove_partial_checkpoints, save_checkpoint, step_checkpoints
 from .config import TransformerConfig, check_config
 from .decoding import MAX_BEAM
 from .evaluate import bleu, translate
+from .flags import Boolean, Choice, Real, Text, Whole
 from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar
+from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
 from .tokenizer import Tokenizer
 
@@ -47,14 +48,17 @@ def finite_or_none(x: float) -> float | None:
 
 
 class Interrupted(Exception):
-    """Training stopped on SIGINT/SIGTERM after finishing an update and saving a checkpoint."""
+    """Training stopped on SIGINT, SIGTERM or SIGHUP after finishing an update and saving a
+    checkpoint. ``main``: raised on rank 0 (the rank that reports it)."""
 
-    def __init__(self, step: int, run: Path):
+    def __init__(self, step: int, run: Path, main: bool = True):
         super().__init__(f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
-        self.step = step
+        self.step, self.main = step, main
 
 
-# rank 0's reason to stop, sent with the gradients of an update (the other ranks send 0)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill and schedulers, a closed terminal
+# a reason to stop, sent with the gradients of an update: rank 0 alone keeps time, and every rank
+# says whether a signal asked it to stop (summed over ranks, any one stops them all)
 GO_ON, OUT_OF_TIME, SIGNALLED = 0.0, 1.0, 2.0
 
 
@@ -93,17 +97,54 @@ FREE_ON_RESUME = frozenset({"run_dir", "max_steps", "max_epochs", "max_minutes",
                             "progress", "update_freq"})
 
 
-def resume_differences(saved: dict, now: TrainSettings) -> list[str]:
-    """One line per setting of ``now`` that differs from ``saved`` (a checkpoint's
-    ``meta["settings"]``) and may not change when a run is resumed: "--flag: A in the run, B now"."""
-    current, lines = asdict(now), {}
-    for name, value in saved.get("model", {}).items():
-        if name != "vocab_size" and current["model"].get(name) != value:  # the vocabulary is the tokenizer's
-            lines.setdefault(flag(name), f"{flag(name)}: {value} in the run, {current['model'].get(name)} now")
-    for name, value in saved.items():
-        if name != "model" and name not in FREE_ON_RESUME and name in current and current[name] != value:
-            lines.setdefault(flag(name), f"{flag(name)}: {value} in the run, {current[name]} now")
-    return list(lines.values())
+# a run's data settings (stored in each checkpoint as meta["data"]): how each is named when it differs
+DATA_NAMES = {"preset": "--preset", "dataset": "--dataset", "src_lang": "--src-lang", "tgt_lang": "--tgt-lang",
+              "limit": "--limit", "max_words": "--max-words", "max_ratio": "--max-ratio", "vocab_size": "--vocab-size",
+              "train_sha256": "the training text's SHA-256"}
+
+
+def run_differences(a: dict, b: dict, labels: tuple[str, str] = ("in the run", "now")) -> list[str]:
+    """One line per difference between two runs' identities, "--flag: A in the run, B now": the
+    model, the recipe (every setting but those :data:`FREE_ON_RESUME`), the data settings and the
+    vocabulary. ``a`` and ``b`` are checkpoint metadata, or the same keys for settings not yet
+    trained ("settings": ``asdict(TrainSettings)``, "data", "vocab_sha256"); a key either lacks
+    (a checkpoint written before it was recorded) is not compared."""
+    lines: dict[str, str] = {}
+
+    def differ(name: str, x, y) -> None:
+        if x != y:
+            lines.setdefault(name, f"{name}: {_short(x)} {labels[0]}, {_short(y)} {labels[1]}")
+
+    sa, sb = a.get("settings") or {}, b.get("settings") or {}
+    ma, mb = sa.get("model") or {}, sb.get("model") or {}
+    for name in ma.keys() & mb.keys() - {"vocab_size"}:  # the vocabulary is compared as the tokenizer's hash
+        differ(flag(name), ma[name], mb[name])
+    for name in sa.keys() & sb.keys() - FREE_ON_RESUME - {"model"}:
+        differ(flag(name), sa[name], sb[name])
+    da, db = a.get("data") or {}, b.get("data") or {}
+    for name in da.keys() & db.keys():
+        differ(DATA_NAMES.get(name, name), da[name], db[name])
+    if a.get("vocab_sha256") and b.get("vocab_sha256"):
+        differ("the vocabulary (spm.model's SHA-256)", a["vocab_sha256"], b["vocab_sha256"])
+    return [lines[k] for k in sorted(lines)]
+
+
+def _short(value) -> str:
+    """A value as a difference shows it: a hash by its first 12 digits."""
+    return f"{value[:12]}..." if isinstance(value, str) and len(value) == 64 else str(value)
+
+
+# each training setting's kind and range (the command line parses its flags with these); the
+# upper bounds lie far past any real run and keep a mistyped number from failing deep inside
+_MANY = 10**9
+RANGES = {"max_tokens": Whole(1, 2**31 - 1), "update_freq": Whole(1, 10**6), "smoothing": Real(0, 1, high_open=True),
+          "warmup": Whole(1, _MANY), "lr_factor": Real(0, 100, low_open=True), "clip_norm": Real(0, 1e6),
+          "cooldown": Real(0, 1), "max_steps": Whole(1, _MANY), "max_epochs": Whole(1, _MANY),
+          "max_minutes": Real(0, 1e7), "eval_every": Whole(1, _MANY), "bleu_sentences": Whole(0, _MANY),
+          "beam_size": Whole(1, MAX_BEAM), "alpha": Real(0, 100), "save_every": Whole(1, _MANY),
+          "keep_last": Whole(1, 10**6), "seed": Whole(0, 2**32 - 1), "device": Text("device"),
+          "precision": Choice(tuple(sorted(PRECISIONS))), "tf32": Boolean(), "memory_every": Whole(0, _MANY),
+          "profile": Whole(0, 10**6), "progress": Boolean(), "run_dir": Text("folder")}
 
 
 def default_model() -> TransformerConfig:
@@ -131,7 +172,7 @@ class TrainSettings:
     clip_norm: float = 0.0          # 0: no clipping
     cooldown: float = field(default=0.0, metadata={"help": "the last fraction of the run (of --max-minutes when set, "
                                                             "else of --max-steps) over which the learning rate falls "
-                                                            "linearly to 0, in [0, 1] (0: Equation 3 throughout; "
+                                                            "linearly to 0 (0: Equation 3 throughout; "
                                                             "default: the preset's, else 0); a run resumed with a "
                                                             "larger budget follows the new one's line, so its rate "
                                                             "rises again"})
@@ -174,43 +215,60 @@ class TrainSettings:
 
     def check(self) -> None:
         """Raise :class:`SettingsError` naming the command-line flag and its allowed range for
-        the first setting out of range (the CLI calls this before it reads any data). The
-        model's settings are checked by :func:`transformer.config.check_config`."""
+        the first setting out of range (the CLI calls this before it reads any data). Each
+        setting's range is declared once, in :data:`RANGES` (the model's in
+        :data:`transformer.config.RANGES`)."""
         try:
             check_config(dataclasses.asdict(self.model), flag)
-        except ValueError as e:
-            raise SettingsError(str(e)) from None
-        for name in ("max_tokens", "update_freq", "warmup", "max_steps", "max_epochs", "eval_every", "save_every",
-                     "keep_last", "beam_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise SettingsError(f"{flag(name)} must be a whole number >= 1, got {v}")
-        try:
-            check_probability(flag("smoothing"), self.smoothing, one_allowed=False)
-        except ValueError as e:
-            raise SettingsError(str(e)) from None
-        if not self.lr_factor > 0:
-            raise SettingsError(f"--lr-factor must be > 0, got {self.lr_factor}")
-        if not 0 <= self.cooldown <= 1:
-            raise SettingsError(f"--cooldown must be in [0, 1], got {self.cooldown}")
-        for name in ("clip_norm", "max_minutes", "alpha", "bleu_sentences", "memory_every", "seed", "profile"):
-            v = getattr(self, name)
-            if not (v >= 0 and math.isfinite(v)):
-                raise SettingsError(f"{flag(name)} must be finite and >= 0, got {v}")
-        if self.beam_size > MAX_BEAM:
-            raise SettingsError(f"--beam-size must be in [1, {MAX_BEAM}], got {self.beam_size}")
-        if self.precision not in PRECISIONS:
-            raise SettingsError(f"--precision must be one of {', '.join(sorted(PRECISIONS))}, got {self.precision!r}")
-        try:
+            for name, kind in RANGES.items():
+                kind.check(flag(name), getattr(self, name))
             device = mt.backend.normalize_device(self.device)
         except (ValueError, mt.DeviceError) as e:
-            raise SettingsError(f"--device: {e}") from None
+            raise SettingsError(f"--device: {e}" if isinstance(e, mt.DeviceError) else str(e)) from None
         if self.tf32 and device != "cuda":
             raise SettingsError("--tf32 is a GPU setting: use it with --device cuda")
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """``model`` with the tokenizer's vocabulary."""
         return dataclasses.replace(self.model, vocab_size=vocab_size)
+
+
+class RunFileError(ValueError):
+    """A file of the run directory (its metrics log, say) is damaged; the message names file and line."""
+
+
+def read_metrics(path: Path, warn=None) -> list[dict]:
+    """The records of a run's ``metrics.jsonl``. An unfinished last line (a crash during an
+    append leaves one) is dropped, saying so through ``warn``; any other line that is not a
+    record with a step raises :class:`RunFileError` naming the file and the line."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
+                raise ValueError("not a record with a step")
+        except ValueError as e:
+            if number == len(lines):  # no line ending after it: the write was cut off
+                if warn is not None:
+                    warn(f"note: {path}:{number}: an unfinished last line (a crash during a write) was dropped")
+                continue
+            raise RunFileError(f"{path}:{number}: not a metrics record ({e}); mend or delete that line, then "
+                               "--resume again") from None
+        records.append(record)
+    return records
+
+
+def check_batch_size(max_tokens: int, train: "ParallelData") -> None:
+    """Every training pair must fit in a batch: its longer side and eos (or bos) in ``max_tokens``."""
+    longest = np.maximum(lengths(train.src), lengths(train.tgt)) + 1 if len(train) else np.zeros(1, np.int64)
+    if int(longest.max()) > max_tokens:
+        raise SettingsError(f"--max-tokens {max_tokens} is less than the longest training pair needs "
+                            f"({int(longest.max())} tokens); raise --max-tokens, or drop long pairs with a lower "
+                            "--max-words")
 
 
 @dataclass
@@ -237,14 +295,17 @@ class Trainer:
     """
 
     def __init__(self, settings: TrainSettings, tokenizer: Tokenizer, train: ParallelData,
-                 valid: ParallelData | None = None, resume: bool = False, comm: Communicator | None = None):
+                 valid: ParallelData | None = None, resume: bool = False, comm: Communicator | None = None,
+                 data: dict | None = None):
         settings.check()  # also after changes made since construction
         self.s = settings
+        self.data = data or {}  # the data settings (language pair, filter, ...): part of the run's identity
         self.tok = tokenizer
         self.amp_dtype = PRECISIONS[settings.precision]
         # float16 needs loss scaling; bfloat16 has float32's exponent range and does not
         self.scaler = amp.LossScaler() if settings.precision == "fp16" else None
         self.last_skipped = False
+        self.stop_requested = None  # the name of a signal that asked training to stop (see fit)
         self.on_gpu = mt.backend.normalize_device(settings.device) == "cuda"
         if self.on_gpu:
             mt.cuda.set_tf32(settings.tf32)
@@ -253,6 +314,7 @@ class Trainer:
         self.train_data, self.valid_data = train, valid
         # the longest training source, in pieces: translate splits longer lines (its --long-lines)
         self.longest_source = int(np.max(lengths(train.src), initial=0))
+        check_batch_size(settings.max_tokens, train)
         self.run = Path(settings.run_dir)
         if self.main:
             self.run.mkdir(parents=True, exist_ok=True)
@@ -272,7 +334,7 @@ class Trainer:
         if resume:
             self.resume()
         if self.main:  # after resume() has compared the checkpoint with these settings
-            (self.run / "settings.json").write_text(json.dumps(asdict(settings), indent=2, allow_nan=False))
+            write_file(self.run / "settings.json", json.dumps(asdict(settings), indent=2, allow_nan=False))
 
     # ------------------------------------------------------------------ checkpoints
     def _meta(self) -> dict:
@@ -281,31 +343,44 @@ class Trainer:
                 "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(),
                 "best_valid": finite_or_none(self.best_valid), "longest_source": self.longest_source,
                 "train_seconds": self.train_seconds, "world_size": self.comm.world_size,
-                "loss_scaler": self.scaler.state_dict() if self.scaler else None}
+                "loss_scaler": self.scaler.state_dict() if self.scaler else None, "data": self.data}
+
+    def _foreign(self, meta: dict) -> str | None:
+        """Why a checkpoint is not this run's (another vocabulary, model or recipe), or None."""
+        if kind_of(meta) != "training":
+            return f"it holds {kind_of(meta)} weights without the optimizer's state, so training cannot go on from it"
+        if meta.get("vocab_sha256") != self.tok.fingerprint():
+            return f"trained with another vocabulary than {self.tok.path}"
+        differing = run_differences(meta, {"settings": asdict(self.s), "data": self.data}, ("in it", "in this run"))
+        try:
+            other_model = TransformerConfig.from_dict(meta["config"]) != self.cfg
+        except (KeyError, TypeError, ValueError):
+            return "its metadata is not that of a checkpoint of this tool"
+        if differing or other_model:
+            return f"not a checkpoint of this run ({'; '.join(differing) or 'another model'})"
+        return None
 
     def save(self) -> Path | None:
         if not self.main:
             return None
         path = save_checkpoint(self.run / f"checkpoint_{self.step}.npz", self.model, self.opt, self._meta())
-        prune_checkpoints(self.run, self.s.keep_last)
+        prune_checkpoints(self.run, self.s.keep_last, ours=lambda meta: self._foreign(meta) is None)
         return path
 
     def resume(self) -> bool:
-        """Continue from the newest checkpoint in the run directory (False if there is none).
+        """Continue from the newest checkpoint of this run in the run directory (False if there is
+        none); a damaged checkpoint, or another run's, is skipped with a note.
 
         Works for any world size: training goes on at the first batch not yet consumed.
         """
-        found = step_checkpoints(self.run) if self.run.exists() else []
+        note = (lambda msg: print(msg, file=sys.stderr)) if self.main else None
+        found = step_checkpoints(self.run, warn=note) if self.run.exists() else []
         if self.main and self.run.exists():
             remove_partial_checkpoints(self.run)  # left by a run killed while it saved
         if not found:
             return False
-        ck, path = newest_loadable(found, warn=lambda msg: print(msg, file=sys.stderr) if self.main else None)
+        ck, path = newest_loadable(found, warn=note, refuse=self._foreign)
         meta = ck["meta"]
-        if meta["vocab_sha256"] != self.tok.fingerprint():
-            raise ValueError(f"{path} was trained with another sentencepiece model (vocabulary hash differs)")
-        if TransformerConfig.from_dict(meta["config"]) != self.cfg:
-            raise ValueError(f"{path} holds a model of another configuration than these settings")
         self.model.load_state_dict(ck["model"])
         self.model.to(self.s.device)
         self.opt.load_state_dict(ck["optimizer"])
@@ -319,10 +394,9 @@ class Trainer:
             self.scaler.load_state_dict(meta["loss_scaler"])
         metrics = self.run / "metrics.jsonl"
         if metrics.exists():  # forget log lines written after that checkpoint
-            lines = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-            self.history = [r for r in lines if r["step"] <= self.step]
+            self.history = [r for r in read_metrics(metrics, warn=note) if r["step"] <= self.step]
             if self.main:
-                metrics.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+                write_file(metrics, "".join(json.dumps(r) + "\n" for r in self.history))
         return True
 
     # ------------------------------------------------------------------ one update
@@ -339,9 +413,11 @@ class Trainer:
     def update(self, group: list[np.ndarray], stop_flag: float = 0.0, progress: float = 0.0) -> tuple[float, bool]:
         """One optimizer step over ``group`` (this rank takes every world_size-th batch).
         ``progress`` is rank 0's fraction of the budget spent, for the learning rate's cool-down.
+        ``stop_flag``: OUT_OF_TIME (rank 0 alone keeps time) or GO_ON; a signal this rank received
+        is added, as it stands when the ranks exchange their gradients.
 
-        Returns (loss per target token over all ranks, rank 0's stop flag: GO_ON, OUT_OF_TIME or
-        SIGNALLED).
+        Returns (loss per target token over all ranks, the stop flag all ranks agree on: GO_ON,
+        OUT_OF_TIME or SIGNALLED).
         With fp16, an update whose gradients overflowed is skipped (``self.last_skipped``) and
         the loss scale halved. On the GPU the only copies to the host are the logged scalars.
         """
@@ -374,15 +450,13 @@ class Trainer:
                 if self.scaler.scale <= self.scaler.min_scale:
                     raise TrainingDiverged(
                         f"float16 gradients overflow even at the smallest loss scale ({self.scaler.scale:g}) at update "
-                        f"{self.step + 1}; the newest checkpoint in {self.run} is from before it. Try precision bf16 "
-                        "or fp32, a lower --lr-factor, or --clip-norm")
+                        f"{self.step + 1}. {self._where_to_go_on('--precision bf16 or fp32, a lower --lr-factor, or --clip-norm')}")
                 self.last_skipped = True
                 self.step += 1
                 return per_token, stop
         if not math.isfinite(per_token):
-            raise TrainingDiverged(
-                f"loss is {per_token} at update {self.step + 1}; stopping. The newest checkpoint in {self.run} "
-                "is from before this update; resume from it with a lower --lr-factor or with --clip-norm")
+            raise TrainingDiverged(f"loss is {per_token} at update {self.step + 1}; stopping. "
+                                   f"{self._where_to_go_on('a lower --lr-factor or with --clip-norm')}")
         if self.s.clip_norm > 0:
             optim.clip_grad_norm(self.opt.params, self.s.clip_norm)
         self.sched.step(progress)
@@ -390,33 +464,48 @@ class Trainer:
         self.step += 1
         return per_token, stop
 
+    def _where_to_go_on(self, change: str) -> str:
+        """What to do after an update that failed: train again with ``change`` (a resumed run
+        would repeat the same updates), and where the finished work is."""
+        if step_checkpoints(self.run):
+            return (f"The checkpoints in {self.run} are from before this update and untouched. Train again with "
+                    f"{change}: into a new --run-dir, or here with --overwrite (which archives this run)")
+        return (f"No checkpoint was saved yet. Train again with {change}; the same --run-dir will do (the logs of "
+                "this start are moved aside)")
+
     def _reduce_gradients(self, loss_sum: float, tokens: int, stop_flag: float, progress: float):
         """Sum gradients, loss and token count over ranks (one all-reduce of one flat buffer),
-        then divide the gradients by the global token count. Rank 0's stop flag and progress
-        travel in the same buffer (the others add 0), so every rank sets the same learning rate."""
+        then divide the gradients by the global token count. Rank 0's time flag and progress, and
+        whether a signal asked each rank to stop, travel in the same buffer (the others add 0 to
+        rank 0's), so every rank sets the same learning rate and stops after the same update."""
         params = self.opt.params
+        signalled = 1.0 if self.stop_requested else 0.0  # read as late as can be: the signal may have come meanwhile
         if self.comm.world_size == 1:
             scale = 1.0 / tokens
             for p in params:
                 if p.grad is not None:
                     p.grad.data *= scale
-            return loss_sum, tokens, stop_flag, progress
+            return loss_sum, tokens, SIGNALLED if signalled else stop_flag, progress
         xp = params[0].xp
         sizes = [p.size for p in params]
-        flat = xp.zeros(sum(sizes) + 4, dtype=params[0].dtype)
+        flat = xp.zeros(sum(sizes) + 5, dtype=params[0].dtype)
         offset = 0
         for p, n in zip(params, sizes):
             if p.grad is not None:
                 flat[offset:offset + n] = p.grad.data.reshape(-1)
             offset += n
-        flat[offset:] = xp.asarray([loss_sum, tokens, stop_flag, progress], dtype=flat.dtype)
+        flat[offset:] = xp.asarray([loss_sum, tokens, stop_flag, signalled, progress], dtype=flat.dtype)
         self.comm.all_reduce(flat)
-        loss_sum, tokens, stop, progress = (float(v) for v in flat[offset:].tolist())
+        loss_sum, tokens, out_of_time, signalled, progress = (float(v) for v in flat[offset:].tolist())
         flat[:offset] *= 1.0 / tokens
         offset = 0
         for p, n in zip(params, sizes):
             p.grad = mt.Tensor._wrap(flat[offset:offset + n].reshape(p.shape))
             offset += n
+        if signalled and not self.stop_requested and self.main:
+            tqdm.write(f"another rank was asked to stop: stopping after update {self.step + 1} and saving a "
+                       "checkpoint", file=sys.stderr)
+        stop = SIGNALLED if signalled else OUT_OF_TIME if out_of_time else GO_ON
         return loss_sum, int(round(tokens)), stop, progress
 
     # ------------------------------------------------------------------ validation
@@ -427,7 +516,9 @@ class Trainer:
         self.model.eval()
         total, tokens = 0.0, 0
         dev = self.s.device
-        for idx in token_batches(lengths(v.src), lengths(v.tgt), self.s.max_tokens, shuffle=False):
+        sides = lengths(v.src), lengths(v.tgt)
+        longest = int(np.maximum(*sides).max()) + 1 if len(v) else 1  # a long pair gets a batch of its own
+        for idx in token_batches(*sides, max(self.s.max_tokens, longest), shuffle=False):
             b = collate(v.src, v.tgt, idx)
             total += batch_loss(self.model, mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev),
                                 b.tgt_out, self.cfg.pad_id, 0.0, reduction="sum").item()
@@ -444,7 +535,7 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
     @contextlib.contextmanager
     def _stop_on_signals(self):
-        """While training, the first SIGINT or SIGTERM asks for a stop after the current update
+        """While training, the first SIGINT, SIGTERM or SIGHUP asks for a stop after the current update
         (which then saves a checkpoint); a second one stops at once, as Ctrl-C usually does.
         Only the main thread can receive signals, so elsewhere this does nothing."""
         self.stop_requested = None
@@ -460,7 +551,7 @@ class Trainer:
                 tqdm.write(f"{self.stop_requested}: stopping after update {self.step + 1} and saving a checkpoint; "
                            "press Ctrl-C again to stop at once", file=sys.stderr)
 
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
         try:
             yield
         finally:
@@ -473,7 +564,7 @@ class Trainer:
         with self._stop_on_signals():
             summary = self._fit()
         if summary["stopped_by"] == "interrupted":
-            raise Interrupted(self.step, self.run)
+            raise Interrupted(self.step, self.run, main=self.main)
         if self.main:
             print(self._stop_line(summary["stopped_by"]), file=sys.stderr, flush=True)
         return summary
@@ -504,14 +595,12 @@ class Trainer:
                     spent = time.perf_counter() - start
                     out_of_time = s.max_minutes > 0 and spent >= 60 * s.max_minutes
                     progress = max(self.step / s.max_steps, spent / (60 * s.max_minutes) if s.max_minutes > 0 else 0.0)
-                    flag = SIGNALLED if self.stop_requested else OUT_OF_TIME if out_of_time else GO_ON
+                    flag = OUT_OF_TIME if out_of_time else GO_ON
                     measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
                     with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem, \
                             profiled.update(self.step + 1):
                         loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON,
                                                  progress=progress if self.main else 0.0)
-                    if self.stop_requested and self.comm.world_size == 1:
-                        stop = SIGNALLED  # alone, stop after the update in flight (ranks must agree first)
                     self.batch_in_epoch += len(group)
                     self.train_seconds = time.perf_counter() - start
                     record = {"step": self.step, "epoch": self.epoch, "loss": loss, "lr": self.opt.lr,
@@ -530,7 +619,7 @@ class Trainer:
                         self.train_seconds = time.perf_counter() - start
                         if record["valid_nll"] < self.best_valid:
                             self.best_valid = record["valid_nll"]
-                            save_checkpoint(self.run / "best.npz", self.model, None, self._meta())
+                            save_checkpoint(self.run / "best.npz", self.model, None, self._meta(), kind="best")
                     if self.main:
                         metrics.write(json.dumps(record, allow_nan=False) + "\n")
                         metrics.flush()
@@ -562,7 +651,7 @@ class Trainer:
             if not found or found[-1].name != f"checkpoint_{self.step}.npz":
                 self.save()
             self.plot()
-            (self.run / "train_summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+            write_file(self.run / "train_summary.json", json.dumps(summary, indent=2, allow_nan=False))
         return summary
 
     def plot(self) -> None:

@@ -134,9 +134,9 @@ def test_train_settings_hold_a_transformer_config_and_name_flags_in_errors():
     assert TrainSettings(model=cfg, n_heads=8).model.n_heads == 8
     with pytest.raises(SettingsError, match=r"^--d-model \(30\) must be divisible by --n-heads \(4\)$"):
         TrainSettings(d_model=30, n_heads=4)
-    with pytest.raises(SettingsError, match=r"^--layers must be a whole number >= 1, got 0$"):
+    with pytest.raises(SettingsError, match=r"^--layers must be a whole number in \[1, 1024\], got 0$"):
         TrainSettings(layers=0)
-    with pytest.raises(SettingsError, match=r"^--attention-dropout must be in \[0, 1\), got 1.0$"):
+    with pytest.raises(SettingsError, match=r"^--attention-dropout must be a finite number in \[0, 1\), got 1.0$"):
         TrainSettings(attention_dropout=1.0)
     with pytest.raises(TypeError, match="colour"):
         TrainSettings(colour="red")
