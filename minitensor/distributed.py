@@ -19,7 +19,8 @@ thread per core, and 2 ranks on 2 cores would run 4 busy threads.
 Failure behaviour: every collective waits at most ``timeout`` seconds (default 600, or
 ``$MINITENSOR_DIST_TIMEOUT``). A rank that died or never started makes the others raise
 :class:`DistributedError` within that bound instead of hanging; under MPI the job is then
-aborted, so mpiexec ends every process.
+aborted, so mpiexec ends every process. A wait that lasts :data:`WAIT_NOTE_SECONDS` says so
+once, naming the collective and when the job will give up, so a frozen rank is not a silent hang.
 """
 from __future__ import annotations
 
@@ -38,6 +39,18 @@ class DistributedError(RuntimeError):
 
 def default_timeout() -> float:
     return float(os.environ.get("MINITENSOR_DIST_TIMEOUT", "600"))
+
+
+WAIT_NOTE_SECONDS = 60.0  # a collective that waits this long says so (once)
+
+
+def _waiting(rank: int, what: str, since: float, limit: float, noted: bool) -> bool:
+    """Say once that ``rank`` has waited long in ``what``; returns whether it has been said."""
+    if not noted and time.monotonic() - since >= min(WAIT_NOTE_SECONDS, limit / 2):
+        print(f"note: rank {rank} has waited {time.monotonic() - since:.0f} s for the other ranks in {what}; it gives up "
+              f"after {limit:.0f} s (MINITENSOR_DIST_TIMEOUT) if one has died or is frozen", file=sys.stderr, flush=True)
+        return True
+    return noted
 
 
 class Communicator:
@@ -121,8 +134,10 @@ class MPICommunicator(Communicator):
 
     def _wait(self, request, what: str, timeout: float | None = None) -> None:
         limit = self.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
+        since = time.monotonic()
+        deadline, noted = since + limit, False
         while not request.Test():
+            noted = _waiting(self.rank, what, since, limit, noted)
             if time.monotonic() > deadline:
                 msg = (f"rank {self.rank}: {what} did not complete within {limit:.0f} s; another rank has "
                        "probably died or never started. Aborting the job.")
@@ -171,8 +186,10 @@ class NCCLCommunicator(Communicator):
     def _sync(self, what: str) -> None:
         stream = self.cp.cuda.get_current_stream()
         event = stream.record()
-        deadline = time.monotonic() + self.timeout
+        since = time.monotonic()
+        deadline, noted = since + self.timeout, False
         while not event.done:
+            noted = _waiting(self.rank, f"NCCL {what}", since, self.timeout, noted)
             if time.monotonic() > deadline:
                 self.comm.abort()
                 raise DistributedError(f"rank {self.rank}: NCCL {what} did not complete within {self.timeout:.0f} s")

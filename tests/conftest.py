@@ -29,6 +29,9 @@ def pytest_addoption(parser):
     parser.addoption("--cupy-double", action="store_true",
                      help="run with the strict CuPy double (tests/cupy_double) in place of CuPy: the GPU-marked "
                           "tests run on the CPU; CUPY_DOUBLE_DEVICES sets how many devices it shows (default 1)")
+    parser.addoption("--fuzz-examples", type=int, default=None,
+                     help="examples each command-line fuzzer tries (tests/transformer/test_cli_fuzz.py; default: "
+                          "the bounded number CI runs)")
 
 
 def pytest_configure(config):

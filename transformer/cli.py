@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -643,11 +644,18 @@ def _unique(folder: Path, stem: str) -> Path:
 
 
 def _check_writable(folder: Path) -> None:
-    """evaluate writes into ``folder`` (made if missing): checked before the decoding it would waste."""
-    where = folder if folder.exists() else folder.parent
-    if not os.access(where, os.W_OK):
-        raise InputError(f"{where}: not writable, so the evaluation could not be saved; make it writable, or copy "
-                         "the run directory somewhere that is")
+    """evaluate writes into ``folder`` (made if missing): tried with a file of its own before the
+    decoding that a failed write would waste."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{folder} is a file, not a folder, so the evaluation could not be saved there; move it away")
+    where = folder if folder.is_dir() else folder.parent
+    try:
+        fd, probe = tempfile.mkstemp(dir=where, prefix=".probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InputError(f"{where}: cannot write there ({e.strerror or e}), so the evaluation could not be saved; make "
+                         "it writable, or copy the run directory somewhere that is") from None
 
 
 def cmd_evaluate(args) -> dict:
@@ -886,8 +894,9 @@ def run(argv=None) -> int:
         return 0
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every failure becomes one line
         error = e
-    if isinstance(error, BrokenPipeError) and _stdout_closed():
-        return EXIT_CLOSED_PIPE  # the reader has all it wanted (`| head`): nothing to say
+    if isinstance(error, BrokenPipeError):  # the reader of the output has all it wanted (`| head`)
+        _close_stdout()
+        return EXIT_CLOSED_PIPE
     if isinstance(error, (Interrupted, TranslationStopped)):
         status, message = EXIT_INTERRUPTED, str(error)
     elif isinstance(error, KeyboardInterrupt):
@@ -910,19 +919,12 @@ def run(argv=None) -> int:
     return status
 
 
-def _stdout_closed() -> bool:
-    """Whether stdout's reader has gone; if so, stdout is pointed at /dev/null, so that Python's
-    own flush at exit does not fail on it again."""
-    try:
-        sys.stdout.flush()
-        return False
-    except BrokenPipeError:
+def _close_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not fail on the closed pipe again."""
+    with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-        return True
-    except (OSError, ValueError):
-        return True
 
 
 def _speaks(error: BaseException) -> bool:

@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from .download import DownloadError, download, sha256_of
 
@@ -25,10 +25,17 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
 
 
-def decode_lines(raw: Iterable[bytes], name: str) -> Iterator[str]:
-    """Byte lines as text, without their line endings. Raises :class:`DataError` naming
-    ``name`` (a file, or "stdin") and the (1-based) line with invalid UTF-8."""
-    for number, line in enumerate(raw, start=1):
+MAX_LINE_BYTES = 4 << 20  # a "sentence" longer than this is not text of one sentence per line (/dev/zero, a binary file)
+
+
+def decode_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """A byte stream's lines as text, without their line endings, read one at a time (a pipe or
+    a device is read once, as it comes). Raises :class:`DataError` naming ``name`` (a file, or
+    "stdin") and the (1-based) line with invalid UTF-8, or longer than :data:`MAX_LINE_BYTES`."""
+    for number, line in enumerate(iter(lambda: stream.readline(MAX_LINE_BYTES + 2), b""), start=1):
+        if len(line.rstrip(b"\r\n")) > MAX_LINE_BYTES:
+            raise DataError(f"{name}:{number}: a line of more than {MAX_LINE_BYTES >> 20} MiB, so not text with one "
+                            "sentence per line")
         try:
             yield line.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as e:

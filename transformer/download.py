@@ -1,10 +1,16 @@
 """Fetching files over HTTP(S): resumable, checksummed, never left half-written under the final name.
 
 The bytes go to ``<name>.part`` beside the destination. A download that is cut off (a reset
-connection, a server that stops answering, Ctrl-C) keeps its part; the next attempt, in the
-same call or in a later run, asks the server for the rest with an HTTP ``Range`` header and
-continues from the part's last byte. Only a complete part whose SHA-256 matches is renamed to
-the final name; a part that does not match is deleted, so the next run starts afresh.
+connection, a server that stops answering or trickles, Ctrl-C) keeps its part; the next
+attempt, in the same call or in a later run, asks the server for the rest with an HTTP
+``Range`` header and continues from the part's last byte. Only a complete part whose SHA-256
+matches is renamed to the final name; a part that does not match is deleted, so the next run
+starts afresh. A server that sends more than the file's published size is stopped at that
+size: what it sends is not the file.
+
+``timeout`` bounds every wait for the server, and also how long a download may go on receiving
+almost nothing: less than :data:`STALL_BYTES` in ``timeout`` seconds counts as stopped (a
+server trickling a byte a second would otherwise never time out, each read being quick).
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 CHUNK = 1 << 16
+STALL_BYTES = 1 << 10  # fewer bytes than this in ``timeout`` seconds: the transfer has stalled
 
 
 class DownloadError(OSError):
@@ -60,7 +67,13 @@ def download(url: str, dest: str | Path, sha256: str | None = None, size: int | 
             break
         except urllib.error.HTTPError as e:
             raise DownloadError(f"could not download {url}: HTTP {e.code} {e.reason}") from None
+        except DownloadError:
+            raise
         except OSError as e:
+            if e.errno == errno.EFBIG:
+                raise DownloadError(f"could not write {part}: {e.strerror} (a file-size limit, ulimit -f, below the "
+                                    "file's size); lift the limit and run again (the download continues from byte "
+                                    f"{_size(part):,})") from None
             if _disk_full(e):
                 raise DownloadError(f"could not write {part}: {e.strerror}; free some space and run again "
                                     f"(the download continues from byte {_size(part):,})") from None
@@ -112,15 +125,28 @@ def _fetch(url: str, part: Path, size: int | None, progress: bool, timeout: floa
         with open(part, "ab" if have else "wb") as out, \
                 tqdm(total=total, initial=have, unit="B", unit_scale=True, desc=part.name[:-5], disable=not progress,
                      leave=False) as bar:
+            window_start, window_bytes = time.monotonic(), 0
             while True:
                 try:
-                    chunk = response.read(CHUNK)
+                    chunk = response.read1(CHUNK)  # what has come, not a full CHUNK: a trickle is seen as one
                 except http.client.HTTPException as e:  # e.g. IncompleteRead: the connection closed early
                     raise ConnectionError(f"the connection broke off ({type(e).__name__})") from None
                 if not chunk:
                     break
+                have += len(chunk)
+                if size is not None and have > size:
+                    out.close()
+                    part.unlink()
+                    raise DownloadError(f"{url}: the server sent more than the {size:,} bytes the file has, so it is "
+                                        "not the file expected; the partial file was deleted (check --url-base, or "
+                                        "try another mirror)")
                 out.write(chunk)
                 bar.update(len(chunk))
+                window_bytes += len(chunk)
+                if time.monotonic() - window_start >= timeout:
+                    if window_bytes < STALL_BYTES:
+                        raise TimeoutError(f"the server sent {window_bytes} bytes in {timeout:g} s")
+                    window_start, window_bytes = time.monotonic(), 0
         if total is not None and _size(part) < total:
             raise ConnectionError("the connection closed before the end of the file")
 
@@ -145,5 +171,6 @@ def _unreachable(e: OSError) -> bool:
 def _reason(e: OSError) -> str:
     reason = getattr(e, "reason", None) or e
     if isinstance(reason, TimeoutError):
-        return "the server stopped answering (timed out)"
+        detail = str(reason)
+        return f"the server stopped answering (timed out{': ' + detail if ' sent ' in detail else ''})"
     return str(reason) or type(reason).__name__

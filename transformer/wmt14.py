@@ -103,10 +103,15 @@ def read_manifest(folder: str | Path) -> dict:
     if not path.exists():
         raise DataError(f"{folder}: no {MANIFEST}; prepare the folder with: python -m transformer data wmt14 "
                         f"--out {folder}")
-    manifest = json.loads(path.read_text())
-    for name, info in manifest["files"].items():
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        files = {name: int(info["bytes"]) for name, info in manifest["files"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DataError(f"{path} is not a manifest that `data wmt14` wrote ({type(e).__name__}: {e}); prepare the folder "
+                        f"again: python -m transformer data wmt14 --out {folder}") from None
+    for name, size in files.items():
         f = folder / name
-        if not f.exists() or f.stat().st_size != info["bytes"]:
+        if not f.exists() or f.stat().st_size != size:
             raise DataError(f"{f}: missing or changed since {path} was written; prepare the folder again")
     return manifest
 
@@ -143,7 +148,8 @@ def prepare(out: str | Path, from_dir: str | Path | None = None, url_base: str |
     out = Path(out)
     if is_prepared(out):
         manifest = read_manifest(out)
-        log(f"{out} is already prepared ({manifest['files']['train.en']['lines']:,} training pairs); "
+        pairs = manifest["files"].get("train.en", {}).get("lines")
+        log(f"{out} is already prepared ({f'{pairs:,}' if isinstance(pairs, int) else 'its'} training pairs); "
             f"delete {out / MANIFEST} to prepare it again")
         return manifest
     if from_dir is not None:

@@ -55,6 +55,10 @@ def text(lines) -> bytes:
 
 @pytest.fixture(scope="module")
 def archives():
+    return small_archives()
+
+
+def small_archives() -> dict:
     """{name: bytes}: the four archives, small, with the real members and some others beside them."""
     en, de = multi30k("train", "en"), multi30k("train", "de")
     ven, vde = multi30k("val", "en"), multi30k("val", "de")
