@@ -37,6 +37,8 @@ import numpy as np
 
 from minitensor import backend
 
+from .config import TransformerConfig
+
 
 class CheckpointError(ValueError):
     """A checkpoint file cannot be used: truncated, unreadable, or not what its hash says."""
@@ -170,6 +172,16 @@ def read_meta(path: str | Path) -> dict:
         raise CheckpointError(f"{path} is damaged and cannot be read ({type(e).__name__}: {e})") from e
 
 
+def model_config(meta: dict, path: str | Path) -> TransformerConfig:
+    """The :class:`~transformer.config.TransformerConfig` a checkpoint's weights were built with;
+    :class:`CheckpointError` naming ``path`` when its metadata does not hold one."""
+    try:
+        return TransformerConfig.from_dict(meta["config"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path} is damaged: its metadata holds no model configuration ({type(e).__name__}: "
+                              f"{e})") from None
+
+
 def kind_of(meta: dict) -> str:
     """A checkpoint's kind (:data:`KINDS`); files written before kinds were recorded: "training"
     when they hold optimizer state, else "weights"."""
@@ -196,6 +208,15 @@ def load_checkpoint(path: str | Path) -> dict:
     expected = meta.pop("sha256", None)
     if expected is not None and arrays_sha256(stored) != expected:
         raise CheckpointError(f"{path} is damaged: its arrays do not match the hash written with them")
+    try:
+        return {**_unpack(stored, meta), "meta": meta}
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # the metadata was altered
+        raise CheckpointError(f"{path} is damaged: its metadata does not describe its arrays "
+                              f"({type(e).__name__}: {e})") from e
+
+
+def _unpack(stored: dict, meta: dict) -> dict:
+    """The model's weights (aliases expanded) and the optimizer's state from a checkpoint's arrays."""
     model = {k[len("model/"):]: v for k, v in stored.items() if k.startswith("model/")}
     optim_arrays = {k: v for k, v in stored.items() if k.startswith("optim/")}
     for alias, name in meta.pop("aliases", {}).items():
@@ -208,14 +229,14 @@ def load_checkpoint(path: str | Path) -> dict:
             _, i, name = k.split("/", 2)
             state[int(i)][name] = v
         optimizer = {"steps": o["steps"], "hyper": o["hyper"], "state": state}
-    return {"model": model, "optimizer": optimizer, "meta": meta}
+    return {"model": model, "optimizer": optimizer}
 
 
 def newest_loadable(paths: Sequence[str | Path], warn=None, refuse=None) -> tuple[dict, Path]:
     """(checkpoint, path) of the newest of ``paths`` (oldest first) that loads.
 
-    ``refuse``, when given, is a function of a checkpoint's metadata that returns why it may not
-    be used here (another vocabulary, say), or None. Each file passed over, damaged or refused,
+    ``refuse``, when given, is a function of a loaded checkpoint that returns why it may not be
+    used here (another vocabulary, say), or None. Each file passed over, damaged or refused,
     is reported through ``warn`` (a function of one string) with the reason, so that a caller
     can say which checkpoint it skipped and why; when none is left, :class:`CheckpointError`
     says so.
@@ -224,7 +245,7 @@ def newest_loadable(paths: Sequence[str | Path], warn=None, refuse=None) -> tupl
     for p in reversed(paths):
         try:
             ck = load_checkpoint(p)
-            reason = refuse(ck["meta"]) if refuse is not None else None
+            reason = refuse(ck) if refuse is not None else None
             if reason is None:
                 return ck, p
         except CheckpointError as e:

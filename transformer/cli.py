@@ -35,23 +35,23 @@ from minitensor import DeviceError, allocator, backend, blas, distributed, threa
 
 from . import data as D
 from . import wmt14
-from . import config as model_config
-from . import train as training
 from .checkpoint import (CheckpointError, CheckpointWriteError, average_checkpoints, kind_of, load_checkpoint,
-                         newest_loadable, read_meta, save_checkpoint, step_checkpoints)
-from .config import TransformerConfig
+                         model_config, newest_loadable, read_meta, save_checkpoint, step_checkpoints)
+from .config import RANGES as MODEL_RANGES
 from .corpus import PairFilter, ParallelText, bpe_sample, encode_corpus
-from .download import DownloadError
 from .decoding import MAX_BEAM
+from .download import DownloadError, sha256_of
 from .evaluate import DECODE_MEMORY_GIB, LONG_LINES, DecodingTooLarge, LongLineError, bleu, translate
 from .flags import Boolean, Choice, FlagError, Real, Text, Whole, help_text
 from .model import Transformer
 from .presets import PRESETS
 from .rundir import (RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh, check_not_busy,
                      leftovers, previous_run, write_file)
-from .tokenizer import Tokenizer, VocabularyTooLarge, VocabularyTooSmall, encode_cached
-from .train import (MODEL_FLAGS, Interrupted, ParallelData, SettingsError, Trainer, TrainingDiverged, TrainSettings,
-                    run_differences)
+from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, encode_cached
+from .train import DATA_NAMES, MODEL_FLAGS
+from .train import RANGES as TRAINING_RANGES
+from .train import (Interrupted, ParallelData, RunFileError, SettingsError, Trainer, TrainingDiverged, TrainSettings,
+                    read_metrics, run_differences)
 
 
 # pairs the joint BPE model is trained on, sampled from the whole corpus (every pair of a smaller one)
@@ -64,8 +64,8 @@ class InputError(Exception):
 
 EXIT_FAILURE, EXIT_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 # what the user can mend: reported with exit status 2 (anything else is a failure, status 1)
-INPUT_ERRORS = (InputError, SettingsError, FlagError, D.DataError, CheckpointError, VocabularyTooLarge,
-                VocabularyTooSmall, FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError, RunDirBusy,
+INPUT_ERRORS = (InputError, SettingsError, FlagError, D.DataError, CheckpointError, RunFileError, TrainingDiverged,
+                TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError, RunDirBusy,
                 RunDirInUse, RunDirUnwritable, DeviceError, LongLineError, DecodingTooLarge)
 
 
@@ -210,9 +210,9 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
                     raise InputError(f"--average {average}: {f} was {why}")
             ck, name = average_checkpoints(files), f"average{len(files)}-{files[-1].stem}"
         else:  # the newest that loads, saying which were skipped and why
-            ck, path = newest_loadable(found, warn=note, refuse=other_vocabulary)
+            ck, path = newest_loadable(found, warn=note, refuse=lambda ck: other_vocabulary(ck["meta"]))
             files, name = [path], path.stem
-    model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
+    model = Transformer(model_config(ck["meta"], files[-1]))
     model.load_state_dict(ck["model"])
     return Loaded(model.to(device).eval(), tok, name, [str(f) for f in files], ck["meta"])
 
@@ -230,22 +230,31 @@ def check_same_run(files: list[Path]) -> None:
 
 # ---------------------------------------------------------------------------- commands
 DEFAULT_PRESET = "multi30k-cpu"
-# a run's data settings beside its preset; None in the parser, so that a resumed run keeps its own
-DATA_DEFAULTS = {"src_lang": "en", "tgt_lang": "de", "limit": None, "max_words": 250, "max_ratio": 3.0}
+# a run's data settings beside its preset: kind, default (None: the preset's) and help. The parser
+# leaves them None, so that a resumed run keeps its own
+DATA_SETTINGS = {
+    "preset": (Choice(tuple(sorted(PRESETS))), None,
+               f"the data, model and recipe (transformer/presets.py; default {DEFAULT_PRESET}, or a resumed run's own)"),
+    "dataset": (Choice(("multi30k", "wmt14")), None, "default: the preset's"),
+    "src_lang": (Text("language code"), "en", "the source side's language code (default en)"),
+    "tgt_lang": (Text("language code"), "de", "the target side's language code (default de)"),
+    "vocab_size": (Whole(5, 2**20), None, "joint BPE vocabulary: 4 special pieces and at least one more (default: the "
+                                          "preset's)"),
+    "limit": (Whole(1, 10**12), None, "use only the first N training pairs (for quick trials)"),
+    "max_words": (Whole(1, 10**6), 250, "drop training pairs with a longer side (default 250)"),
+    "max_ratio": (Real(1, 1e6), 3.0, "drop training pairs with a larger length ratio (default 3)"),
+}
 
 
 def add_data_args(p):
-    _value(p, "--dataset", Choice(("multi30k", "wmt14")), None, "default: the preset's")
+    for name, (kind, _, text) in DATA_SETTINGS.items():
+        _value(p, "--" + name.replace("_", "-"), kind, None, text)
     p.add_argument("--data-dir", type=Text("folder"),
                    help="multi30k: a local Multi30k directory (default: $MULTI30K_DIR, else download into the cache); "
                         "wmt14: a folder prepared by `python -m transformer data wmt14`")
-    p.add_argument("--src-lang", type=Text("language code"), help="the source side's language code (default en)")
-    p.add_argument("--tgt-lang", type=Text("language code"), help="the target side's language code (default de)")
     for side in ("train", "valid", "test"):
         for lang in ("src", "tgt"):
             p.add_argument(f"--{side}-{lang}", type=Text("file"), help=f"WMT14 {side} {lang} file(s), plain or .sgm")
-    _value(p, "--max-words", Whole(1, 10**6), None, "drop training pairs with a longer side (default 250)")
-    _value(p, "--max-ratio", Real(1, 1e6), None, "drop training pairs with a larger length ratio (default 3)")
 
 
 def check_data_args(args) -> None:
@@ -293,9 +302,10 @@ def recall_data_dir(args, run: Path) -> None:
 
 
 def resumable(run: Path) -> dict:
-    """The metadata of the newest training checkpoint in ``run`` that reads: what ``--resume``
-    continues. Refuses, before anything is written, when there is none (a misspelled
-    ``--run-dir`` would otherwise start a new run from update 0)."""
+    """The metadata of the newest checkpoint in ``run`` whose metadata reads and holds the run's
+    settings: what ``--resume`` continues (``"own"``: those settings, rebuilt). Refuses, before
+    anything is written, when there is none (a misspelled ``--run-dir`` would otherwise start a
+    new run from update 0)."""
     found = step_checkpoints(run)
     if not found:
         where = (f"{run} does not exist" if not run.exists() else f"{run} holds no checkpoint_<step>.npz")
@@ -304,19 +314,56 @@ def resumable(run: Path) -> dict:
     problems = []
     for path in reversed(found):
         try:
-            return read_meta(path)
+            meta = read_meta(path)
+            return {**meta, "own": own_settings(meta, path), "path": path}
         except CheckpointError as e:
             problems.append(str(e))
-    raise InputError(f"--resume: none of the {len(found)} checkpoint(s) in {run} can be read: {'; '.join(problems)}")
+    raise InputError(f"--resume: none of the {len(found)} checkpoint(s) in {run} can be used: {'; '.join(problems)}")
 
 
-def data_settings(args, preset: str, saved: dict) -> dict:
-    """The run's data settings: the flags given, else the resumed run's own (``saved``), else the
-    preset's and the defaults. They are written into ``args`` (the readers take them from there)
-    and returned, to be stored in every checkpoint beside the training settings."""
-    values = {"preset": preset, "dataset": PRESETS[preset]["dataset"], "vocab_size": PRESETS[preset]["vocab_size"],
-              **DATA_DEFAULTS}
-    values.update({k: v for k, v in saved.items() if k in values})
+def own_settings(meta: dict, path: Path) -> TrainSettings | None:
+    """The training settings stored in a checkpoint (None in one written before they were)."""
+    own = meta.get("settings")
+    if own is None:
+        return None
+    try:
+        return TrainSettings(model_config({"config": own["model"]}, path),
+                             **{k: v for k, v in own.items() if k != "model"})
+    except (KeyError, TypeError, AttributeError, SettingsError) as e:
+        raise CheckpointError(f"{path} is damaged: the settings stored in it are not ones this tool writes ({e})") \
+            from None
+
+
+def check_vocabulary(run: Path, meta: dict) -> None:
+    """A resumed run needs the BPE model it was trained with: refused before anything is read
+    or written when ``spm.model`` is missing or another (a new one would be trained, or the id
+    cache encoded again, for checkpoints that cannot use it)."""
+    model = run / "spm.model"
+    if not model.is_file():
+        raise InputError(f"--resume: {model} is missing, and the run's checkpoints need the vocabulary they were "
+                         "trained with; put it back (a new one would not match them)")
+    trained_with = meta.get("vocab_sha256")
+    if isinstance(trained_with, str) and sha256_of(model) != trained_with:
+        raise InputError(f"--resume: {model} is not the vocabulary the run was trained with (its SHA-256 is "
+                         f"{sha256_of(model)[:12]}..., the checkpoints' {trained_with[:12]}...); put the run's own back")
+
+
+def data_settings(args, preset: str, saved: dict, source: Path | None = None) -> dict:
+    """The run's data settings: the flags given, else the resumed run's own (``saved``, read from
+    the checkpoint ``source``), else the preset's and the defaults. They are written into
+    ``args`` (the readers take them from there) and returned, to be stored in every checkpoint
+    beside the training settings."""
+    values = {name: default for name, (_, default, _) in DATA_SETTINGS.items()}
+    values.update(preset=preset, dataset=PRESETS[preset]["dataset"], vocab_size=PRESETS[preset]["vocab_size"])
+    for name, value in saved.items():
+        if name in values and not (name == "limit" and value is None):
+            try:
+                DATA_SETTINGS[name][0].check(DATA_NAMES[name], value)
+            except FlagError as e:
+                raise CheckpointError(f"{source} is damaged: its data settings are not ones this tool writes ({e})") \
+                    from None
+        if name in values:
+            values[name] = value
     values.update({k: getattr(args, k) for k in values if getattr(args, k, None) is not None})
     for name, value in values.items():
         setattr(args, name, value)
@@ -341,17 +388,17 @@ def cmd_train(args) -> dict:
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --run-dir and --overwrite archives it: give one of them")
     saved = resumable(run) if args.resume else {}
-    saved_data = saved.get("data") or {}
+    saved_data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
     preset = args.preset or saved_data.get("preset") or DEFAULT_PRESET
     asked_vocab = args.vocab_size
-    data = data_settings(args, preset, saved_data)
+    data = data_settings(args, preset, saved_data, saved.get("path"))
     names = [*MODEL_FLAGS, *(f.name for f in fields(TrainSettings) if f.name != "model")]
     overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
     overrides.update(run_dir=args.run_dir, progress=not args.no_progress)
-    if saved.get("settings"):  # the run's own settings, changed only by the flags given now
-        own = saved["settings"]
-        settings = TrainSettings(TransformerConfig.from_dict(own["model"]),
-                                 **{k: v for k, v in own.items() if k != "model"} | overrides)
+    if saved.get("own") is not None:  # the run's own settings, changed only by the flags given now
+        own = saved["own"]
+        settings = TrainSettings(own.model, **{f.name: getattr(own, f.name) for f in fields(own) if f.name != "model"}
+                                 | overrides)
         now = {"settings": asdict(settings), "data": data}
         if differing := run_differences(saved, now):
             raise InputError(f"--resume: {len(differing)} setting(s) differ from the run in {run}, which keeps its "
@@ -359,6 +406,9 @@ def cmd_train(args) -> dict:
     else:
         settings = TrainSettings(**{**PRESETS[preset]["settings"], **overrides})
     if args.resume:
+        check_vocabulary(run, saved)
+        if (run / "metrics.jsonl").is_file():  # a damaged log is named before anything is prepared
+            read_metrics(run / "metrics.jsonl")
         recall_data_dir(args, run)
     check_data_args(args)
     check_memory(settings, args.vocab_size)
@@ -475,7 +525,7 @@ def cmd_average(args) -> None:
         print(f"note: --last {args.last}, but {run} holds {len(found)} checkpoint(s): averaging those", file=sys.stderr)
     check_same_run(found)
     ck = average_checkpoints(found)
-    model = Transformer(TransformerConfig.from_dict(ck["meta"]["config"]))
+    model = Transformer(model_config(ck["meta"], found[-1]))
     model.load_state_dict(ck["model"])
     out = save_checkpoint(output, model, None, {**ck["meta"], "averaged": [p.name for p in found]}, kind="average")
     print(f"averaged {', '.join(p.name for p in found)} -> {out}")
@@ -737,8 +787,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a translation model", description=TRAIN_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    _value(t, "--preset", Choice(tuple(sorted(PRESETS))), None,
-           f"the data, model and recipe (transformer/presets.py; default {DEFAULT_PRESET}, or a resumed run's own)")
     t.add_argument("--run-dir", required=True, type=Text("folder"),
                    help="checkpoints, metrics, plots and the BPE model go here")
     t.add_argument("--resume", action="store_true",
@@ -746,15 +794,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "may change its budget: --max-steps, --max-minutes, ...)")
     t.add_argument("--overwrite", action="store_true",
                    help="--run-dir holds an old run: move it to <run-dir>.archived-<time> first and start afresh")
-    _value(t, "--vocab-size", Whole(5, 2**20), None, "joint BPE vocabulary: 4 special pieces and at least one more "
-                                                     "(default: the preset's)")
-    _value(t, "--limit", Whole(1, 10**12), None, "use only the first N training pairs (for quick trials)")
     t.add_argument("--no-progress", action="store_true", help="plain log lines instead of a progress bar")
     t.add_argument("--distributed", action="store_true",
                    help="data parallel over the processes of an mpiexec launch (NCCL on cuda, MPI on cpu)")
     add_data_args(t)
-    kinds = {name: model_config.RANGES[first] for name, (first, *_) in MODEL_FLAGS.items()}
-    kinds.update({name: kind for name, kind in training.RANGES.items() if name not in ("run_dir", "progress")})
+    kinds = {name: MODEL_RANGES[first] for name, (first, *_) in MODEL_FLAGS.items()}
+    kinds.update({name: kind for name, kind in TRAINING_RANGES.items() if name not in ("run_dir", "progress")})
     helps = {f.name: f.metadata.get("help") for f in fields(TrainSettings)}
     for name, kind in kinds.items():
         _value(t, "--" + name.replace("_", "-"), kind, None, helps.get(name) or "default: the preset's")

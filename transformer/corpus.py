@@ -170,14 +170,27 @@ def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, ca
 
 
 def load_cache(cache: str | Path, key: str) -> tuple[TokenIds, TokenIds, FilterReport] | None:
-    """The cached ids (left in their files) and report when ``cache`` holds them for ``key``, else None."""
+    """The cached ids (left in their files) and report when ``cache`` holds them for ``key``, else
+    None: also when the cache is damaged (it is only derived data, so it is made again)."""
     path = Path(cache) / "key.json"
     if not path.exists():
         return None
-    meta = json.loads(path.read_text())
-    if meta.get("key") != key:
+    try:
+        meta = json.loads(path.read_text())
+        if meta.get("key") != key:
+            return None
+        src, tgt = _load_sides(Path(cache))
+        if not (_whole(src) and _whole(tgt) and len(src) == len(tgt)):
+            return None
+        return src, tgt, FilterReport(**meta["report"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return (*_load_sides(Path(cache)), FilterReport(**meta["report"]))
+
+
+def _whole(ids: TokenIds) -> bool:
+    """Whether a side's offsets and its ids file agree (a truncated file does not)."""
+    offsets = ids.offsets
+    return len(offsets) >= 1 and offsets[0] == 0 and offsets[-1] == len(ids.flat) and bool(np.all(np.diff(offsets) >= 0))
 
 
 def _load_sides(cache: Path) -> tuple[TokenIds, TokenIds]:

@@ -103,7 +103,7 @@ def translate(model, tokenizer: Tokenizer, sentences: Sequence[str], beam_size: 
             rows_per_sentence = memory_estimate(model.cfg, beam_size, T, output_limit(model, T, T + max_len_a))
             if rows_per_sentence > budget:
                 raise DecodingTooLarge(f"decoding one sentence of {T} pieces with beam {beam_size} needs about "
-                                  f"{rows_per_sentence / 2**30:.1f} GiB, more than the {memory_gib:g} GiB allowed; "
+                                  f"{rows_per_sentence / 2**30:.3g} GiB, more than the {memory_gib:g} GiB allowed; "
                                   "use a smaller beam or allow more memory")
             step = max(1, int(budget // rows_per_sentence))
             for start in range(0, len(batch), step):

@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import tempfile
+import zipfile
 from pathlib import Path
 from collections.abc import Sequence
 
@@ -28,6 +29,10 @@ class VocabularyTooSmall(ValueError):
     """The vocabulary size asked for cannot hold the corpus's characters and the special pieces."""
 
 
+class TokenizerModelError(ValueError):
+    """A sentencepiece model file that cannot be read (damaged, or not a model at all)."""
+
+
 class Tokenizer:
     """A trained sentencepiece model: text <-> lists of ids."""
 
@@ -35,7 +40,11 @@ class Tokenizer:
         self.path = Path(model_path)
         if not self.path.exists():
             raise FileNotFoundError(f"{self.path}: no sentencepiece model here (train one with Tokenizer.train)")
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except (RuntimeError, OSError) as e:  # sentencepiece: "INTERNAL: ..." for a file that is not a model
+            raise TokenizerModelError(f"{self.path} is not a sentencepiece model that can be read ({str(e).strip()}): "
+                                      "it is damaged, or another file took its name") from None
         ids = (self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id(), self.sp.unk_id())
         if ids != (PAD_ID, BOS_ID, EOS_ID, UNK_ID):
             raise ValueError(f"{self.path}: special ids (pad, bos, eos, unk) are {ids}, expected "
@@ -209,9 +218,12 @@ def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | 
         h.update(b"\n")
     key = h.hexdigest()
     if cache_path.exists():
-        with np.load(cache_path, allow_pickle=False) as z:
-            if str(z["key"]) == key:
-                return TokenIds(z["flat"], z["offsets"])
+        try:
+            with np.load(cache_path, allow_pickle=False) as z:
+                if str(z["key"]) == key:
+                    return TokenIds(z["flat"], z["offsets"])
+        except (OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile, EOFError):
+            pass  # a damaged cache is only derived data: made again below
     ids = TokenIds.from_lists(tokenizer.encode(list(lines)))
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache_path.with_name(cache_path.name + ".tmp.npz")

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -28,7 +29,8 @@ from minitensor import amp, optim
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import collate, lengths, token_batches
-from .checkpoint import kind_of, newest_loadable, prune_checkpoints, remove_partial_checkpoints, save_checkpoint, step_checkpoints
+from .checkpoint import (CheckpointError, kind_of, load_checkpoint, model_config, newest_loadable, prune_checkpoints,
+                         remove_partial_checkpoints, save_checkpoint, step_checkpoints)
 from .config import TransformerConfig, check_config
 from .decoding import MAX_BEAM
 from .evaluate import bleu, translate
@@ -115,18 +117,23 @@ def run_differences(a: dict, b: dict, labels: tuple[str, str] = ("in the run", "
         if x != y:
             lines.setdefault(name, f"{name}: {_short(x)} {labels[0]}, {_short(y)} {labels[1]}")
 
-    sa, sb = a.get("settings") or {}, b.get("settings") or {}
-    ma, mb = sa.get("model") or {}, sb.get("model") or {}
+    sa, sb = _record(a.get("settings")), _record(b.get("settings"))
+    ma, mb = _record(sa.get("model")), _record(sb.get("model"))
     for name in ma.keys() & mb.keys() - {"vocab_size"}:  # the vocabulary is compared as the tokenizer's hash
         differ(flag(name), ma[name], mb[name])
     for name in sa.keys() & sb.keys() - FREE_ON_RESUME - {"model"}:
         differ(flag(name), sa[name], sb[name])
-    da, db = a.get("data") or {}, b.get("data") or {}
+    da, db = _record(a.get("data")), _record(b.get("data"))
     for name in da.keys() & db.keys():
         differ(DATA_NAMES.get(name, name), da[name], db[name])
     if a.get("vocab_sha256") and b.get("vocab_sha256"):
         differ("the vocabulary (spm.model's SHA-256)", a["vocab_sha256"], b["vocab_sha256"])
     return [lines[k] for k in sorted(lines)]
+
+
+def _record(value) -> dict:
+    """A part of a run's identity as a dict (a part that is missing or altered compares as unknown)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _short(value) -> str:
@@ -231,6 +238,14 @@ class TrainSettings:
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """``model`` with the tokenizer's vocabulary."""
         return dataclasses.replace(self.model, vocab_size=vocab_size)
+
+
+def _count(meta: dict, key: str) -> int:
+    """A whole number >= 0 from a checkpoint's metadata (ValueError otherwise)."""
+    value = meta[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{key} is {value!r}")
+    return value
 
 
 class RunFileError(ValueError):
@@ -353,19 +368,55 @@ class Trainer:
             return f"trained with another vocabulary than {self.tok.path}"
         differing = run_differences(meta, {"settings": asdict(self.s), "data": self.data}, ("in it", "in this run"))
         try:
-            other_model = TransformerConfig.from_dict(meta["config"]) != self.cfg
-        except (KeyError, TypeError, ValueError):
-            return "its metadata is not that of a checkpoint of this tool"
+            other_model = model_config(meta, "it") != self.cfg
+        except CheckpointError as e:
+            return str(e)
         if differing or other_model:
             return f"not a checkpoint of this run ({'; '.join(differing) or 'another model'})"
+        return None
+
+    def _restore(self, ck: dict) -> str | None:
+        """Take the model, optimizer, schedule, random state and place in the data from a loaded
+        checkpoint; returns why it could not (metadata altered by hand), or None. A failure part
+        way is harmless: the next checkpoint tried sets every one of them again."""
+        meta = ck["meta"]
+        try:
+            self.model.load_state_dict(ck["model"])
+            self.model.to(self.s.device)
+            self.opt.load_state_dict(ck["optimizer"])
+            self.sched.load_state_dict(meta["schedule"])
+            mt.set_rng_state(meta["rng"])
+            self.step, self.epoch, self.batch_in_epoch = (_count(meta, k) for k in ("step", "epoch", "batch_in_epoch"))
+            best, self.train_seconds = meta["best_valid"], float(meta["train_seconds"])
+            self.best_valid = math.inf if best is None else float(best)  # null when no validation had run
+            if self.scaler and meta.get("loss_scaler"):
+                self.scaler.load_state_dict(meta["loss_scaler"])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            return f"its metadata is damaged ({type(e).__name__}: {e})"
         return None
 
     def save(self) -> Path | None:
         if not self.main:
             return None
-        path = save_checkpoint(self.run / f"checkpoint_{self.step}.npz", self.model, self.opt, self._meta())
+        path = self.run / f"checkpoint_{self.step}.npz"
+        self._move_aside(path)
+        path = save_checkpoint(path, self.model, self.opt, self._meta())
         prune_checkpoints(self.run, self.s.keep_last, ours=lambda meta: self._foreign(meta) is None)
         return path
+
+    def _move_aside(self, path: Path) -> None:
+        """A file where a checkpoint is to be saved (damaged, another run's, one that resume could
+        not use, not a checkpoint at all) is kept under another name, with a note, not replaced."""
+        if not (path.exists() or path.is_symlink()):
+            return
+        try:
+            why = "a directory" if path.is_dir() else self._foreign(load_checkpoint(path)["meta"])
+        except CheckpointError as e:
+            why = str(e)
+        moved = path.with_name(f"{path.stem}.moved-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{path.suffix}")
+        os.replace(path, moved)
+        print(f"note: {path.name} was in the way of update {self.step}'s checkpoint ({why or 'not the one resumed'}): "
+              f"moved to {moved.name}", file=sys.stderr)
 
     def resume(self) -> bool:
         """Continue from the newest checkpoint of this run in the run directory (False if there is
@@ -379,19 +430,7 @@ class Trainer:
             remove_partial_checkpoints(self.run)  # left by a run killed while it saved
         if not found:
             return False
-        ck, path = newest_loadable(found, warn=note, refuse=self._foreign)
-        meta = ck["meta"]
-        self.model.load_state_dict(ck["model"])
-        self.model.to(self.s.device)
-        self.opt.load_state_dict(ck["optimizer"])
-        self.sched.load_state_dict(meta["schedule"])
-        mt.set_rng_state(meta["rng"])
-        self.step, self.epoch, self.batch_in_epoch = meta["step"], meta["epoch"], meta["batch_in_epoch"]
-        self.best_valid, self.train_seconds = meta["best_valid"], meta["train_seconds"]
-        if self.best_valid is None:  # written as null when no validation had run
-            self.best_valid = math.inf
-        if self.scaler and meta.get("loss_scaler"):
-            self.scaler.load_state_dict(meta["loss_scaler"])
+        newest_loadable(found, warn=note, refuse=lambda ck: self._foreign(ck["meta"]) or self._restore(ck))
         metrics = self.run / "metrics.jsonl"
         if metrics.exists():  # forget log lines written after that checkpoint
             self.history = [r for r in read_metrics(metrics, warn=note) if r["step"] <= self.step]
