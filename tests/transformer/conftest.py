@@ -12,3 +12,14 @@ def small_run(tmp_path_factory):
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "6", "--save-every", "2")
     assert status == 0, err
     return run
+
+
+@pytest.fixture(scope="session")
+def other_run(tmp_path_factory):
+    """A run of the same model with another vocabulary (300 pieces): its checkpoints are another
+    run's to small_run (checkpoints at updates 2, 4, 6 and 8)."""
+    run = tmp_path_factory.mktemp("other") / "run"
+    small = [a if a != "250" else "300" for a in SMALL]
+    status, _, err = cli("train", "--run-dir", run, *small, "--max-steps", "8", "--save-every", "2")
+    assert status == 0, err
+    return run

@@ -267,16 +267,6 @@ def _sha(data: bytes) -> str:
 
 
 # ---------------------------------------------------------------------------- 2. damaged run directories
-@pytest.fixture(scope="module")
-def other_run(tmp_path_factory):
-    """A run with another vocabulary (the same model size): its checkpoints are foreign to small_run."""
-    run_dir = tmp_path_factory.mktemp("other") / "run"
-    small = [a if a != "250" else "300" for a in SMALL]
-    status, _, err = run(["train", "--run-dir", run_dir, *small, "--max-steps", "4", "--save-every", "2"])
-    assert status == 0, err
-    return run_dir
-
-
 def _checkpoint(ws: Path, draw) -> Path:
     return ws / "run" / f"checkpoint_{draw(st.sampled_from([2, 4, 6]))}.npz"
 

@@ -2,6 +2,7 @@
 archives with the real layouts (the real member names, other language pairs beside the
 English-German ones, SGM test sets), and misbehaves on request: cuts a download off halfway,
 serves damaged bytes, stops answering."""
+import contextlib
 import gzip
 import hashlib
 import http.server
@@ -85,7 +86,8 @@ def small_archives() -> dict:
 class Server:
     """Serves ``files`` over HTTP with Range support; ``mode[name]`` makes it misbehave:
     "cut" (the next response stops halfway and the connection closes), "corrupt" (other bytes),
-    "hang" (accepts, then never answers). ``requests`` logs (name, Range header)."""
+    "hang" (accepts, then never answers), "endless" (the file, then more bytes, with no length
+    given), "trickle" (a byte every 50 ms). ``requests`` logs (name, Range header)."""
 
     def __init__(self, files: dict):
         self.files, self.mode, self.requests = files, {}, []
@@ -110,8 +112,22 @@ class Server:
                     body = body[:100] + bytes(b ^ 0xFF for b in body[100:200]) + body[200:]
                 start = int(self.headers["Range"][6:-1]) if self.headers.get("Range") else 0
                 self.send_response(206 if start else 200)
+                if mode == "endless":
+                    self.end_headers()
+                    with contextlib.suppress(OSError):  # until the client hangs up
+                        self.wfile.write(body[start:])
+                        for _ in range(10_000):
+                            self.wfile.write(b"\0" * 65536)
+                    return
                 self.send_header("Content-Length", str(len(body) - start))
                 self.end_headers()
+                if mode == "trickle":
+                    with contextlib.suppress(OSError):
+                        for i in range(start, len(body)):
+                            self.wfile.write(body[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(0.05)
+                    return
                 if mode == "cut":
                     server.mode.pop(name)
                     self.wfile.write(body[start:start + (len(body) - start) // 2])
@@ -242,6 +258,27 @@ def test_a_server_that_stops_answering_times_out_with_a_clear_error(server, tmp_
                            "--retries", "1"], capsys)
     assert status == 1 and time.perf_counter() - start < 4.5  # two waits of 0.5 s and a pause of 1 s
     assert "stopped answering (timed out) (tried 2 times)" in err and err.count("\n") == 1
+
+
+def test_a_server_that_sends_past_the_files_size_is_stopped_there(server, tmp_path, capsys):
+    name = "training-parallel-europarl-v7.tgz"
+    server.mode[name] = "endless"
+    out = tmp_path / "w"
+    status, err = run_cli(["data", "wmt14", "--out", str(out), "--no-progress"], capsys)
+    size = len(server.files[name])
+    assert status == 1 and err.count("\n") == 1
+    assert f"the server sent more than the {size:,} bytes the file has, so it is not the file expected" in err
+    assert "free some space" not in err and not list((out / "archives").glob(f"{name}*"))
+
+
+def test_a_server_that_trickles_times_out_as_one_that_stops(server, tmp_path, capsys):
+    server.mode["dev.tgz"] = "trickle"
+    start = time.perf_counter()
+    status, err = run_cli(["data", "wmt14", "--out", str(tmp_path / "w"), "--no-progress", "--timeout", "0.5",
+                           "--retries", "0"], capsys)
+    assert status == 1 and time.perf_counter() - start < 30
+    assert "the server stopped answering (timed out: the server sent " in err and " bytes in 0.5 s)" in err, err
+    assert "bytes are kept in" in err  # what came is kept for the next run
 
 
 def test_no_network_is_one_line_naming_the_url_and_the_offline_way(server, tmp_path, capsys):

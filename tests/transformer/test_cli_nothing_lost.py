@@ -1,0 +1,502 @@
+"""Nothing lost, nothing mixed: the ways a run or a translation used to be lost, each run as a
+user runs it (``python -m transformer`` in a subprocess), each expecting what a user would:
+the work kept, one ``error:`` line naming the flag, file or line (exit status 2 for bad input,
+before anything is written), and a note wherever the tool chose for the user."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from transformer.checkpoint import load_checkpoint, read_meta, step_checkpoints
+
+from ..helpers import MULTI30K, REPO, SMALL, assert_clean, cli, copy_run, needs_multi30k
+from ..minitensor.test_distributed import mpiexec
+
+pytestmark = needs_multi30k
+
+
+def snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def steps_logged(run: Path) -> list:
+    return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def popen(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "transformer", *map(str, args)], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def lines(n: int) -> str:
+    return "".join(f"A dog number {i} runs in the park.\n" for i in range(n))
+
+
+# ---------------------------------------------------------------------------- 1. pipes, FIFOs and devices
+def test_translate_reads_a_pipe_a_fifo_or_dev_stdin_once_and_translates_every_line(small_run, tmp_path):
+    status, out, err = cli("translate", "--run-dir", small_run, "--input", "/dev/stdin", "--beam", "1",
+                           stdin=lines(3))
+    assert status == 0 and len(out.splitlines()) == 3, err
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(lines(4)))
+    writer.start()
+    status, out, err = cli("translate", "--run-dir", small_run, "--input", fifo, "--beam", "1", "--output",
+                           tmp_path / "out.txt")
+    writer.join()
+    assert status == 0, err
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 4
+
+
+def test_translate_of_an_endless_line_stops_at_once_naming_it(small_run):
+    status, _, err = cli("translate", "--run-dir", small_run, "--input", "/dev/zero", "--beam", "1", timeout=120)
+    assert_clean(status, err, 2, "error: /dev/zero:1: a line of more than 4 MiB, so not text with one sentence per line")
+
+
+# ---------------------------------------------------------------------------- 2. --resume compares the data
+@pytest.mark.parametrize("flags, named", [
+    (["--src-lang", "de", "--tgt-lang", "en"], ["--src-lang: en in the run, de now", "--tgt-lang: de in the run, en now"]),
+    (["--limit", "100"], ["--limit: 300 in the run, 100 now"]),
+    (["--max-words", "20", "--max-ratio", "2"], ["--max-words: 250 in the run, 20 now",
+                                                  "--max-ratio: 3.0 in the run, 2.0 now"]),
+    (["--preset", "wmt14-base"], ["--preset: multi30k-cpu in the run, wmt14-base now"]),
+    (["--vocab-size", "300"], ["--vocab-size: 250 in the run, 300 now"]),
+])
+def test_resume_with_other_data_settings_names_each_and_writes_nothing(small_run, tmp_path, flags, named):
+    run = copy_run(small_run, tmp_path)
+    before = snapshot(run)
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", *flags)
+    assert_clean(status, err, 2, f"error: --resume: {len(named)} setting(s) differ from the run in {run}")
+    for line in named:
+        assert line in err
+    assert snapshot(run) == before
+
+
+def test_resume_on_other_training_text_is_refused_before_anything_is_encoded(tmp_path):
+    en, de = MULTI30K / "train.en.gz", MULTI30K / "train.de.gz"
+    files = ["--train-src", en, "--train-tgt", de, "--valid-src", MULTI30K / "val.en.gz", "--valid-tgt",
+             MULTI30K / "val.de.gz"]
+    small = [*SMALL[2:], "--preset", "wmt14-base", "--device", "cpu", "--update-freq", "1", "--max-steps", "2"]
+    run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, *files, *small)
+    assert status == 0, err
+    other = tmp_path / "train.en"  # the same sentences but the first
+    import gzip  # noqa: PLC0415
+
+    text = gzip.decompress(en.read_bytes()).decode().splitlines()
+    other.write_text("\n".join(["Another first line."] + text[1:]) + "\n")
+    before = snapshot(run)
+    status, _, err = cli("train", "--run-dir", run, *[other if f == en else f for f in files], *small, "--resume",
+                         "--max-steps", "4")
+    assert_clean(status, err, 2, "error: --resume: the training text is not the run's")
+    assert snapshot(run) == before
+
+
+# ---------------------------------------------------------------------------- 3. average never replaces a training checkpoint
+def test_average_never_replaces_or_poses_as_a_training_checkpoint(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    before = snapshot(run)
+    status, _, err = cli("average", "--run-dir", run, "--last", "2", "--output", run / "checkpoint_20.npz")
+    assert_clean(status, err, 2, f"error: --output {run / 'checkpoint_20.npz'}: checkpoint_<step>.npz is how train "
+                                 "names its training checkpoints")
+    kept = tmp_path / "kept.npz"
+    shutil.copy(run / "checkpoint_6.npz", kept)  # a training checkpoint under another name
+    status, _, err = cli("average", "--run-dir", run, "--last", "2", "--output", kept)
+    assert_clean(status, err, 2, f"error: --output {kept} exists and is a training checkpoint")
+    assert snapshot(run) == before and kept.read_bytes() == (run / "checkpoint_6.npz").read_bytes()
+    # an average renamed into the training name by hand is left out, not resumed from
+    status, _, err = cli("average", "--run-dir", run, "--last", "2", "--output", tmp_path / "average.npz")
+    assert status == 0, err
+    assert read_meta(tmp_path / "average.npz")["kind"] == "average"
+    shutil.copy(tmp_path / "average.npz", run / "checkpoint_20.npz")
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", "--save-every", "2")
+    assert status == 0, err
+    assert "checkpoint_20.npz holds an average of checkpoints, not a training checkpoint" in err
+    assert "starting at update 6" in err and steps_logged(run) == list(range(1, 9))
+
+
+# ---------------------------------------------------------------------------- 4. checkpoints of two runs are never mixed
+def test_average_and_average_n_refuse_another_runs_checkpoint_and_translate_passes_it_by(small_run, other_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    foreign = run / "checkpoint_8.npz"
+    shutil.copy(other_run / "checkpoint_8.npz", foreign)  # the newest, of another vocabulary
+    status, _, err = cli("average", "--run-dir", run, "--last", "2")
+    assert_clean(status, err, 2, "error: ")
+    assert "are not checkpoints of one run" in err and "the vocabulary (spm.model's SHA-256)" in err
+    assert str(foreign) in err and not (run / "average.npz").exists()
+    status, _, err = cli("translate", "--run-dir", run, "--average", "2", "--beam", "1", stdin=lines(1))
+    assert_clean(status, err, 2, "error: ")
+    assert str(foreign) in err
+    status, out, err = cli("translate", "--run-dir", run, "--beam", "1", stdin=lines(1))
+    assert status == 0 and len(out.splitlines()) == 1, err
+    assert f"skipping {foreign.name}: trained with another vocabulary than {run / 'spm.model'}" in err
+    status, _, err = cli("translate", "--run-dir", run, "--checkpoint", foreign, "--beam", "1", stdin=lines(1))
+    assert_clean(status, err, 2, f"error: --checkpoint {foreign} was trained with another vocabulary than "
+                                 f"{run / 'spm.model'}")
+
+
+# ---------------------------------------------------------------------------- 5. a name is only a name
+def test_a_renamed_checkpoint_is_taken_at_the_step_stored_in_it_and_pruned_by_it(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    (run / "checkpoint_2.npz").rename(run / "checkpoint_20.npz")
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", "--save-every", "2",
+                         "--keep-last", "2")
+    assert status == 0, err
+    assert "note: checkpoint_20.npz holds update 2 (its name says 20): taken as update 2" in err
+    assert "starting at update 6" in err and steps_logged(run) == list(range(1, 9))  # no update lost from the log
+    assert [p.name for p in step_checkpoints(run)] == ["checkpoint_6.npz", "checkpoint_8.npz"]  # 20 (update 2) pruned
+
+
+# ---------------------------------------------------------------------------- 6. and 15. the lock
+@pytest.mark.parametrize("left", [b"", b"garbage", b"[1, 2]", b"null",
+                                  json.dumps({"pid": 1, "host": socket.gethostname()}).encode()])
+def test_a_lock_file_that_no_process_holds_is_taken_over_whatever_it_says(small_run, tmp_path, left):
+    run = copy_run(small_run, tmp_path)
+    (run / ".lock").write_bytes(left)  # pid 1 is alive, and not a trainer: the kernel's lock knows
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", "--save-every", "2")
+    assert status == 0, err
+    assert ("taking it over" in err) == bool(left.strip())
+    assert not (run / ".lock").exists()
+
+
+HOLD_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, b"unreadable")
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_live_lock_with_an_unreadable_file_still_refuses(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8")
+        assert_clean(status, err, 2, f"error: {run} is in use by another process (its lock file does not say which)")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+FULL_DISK_AT_LOCK = """
+import errno, os, sys
+from transformer import rundir
+from transformer.cli import run
+real = os.write
+def write(fd, data):
+    if data.startswith(b'{"pid"'):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(fd, data)
+rundir.os.write = write
+sys.exit(run(sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_while_taking_the_lock_leaves_no_lock_behind(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", code=FULL_DISK_AT_LOCK)
+    assert_clean(status, err, 2, f"error: {run}: cannot write its lock file .lock (No space left on device)")
+    assert not (run / ".lock").exists()
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", "--save-every", "2")
+    assert status == 0 and "taking it over" not in err, err
+
+
+RACES = """
+import json, os, socket, sys, time
+from pathlib import Path
+from transformer.rundir import RunDirBusy, RunLock
+
+def contender(run, start, out):
+    lock = RunLock(run)
+    while time.time() < start:
+        pass
+    try:
+        lock.acquire()
+    except RunDirBusy:
+        os.write(out, b"refused\\n")
+        return
+    os.write(out, b"took\\n")
+    time.sleep(0.02)  # held while the other tries
+    lock.release()
+
+both = 0
+for trial in range(int(sys.argv[2])):
+    run = Path(sys.argv[1]) / f"r{trial}"
+    run.mkdir()
+    (run / ".lock").write_text(json.dumps({"pid": 999999, "host": socket.gethostname()}))  # stale
+    start, (r, w) = time.time() + 0.02, os.pipe()
+    children = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            os.close(2)  # the takeover note
+            contender(run, start, w)
+            os._exit(0)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
+    os.close(w)
+    results = sorted(os.read(r, 100).decode().split())
+    os.close(r)
+    both += results != ["refused", "took"]
+print(both)
+"""
+
+
+def test_two_processes_never_both_take_over_a_stale_lock(tmp_path):
+    """100 races of two processes, started on the same instant against a stale lock file: exactly
+    one takes it every time (takeover was check-then-delete: both took it in 37 of 100)."""
+    p = subprocess.run([sys.executable, "-c", RACES, str(tmp_path), "100"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "0"
+
+
+# ---------------------------------------------------------------------------- 7. a log cut off by a crash
+def test_a_cut_off_last_metrics_line_is_dropped_with_a_note_and_a_damaged_one_is_named(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    metrics = run / "metrics.jsonl"
+    metrics.write_bytes(metrics.read_bytes() + b'{"step": 7, "lo')
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", "--save-every", "2")
+    assert status == 0, err
+    assert f"note: {metrics}:7: an unfinished last line (a crash during a write) was dropped" in err
+    assert steps_logged(run) == list(range(1, 9))
+    logged = metrics.read_bytes().splitlines(keepends=True)
+    metrics.write_bytes(b"".join(logged[:2] + [b"\x00garbage\n"] + logged[2:]))
+    before = snapshot(run)
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "10")
+    assert_clean(status, err, 2, f"error: {metrics}:3: not a metrics record")
+    assert snapshot(run) == before
+
+
+# ---------------------------------------------------------------------------- 8. signals keep the translations
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_translate_keeps_the_finished_lines_under_the_final_name(small_run, tmp_path, sig):
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text(lines(30_000))
+    proc = popen("translate", "--run-dir", small_run, "--input", source, "--output", output, "--beam", "1",
+                 "--no-progress")
+    partial = tmp_path / ".out.txt.partial"
+    deadline = time.time() + 120
+    while not (partial.exists() and partial.stat().st_size > 0):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    n = len(output.read_text().splitlines())
+    assert err.strip().splitlines()[-1] == f"interrupted ({sig.name}): the {n} line(s) translated so far are in {output}"
+    assert 0 < n < 30_000 and not partial.exists()
+
+
+# ---------------------------------------------------------------------------- 9. evaluate checks before it decodes
+def test_evaluate_that_could_not_save_refuses_before_decoding(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    (run / "evaluations").write_text("in the way\n")
+    status, out, err = cli("evaluate", "--run-dir", run, "--beam", "1")
+    assert_clean(status, err, 2, f"error: {run / 'evaluations'} is a file, not a folder")
+    assert "BLEU" not in out and "translating" not in err
+
+
+def test_a_limit_past_the_end_scores_the_whole_set_under_a_short_name(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    src, ref = tmp_path / "s.en", tmp_path / "s.de"
+    src.write_text(lines(3))
+    ref.write_text("Ein Hund.\n" * 3)
+    status, out, err = cli("evaluate", "--run-dir", run, "--src", src, "--ref", ref, "--beam", "1", "--limit",
+                           str(10**12))
+    assert status == 0 and out.startswith("BLEU "), err
+    [result] = (run / "evaluations").glob("*.json")
+    assert result.name == "s_checkpoint_6_beam1.json" and json.loads(result.read_text())["sentences"] == 3
+
+
+# ---------------------------------------------------------------------------- 10. data parallel: any rank's signal stops all
+def _rank_pids(run: Path) -> dict:
+    """{rank: pid} of the processes training into ``run`` under mpiexec."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(run).encode() in cmdline and b"transformer" in cmdline:
+            rank = [e[len(b"PMI_RANK="):] for e in environ if e.startswith(b"PMI_RANK=")]
+            if rank:
+                found[int(rank[0])] = int(pid)
+    return found
+
+
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec (pip install -e '.[mpi]')")
+@pytest.mark.parametrize("target", ["rank 1", "mpiexec"])
+def test_a_signal_to_any_rank_or_to_mpiexec_stops_every_rank_after_the_same_update(tmp_path, target):
+    run = tmp_path / "run"
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "transformer", "train", "--run-dir", str(run), *SMALL,
+           "--max-steps", "100000", "--save-every", "100000", "--distributed"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.time() + 120
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline
+        time.sleep(0.05)
+    if target == "rank 1":
+        os.kill(_rank_pids(run)[1], signal.SIGTERM)
+    else:
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    step = len(metrics.read_text().splitlines())
+    assert err.count("stopped at update") == 1 and f"stopped at update {step}; continue with --resume" in err, err
+    assert [p.name for p in step_checkpoints(run)] == [f"checkpoint_{step}.npz"]
+    load_checkpoint(step_checkpoints(run)[0])
+    if target == "rank 1":
+        assert f"another rank was asked to stop: stopping after update {step} and saving a checkpoint" in err
+    else:
+        stopping = [x for x in err.splitlines() if "stopping after update" in x]
+        assert stopping == [f"SIGINT: stopping after update {step} and saving a checkpoint; press Ctrl-C again to "
+                            "stop at once"], err
+
+
+# ---------------------------------------------------------------------------- 11. a failed start is not a run
+def test_a_start_refused_after_preparing_keeps_the_data_and_the_retry_needs_no_overwrite(tmp_path):
+    run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-tokens", "3", "--max-steps", "2")
+    assert_clean(status, err, 2, "error: --max-tokens 3 is less than the longest training pair needs")
+    assert f"note: the BPE model and token ids prepared in {run} are kept" in err
+    assert sorted(p.name for p in run.iterdir()) == ["cache", "spm.model", "spm.vocab"]
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "2")
+    assert status == 0 and "already holds a run" not in err, err
+
+
+def test_a_flag_refused_at_parse_creates_nothing(tmp_path):
+    status, _, err = cli("train", "--run-dir", tmp_path / "run", *SMALL, "--lr-factor", "inf")
+    assert_clean(status, err, 2, "error: --lr-factor must be a finite number in (0, 100], got inf")
+    assert not (tmp_path / "run").exists()
+
+
+DIVERGE_AT_2 = """
+import sys
+from transformer import train
+real, calls = train.batch_loss, []
+def batch_loss(*args, **kw):
+    loss = real(*args, **kw)
+    calls.append(1)
+    return loss * float("nan") if len(calls) == 2 else loss
+train.batch_loss = batch_loss
+from transformer.cli import run
+sys.exit(run(sys.argv[1:]))
+"""
+
+
+def test_a_run_that_diverges_before_its_first_checkpoint_says_so_and_the_retry_archives_its_logs(tmp_path):
+    run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "20", "--save-every", "10",
+                         code=DIVERGE_AT_2)
+    assert_clean(status, err, 2, "error: loss is nan at update 2; stopping. No checkpoint was saved yet.")
+    assert "resume" not in err.split("error:")[1]
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "2")
+    assert status == 0, err
+    assert f"note: {run} held the files of a start that saved no checkpoint (metrics.jsonl" in err
+    [archived] = [p for p in tmp_path.iterdir() if p.name.startswith("run.archived-")]
+    assert json.loads((archived / "metrics.jsonl").read_text().splitlines()[0])["step"] == 1
+    assert steps_logged(run) == [1, 2]
+
+
+# ---------------------------------------------------------------------------- 12. --resume needs a run
+def test_resume_of_a_misspelled_run_dir_refuses_and_creates_nothing(tmp_path):
+    status, _, err = cli("train", "--run-dir", tmp_path / "rnu", *SMALL, "--resume")
+    assert_clean(status, err, 2, f"error: --resume: {tmp_path / 'rnu'} does not exist, so there is no run to continue")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------- 13. every flag checked where it is parsed
+@pytest.mark.parametrize("flags, message", [
+    (["--norm-first", "2"], "error: --norm-first must be true or false, got 2"),
+    (["--tf32", "maybe"], "error: --tf32 must be true or false, got maybe"),
+    (["--max-ratio", "nan"], "error: --max-ratio must be a finite number in [1, 1000000], got nan"),
+    (["--max-ratio", "inf"], "error: --max-ratio must be a finite number in [1, 1000000], got inf"),
+    (["--d-model", "1e30"], "error: --d-model must be a whole number in [1, 65536], got 1e30"),
+    (["--d-model", "9" * 40], f"error: --d-model must be a whole number in [1, 65536], got {'9' * 40}"),
+    (["--ov"], "error: unrecognized arguments: --ov"),
+    (["--d-model", "65536", "--n-heads", "1", "--d-ff", "262144", "--layers", "1024"], "error: the model has "),
+])
+def test_out_of_range_train_flags_are_refused_by_name_before_anything_is_made(tmp_path, flags, message):
+    status, _, err = cli("train", "--run-dir", tmp_path / "run", *SMALL, *flags)
+    assert_clean(status, err, 2, message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_out_of_range_decoding_memory_is_refused_by_name(small_run):
+    status, _, err = cli("translate", "--run-dir", small_run, "--memory-gib", "1e300", stdin=lines(1))
+    assert_clean(status, err, 2, "error: --memory-gib must be a finite number in (0, 1048576], got 1e300")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--vocab-size", "5"], "error: the training corpus has characters enough to need at least "),
+    (["--max-words", "1"], "error: no training pair is left to learn from"),
+])
+def test_a_vocabulary_or_filter_the_data_cannot_meet_is_one_line_naming_the_flag(tmp_path, flags, message):
+    status, _, err = cli("train", "--run-dir", tmp_path / "run", *SMALL, *flags, "--max-steps", "2")
+    assert_clean(status, err, 2, message)
+    assert "INTERNAL" not in err and ("--vocab-size" in err or "--max-words" in err)
+
+
+# ---------------------------------------------------------------------------- 14. downloads (see test_wmt14_data.py)
+# the endless and the trickling server: test_wmt14_data.py, beside the server that misbehaves
+
+
+# ---------------------------------------------------------------------------- 16. smaller ones
+def test_translate_with_stdin_closed_says_so(small_run):
+    p = subprocess.run([sys.executable, "-m", "transformer", "translate", "--run-dir", str(small_run)], cwd=REPO,
+                       capture_output=True, text=True, stdin=None, preexec_fn=lambda: os.close(0), timeout=120)
+    assert_clean(p.returncode, p.stderr, 2, "error: stdin is closed: give --input FILE, or pipe the text in")
+
+
+def test_translate_into_head_ends_quietly_as_unix_tools_do(small_run):
+    shell = (f"{sys.executable} -m transformer translate --run-dir {small_run} --beam 1 --no-progress "
+             f"< <(yes 'A dog runs.' | head -3000) | head -1; echo \"status ${{PIPESTATUS[0]}}\" >&2")
+    p = subprocess.run(["bash", "-c", shell], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert len(p.stdout.splitlines()) == 1
+    assert p.stderr.strip().splitlines() == ["status 141"], p.stderr
+
+
+def test_a_plain_npz_under_a_checkpoints_name_is_called_what_it_is(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    np.savez(run / "checkpoint_500.npz", x=np.arange(3))
+    status, out, err = cli("translate", "--run-dir", run, "--beam", "1", stdin=lines(1))
+    assert status == 0, err
+    assert f"skipping checkpoint_500.npz: {run / 'checkpoint_500.npz'} is a .npz file but not a checkpoint of this tool" \
+        in err and "damaged" not in err
+    status, _, err = cli("translate", "--run-dir", run, "--checkpoint", run / "checkpoint_500.npz", stdin=lines(1))
+    assert_clean(status, err, 2, f"error: {run / 'checkpoint_500.npz'} is a .npz file but not a checkpoint of this tool")
+
+
+def test_translate_refuses_to_write_over_its_own_input(small_run, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text(lines(2))
+    status, _, err = cli("translate", "--run-dir", small_run, "--input", source, "--output", source)
+    assert_clean(status, err, 2, f"error: --output {source} is the --input file")
+    assert source.read_text() == lines(2)
+
+
+def test_a_manifest_without_its_keys_is_named(tmp_path):
+    folder = tmp_path / "wmt"
+    folder.mkdir()
+    (folder / "manifest.json").write_text('{"made": "by hand"}')
+    status, _, err = cli("train", "--preset", "wmt14-base", "--device", "cpu", "--data-dir", folder,
+                         "--run-dir", tmp_path / "run")
+    assert_clean(status, err, 2, f"error: {folder / 'manifest.json'} is not a manifest that `data wmt14` wrote")
