@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in the order a GPU session should run it (each step's log goes
-# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|kernels|step|profile|multi30k|lesson|all]
+# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|kernels|step|profile|multi30k|lesson|all]
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k)
 #   MINUTES       multi30k-gpu's training budget in minutes (default: the preset's)
 #   WORKERS       pytest-xdist workers for the GPU tests (default: none, one process)
 #   TRAIN_ARGS    further `train` flags for multi30k-gpu, e.g. "--tf32 true" or "--precision bf16"
-#   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, KERNELS, STEP, PROFILE, TRAIN,
+#   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, KERNELS, STEP, PROFILE, TRAIN,
 #                 EVAL, LESSON; default: no limit), so that a session with a fixed budget still
 #                 gets to its later steps
 set -u
@@ -24,6 +24,25 @@ if [[ $what == tests || $what == all ]]; then
   run "GPU tests" "${LIMIT_TESTS:-0}" $py -m pytest -q -m gpu -p no:cacheprovider ${WORKERS:+-n $WORKERS} tests \
       > "$OUT/gpu_tests.log" 2>&1
   tail -30 "$OUT/gpu_tests.log"
+fi
+if [[ $what == cli || $what == all ]]; then
+  # the command line on the GPU as a user meets it: a run stopped by SIGTERM mid-update, resumed,
+  # then translate, average and evaluate on cuda (each step's status and last lines in the log)
+  cli_run() { echo "\$ $*"; timeout -k 10 "${LIMIT_CLI:-600}" $py -m transformer "$@"; echo "rc=$?"; }
+  small=(--data-dir "$data" --limit 2000 --vocab-size 500 --d-model 64 --n-heads 4 --d-ff 128 --layers 2
+         --max-tokens 2000 --warmup 50 --eval-every 1000 --bleu-sentences 0 --no-progress --device cuda)
+  run_dir=$(mktemp -d)/run  # not under $OUT: its checkpoints need not travel back
+  {
+    $py -m transformer train --run-dir "$run_dir" "${small[@]}" --max-steps 100000 --save-every 20 & pid=$!
+    for _ in $(seq 3000); do [[ -s "$run_dir/checkpoint_20.npz" ]] && break; sleep 0.2; done
+    kill -TERM $pid; wait $pid; echo "train stopped by SIGTERM: rc=$? (130 expected)"
+    cli_run train --run-dir "$run_dir" "${small[@]}" --resume --max-steps 80 --save-every 20
+    cli_run train --run-dir "$run_dir" "${small[@]}" --resume --src-lang de --tgt-lang en  # refused: rc 2
+    echo "A dog runs in the park." | cli_run translate --run-dir "$run_dir" --device cuda --beam 4
+    cli_run average --run-dir "$run_dir" --last 3
+    cli_run evaluate --run-dir "$run_dir" --device cuda --data-dir "$data" --limit 100 --average 3
+  } > "$OUT/cli.log" 2>&1
+  grep -E "^\\$|rc=|error:|stopped|BLEU" "$OUT/cli.log"
 fi
 if [[ $what == kernels || $what == all ]]; then
   run "kernels vs PyTorch" "${LIMIT_KERNELS:-0}" $py benchmarks/kernels.py --out "$OUT/kernels.json" > "$OUT/kernels.log" 2>&1
