@@ -22,7 +22,6 @@ import re
 import signal
 import sys
 import tempfile
-import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, fields
@@ -47,6 +46,7 @@ from .model import Transformer
 from .presets import PRESETS
 from .rundir import (RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh, check_not_busy,
                      leftovers, previous_run, write_file)
+from .signals import Stopped, handled, raise_stopped
 from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, encode_cached
 from .train import DATA_NAMES, MODEL_FLAGS
 from .train import RANGES as TRAINING_RANGES
@@ -895,36 +895,7 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP (what ``timeout``, ``kill``, batch schedulers and a closed terminal send)
-    ended the command: handled as Ctrl-C is, so what was finished is kept and said."""
-
-    def __init__(self, signal_name: str):
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
-ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program ended by SIGPIPE (`... | head -1`)
-
-
-@contextlib.contextmanager
-def _signals_as_interrupts():
-    """While a command runs, SIGTERM and SIGHUP raise :class:`Stopped` in the main thread (training
-    catches them itself, to finish the update in flight and save)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, frame):
-        raise Stopped(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, stop) for sig in ENDING_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def run(argv=None) -> int:
@@ -933,7 +904,7 @@ def run(argv=None) -> int:
     debug = "--debug" in argv or os.environ.get("MINITENSOR_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     try:
-        with _signals_as_interrupts():
+        with handled((signal.SIGTERM, signal.SIGHUP), raise_stopped):  # as Ctrl-C: training catches them itself
             main(argv)
         sys.stdout.flush()
         return 0

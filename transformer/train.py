@@ -15,7 +15,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -41,6 +40,7 @@ from .plots import plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
+from .signals import ENDING_SIGNALS, handled
 from .tokenizer import Tokenizer
 
 
@@ -58,7 +58,6 @@ class Interrupted(Exception):
         self.step, self.main = step, main
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # Ctrl-C, kill and schedulers, a closed terminal
 # a reason to stop, sent with the gradients of an update: rank 0 alone keeps time, and every rank
 # says whether a signal asked it to stop (summed over ranks, any one stops them all)
 GO_ON, OUT_OF_TIME, SIGNALLED = 0.0, 1.0, 2.0
@@ -572,35 +571,21 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ the loop
-    @contextlib.contextmanager
-    def _stop_on_signals(self):
-        """While training, the first SIGINT, SIGTERM or SIGHUP asks for a stop after the current update
-        (which then saves a checkpoint); a second one stops at once, as Ctrl-C usually does.
-        Only the main thread can receive signals, so elsewhere this does nothing."""
-        self.stop_requested = None
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum, frame):
-            if self.stop_requested is not None:
-                raise KeyboardInterrupt
-            self.stop_requested = signal.Signals(signum).name
-            if self.main:
-                tqdm.write(f"{self.stop_requested}: stopping after update {self.step + 1} and saving a checkpoint; "
-                           "press Ctrl-C again to stop at once", file=sys.stderr)
-
-        previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
+    def _ask_to_stop(self, signum, frame) -> None:
+        """While training, the first SIGINT, SIGTERM or SIGHUP asks for a stop after the current
+        update (which then saves a checkpoint); a second one stops at once, as Ctrl-C usually does."""
+        if self.stop_requested is not None:
+            raise KeyboardInterrupt
+        self.stop_requested = signal.Signals(signum).name
+        if self.main:
+            tqdm.write(f"{self.stop_requested}: stopping after update {self.step + 1} and saving a checkpoint; "
+                       "press Ctrl-C again to stop at once", file=sys.stderr)
 
     def fit(self) -> dict:
         """Train until max_steps, max_epochs or max_minutes; returns the run summary. Raises
         :class:`Interrupted` (after saving) when a SIGINT or SIGTERM asked it to stop."""
-        with self._stop_on_signals():
+        self.stop_requested = None
+        with handled(ENDING_SIGNALS, self._ask_to_stop):
             summary = self._fit()
         if summary["stopped_by"] == "interrupted":
             raise Interrupted(self.step, self.run, main=self.main)
