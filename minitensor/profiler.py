@@ -27,6 +27,7 @@ of one module global per op call.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -203,7 +204,10 @@ class Profile:
     def save(self, path: str | Path, blas: bool = True) -> None:
         """The summary as JSON: {"wall_ms", "opened", "rows": [...]} (times in total, not per update)."""
         text = json.dumps({"wall_ms": self.wall_s * 1e3, "opened": self.opened, "rows": self.summary(blas)}, indent=2)
-        Path(path).write_text(text + "\n")
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.partial")  # renamed when whole: a crash never leaves half a file
+        tmp.write_text(text + "\n")
+        os.replace(tmp, path)
 
 
 def profile() -> Profile:

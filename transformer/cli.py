@@ -9,8 +9,10 @@
 
 Errors are one line, ``error: <message>``, on stderr: exit status 2 for bad usage or input
 (flags out of range, missing or damaged files), 1 for a failure while working, 130 when a
-signal stopped training (after a checkpoint was saved). ``--debug`` or ``MINITENSOR_DEBUG=1``
-adds the traceback.
+signal (SIGINT, SIGTERM, SIGHUP) stopped the command (training after saving a checkpoint,
+translate keeping its finished lines), 141 when the reader of the output went away. A ``note:``
+line says where the tool chose for the user. ``--debug`` or ``MINITENSOR_DEBUG=1`` adds the
+traceback.
 """
 from __future__ import annotations
 

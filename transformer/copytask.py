@@ -17,6 +17,7 @@ from .loss import label_smoothed_loss
 from .model import Transformer
 from .plots import plot_attention, plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar, finish
+from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
 
 PAD, BOS, EOS = 0, 1, 2
@@ -155,7 +156,7 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     summary = {"exact_match": exact, "token_accuracy": tok, "train_seconds": round(train_seconds, 2),
                "steps": step, "stopped_by": stopped_by, "final_loss": log["loss"][-1], "parameters": model.num_parameters(),
                "settings": asdict(s)}
-    (run / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+    write_file(run / "summary.json", json.dumps(summary, indent=2, allow_nan=False))
 
     plot_curves(run / "loss.png", log["step"], {"training loss": log["loss"]},
                 title="copy task: training loss", ylabel="loss per target token", logy=True)
@@ -182,7 +183,7 @@ def _save_examples_and_attention(model: Transformer, test, s: CopyTaskSettings, 
         out = out[: out.index(EOS)] if EOS in out else out
         lines.append(f"source {real}\noutput {out}  {'ok' if out == real else 'WRONG'}")
     text = "\n".join(lines)
-    (run / "examples.txt").write_text(text + "\n")
+    write_file(run / "examples.txt", text + "\n")
     if s.show_progress:
         print(text)
     # encoder-decoder attention of the last decoder layer on the first test sequence
