@@ -436,7 +436,7 @@ def cmd_train(args) -> dict:
             return _train(args, settings, run, comm, data, saved_data.get("train_sha256"))
     except BaseException as e:
         if comm.rank == 0:
-            _after_a_failed_start(run, created, prepared and not args.resume, e)
+            _after_a_failed_start(run, created, prepared, e)
         raise
 
 

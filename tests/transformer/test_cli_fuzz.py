@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from transformer import cli, wmt14
-from transformer.flags import Boolean, Choice, Kind, Real, Text, Whole
+from transformer.flags import Boolean, Choice, Kind, Real, Whole
 
 from ..helpers import MULTI30K, SMALL, needs_multi30k
 from .test_wmt14_data import small_archives
