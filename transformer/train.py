@@ -320,6 +320,7 @@ class Trainer:
         self.scaler = amp.LossScaler() if settings.precision == "fp16" else None
         self.last_skipped = False
         self.stop_requested = None  # the name of a signal that asked training to stop (see fit)
+        self.flags_sent = 0  # the update whose stop flags have gone to the other ranks
         self.on_gpu = mt.backend.normalize_device(settings.device) == "cuda"
         if self.on_gpu:
             mt.cuda.set_tf32(settings.tf32)
@@ -518,6 +519,7 @@ class Trainer:
         rank 0's), so every rank sets the same learning rate and stops after the same update."""
         params = self.opt.params
         signalled = 1.0 if self.stop_requested else 0.0  # read as late as can be: the signal may have come meanwhile
+        self.flags_sent = self.step + 1  # a signal from now on is sent with the next update's flags
         if self.comm.world_size == 1:
             scale = 1.0 / tokens
             for p in params:
@@ -577,8 +579,9 @@ class Trainer:
         if self.stop_requested is not None:
             raise KeyboardInterrupt
         self.stop_requested = signal.Signals(signum).name
-        if self.main:
-            tqdm.write(f"{self.stop_requested}: stopping after update {self.step + 1} and saving a checkpoint; "
+        if self.main:  # the update in flight, unless it has already sent its flags to the other ranks
+            last = self.step + (2 if self.flags_sent == self.step + 1 else 1)
+            tqdm.write(f"{self.stop_requested}: stopping after update {last} and saving a checkpoint; "
                        "press Ctrl-C again to stop at once", file=sys.stderr)
 
     def fit(self) -> dict:
