@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Iterator
@@ -46,8 +47,8 @@ from .evaluate import DECODE_MEMORY_GIB, LONG_LINES, DecodingTooLarge, LongLineE
 from .flags import Boolean, Choice, FlagError, Real, Text, Whole, help_text
 from .model import Transformer
 from .presets import PRESETS
-from .rundir import (RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh, check_not_busy,
-                     leftovers, previous_run, write_file)
+from .rundir import (RUN_RECORD, RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh,
+                     check_not_busy, leftovers, previous_run, record_run_id, run_id_of, write_file)
 from .signals import Stopped, handled, raise_stopped
 from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, encode_cached
 from .train import DATA_NAMES, MODEL_FLAGS
@@ -186,20 +187,21 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
     if not (run / "spm.model").exists():
         raise InputError(f"{run}: not a run directory of this tool (no spm.model in it); check --run-dir, or train first")
     tok = Tokenizer(run / "spm.model")
-    vocabulary = tok.fingerprint()
+    vocabulary, run_id = tok.fingerprint(), run_id_of(run)
 
-    def other_vocabulary(meta: dict) -> str | None:
+    def not_this_runs(meta: dict) -> str | None:
+        """Why a checkpoint in the run directory is not the run's: another vocabulary, another run id."""
         if meta.get("vocab_sha256") in (None, vocabulary):
-            return None
+            return another_run(meta, run, run_id)
         return f"trained with another vocabulary than {run / 'spm.model'}"
 
     note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     if checkpoint:
         ck, files = load_checkpoint(checkpoint), [Path(checkpoint)]
         name = Path(checkpoint).stem
-        if (why := other_vocabulary(ck["meta"])) is not None:
-            raise InputError(f"--checkpoint {checkpoint} was {why}: it belongs to another run; give that run's "
-                             "--run-dir, or a checkpoint of this run")
+        if ck["meta"].get("vocab_sha256") not in (None, vocabulary):  # another run's weights are fine, its vocabulary not
+            raise InputError(f"--checkpoint {checkpoint} was trained with another vocabulary than {run / 'spm.model'}: "
+                             "it belongs to another run; give that run's --run-dir, or a checkpoint of this run")
     else:
         found = step_checkpoints(run, warn=note)
         if not found:
@@ -208,11 +210,11 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
             files = found[-average:]
             check_same_run(files)
             for f in files:
-                if (why := other_vocabulary(read_meta(f))) is not None:
-                    raise InputError(f"--average {average}: {f} was {why}")
+                if (why := not_this_runs(read_meta(f))) is not None:
+                    raise InputError(f"--average {average}: {f} is not this run's: {why}")
             ck, name = average_checkpoints(files), f"average{len(files)}-{files[-1].stem}"
         else:  # the newest that loads, saying which were skipped and why
-            ck, path = newest_loadable(found, warn=note, refuse=lambda ck: other_vocabulary(ck["meta"]))
+            ck, path = newest_loadable(found, warn=note, refuse=lambda ck: not_this_runs(ck["meta"]))
             files, name = [path], path.stem
     model = Transformer(model_config(ck["meta"], files[-1]))
     model.load_state_dict(ck["model"])
@@ -303,11 +305,11 @@ def recall_data_dir(args, run: Path) -> None:
             print(f"note: --data-dir {folder}, the run's own (give --data-dir to use another)", file=sys.stderr)
 
 
-def resumable(run: Path) -> dict:
-    """The metadata of the newest checkpoint in ``run`` whose metadata reads and holds the run's
-    settings: what ``--resume`` continues (``"own"``: those settings, rebuilt). Refuses, before
-    anything is written, when there is none (a misspelled ``--run-dir`` would otherwise start a
-    new run from update 0)."""
+def resumable(run: Path, run_id: str | None) -> dict:
+    """The metadata of the newest checkpoint of the run in ``run`` (``run_id``, when known) whose
+    metadata reads and holds the run's settings: what ``--resume`` continues (``"own"``: those
+    settings, rebuilt). Refuses, before anything is written, when there is none (a misspelled
+    ``--run-dir`` would otherwise start a new run from update 0)."""
     found = step_checkpoints(run)
     if not found:
         where = (f"{run} does not exist" if not run.exists() else f"{run} holds no checkpoint_<step>.npz")
@@ -317,10 +319,21 @@ def resumable(run: Path) -> dict:
     for path in reversed(found):
         try:
             meta = read_meta(path)
+            if (why := another_run(meta, run, run_id)) is not None:
+                raise CheckpointError(f"{path} is {why}")
             return {**meta, "own": own_settings(meta, path), "path": path}
         except CheckpointError as e:
             problems.append(str(e))
     raise InputError(f"--resume: none of the {len(found)} checkpoint(s) in {run} can be used: {'; '.join(problems)}")
+
+
+def another_run(meta: dict, run: Path, run_id: str | None) -> str | None:
+    """Why a checkpoint is another run's than the one in ``run``, going by the ids both were given
+    at their start (None where it is this run's, or either id is unknown)."""
+    theirs = meta.get("run_id")
+    if run_id is None or not isinstance(theirs, str) or theirs == run_id:
+        return None
+    return f"another run's checkpoint (its run id {theirs[:12]}... is not {run / RUN_RECORD}'s {run_id[:12]}...)"
 
 
 def own_settings(meta: dict, path: Path) -> TrainSettings | None:
@@ -389,7 +402,8 @@ def cmd_train(args) -> dict:
     check_run_dir(run)
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --run-dir and --overwrite archives it: give one of them")
-    saved = resumable(run) if args.resume else {}
+    run_id = run_id_of(run) if args.resume else None
+    saved = resumable(run, run_id) if args.resume else {}
     saved_data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
     preset = args.preset or saved_data.get("preset") or DEFAULT_PRESET
     asked_vocab = args.vocab_size
@@ -433,7 +447,7 @@ def cmd_train(args) -> dict:
                     raise InputError(f"{run / 'spm.model'} has {pieces} pieces and --vocab-size asks for "
                                      f"{asked_vocab}: use a new --run-dir, or --overwrite to archive what is there")
                 data["vocab_size"] = args.vocab_size = pieces
-            return _train(args, settings, run, comm, data, saved_data.get("train_sha256"))
+            return _train(args, settings, run, comm, data, saved_data.get("train_sha256"), run_id, saved.get("run_id"))
     except BaseException as e:
         if comm.rank == 0:
             _after_a_failed_start(run, created, prepared, e)
@@ -466,7 +480,8 @@ def _after_a_failed_start(run: Path, created: bool, was_prepared: bool, error: B
               file=sys.stderr)
 
 
-def _train(args, settings: TrainSettings, run: Path, comm, data: dict, expect_text: str | None) -> dict:
+def _train(args, settings: TrainSettings, run: Path, comm, data: dict, expect_text: str | None,
+           run_id: str | None, saved_id) -> dict:
     if comm.rank > 0:  # rank 0 (which made the run directory) trains the BPE model and writes the id caches first
         comm.barrier(timeout=24 * 3600)
     tok, train, valid, _, text_sha256 = prepare(args, run, args.vocab_size, args.limit, quiet=comm.rank > 0,
@@ -474,8 +489,13 @@ def _train(args, settings: TrainSettings, run: Path, comm, data: dict, expect_te
     if comm.rank == 0 and comm.world_size > 1:
         comm.barrier(timeout=24 * 3600)
     data = {**data, "train_sha256": text_sha256}
-    trainer = Trainer(settings, tok, train, valid, resume=args.resume, comm=comm, data=data)
+    if comm.rank == 0:  # a new run, or one from before run ids, is given one (written once its start is checked)
+        run_id = run_id or (saved_id if isinstance(saved_id, str) else uuid.uuid4().hex)
+    else:
+        run_id = run_id_of(run)
+    trainer = Trainer(settings, tok, train, valid, resume=args.resume, comm=comm, data=data, run_id=run_id)
     if comm.rank == 0:
+        record_run_id(run, run_id)
         remember_data(args, run, data)
         print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
               f"{comm.world_size} process(es) of {threads.count()} thread(s); starting at update {trainer.step}", file=sys.stderr)

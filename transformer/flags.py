@@ -20,7 +20,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from dataclasses import dataclass
+
+
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+_REAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 
 class FlagError(ValueError):
@@ -75,7 +80,9 @@ class Whole(Kind):
     high: int | None = None
 
     def parse(self, text: str) -> int:
-        return int(text.strip().replace("_", ""), 10)
+        if not _WHOLE.fullmatch(text):  # int() would also take "1_000" and " 12 "
+            raise ValueError(text)
+        return int(text)
 
     def ok(self, value) -> bool:
         return (isinstance(value, int) and not isinstance(value, bool) and value >= self.low
@@ -99,6 +106,8 @@ class Real(Kind):
     finite: bool = True
 
     def parse(self, text: str) -> float:
+        if not (_REAL.fullmatch(text) or text.lower().lstrip("+-") in ("nan", "inf", "infinity")):
+            raise ValueError(text)  # float() would also take "1_0" and " 1 "
         return float(text)
 
     def ok(self, value) -> bool:
@@ -124,10 +133,10 @@ class Real(Kind):
 
 @dataclass(frozen=True)
 class Boolean(Kind):
-    """``true`` or ``false`` (any case); ``yes``, ``1`` or ``2`` are refused, not guessed at."""
+    """``true`` or ``false``, as written; ``yes``, ``1``, ``True`` or ``2`` are refused, not guessed at."""
 
     def parse(self, text: str) -> bool | None:
-        return {"true": True, "false": False}.get(text.strip().lower())
+        return {"true": True, "false": False}.get(text)
 
     def ok(self, value) -> bool:
         return isinstance(value, bool)

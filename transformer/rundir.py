@@ -176,8 +176,27 @@ def previous_run(run: str | Path) -> list[Path]:
     return step_checkpoints(run) if Path(run).is_dir() else []
 
 
+RUN_RECORD = "run.json"  # the run's id, given at its start: every checkpoint the run saves carries it
+
+
+def run_id_of(run: str | Path) -> str | None:
+    """The id of the run in ``run`` (from its ``run.json``), or None where there is none to read."""
+    try:
+        run_id = json.loads((Path(run) / RUN_RECORD).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def record_run_id(run: str | Path, run_id: str) -> str:
+    """Write the id of the run in ``run`` to its ``run.json``; returns it."""
+    write_file(Path(run) / RUN_RECORD, json.dumps({"run_id": run_id, "since": time.strftime("%Y-%m-%d %H:%M:%S")},
+                                                  indent=2) + "\n")
+    return run_id
+
+
 # what a start that saved no checkpoint leaves: its logs and plots (spm.model and cache/ are prepared data, kept)
-LEFTOVERS = (*RUN_FILES, "settings.json", "loss.png", "lr.png", "bleu.png", "profile.json")
+LEFTOVERS = (*RUN_FILES, "settings.json", "loss.png", "lr.png", "bleu.png", "profile.json", RUN_RECORD)
 
 
 def leftovers(run: str | Path) -> list[Path]:

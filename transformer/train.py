@@ -106,10 +106,11 @@ DATA_NAMES = {"preset": "--preset", "dataset": "--dataset", "src_lang": "--src-l
 
 def run_differences(a: dict, b: dict, labels: tuple[str, str] = ("in the run", "now")) -> list[str]:
     """One line per difference between two runs' identities, "--flag: A in the run, B now": the
-    model, the recipe (every setting but those :data:`FREE_ON_RESUME`), the data settings and the
-    vocabulary. ``a`` and ``b`` are checkpoint metadata, or the same keys for settings not yet
-    trained ("settings": ``asdict(TrainSettings)``, "data", "vocab_sha256"); a key either lacks
-    (a checkpoint written before it was recorded) is not compared."""
+    model, the recipe (every setting but those :data:`FREE_ON_RESUME`), the data settings, the
+    vocabulary and the id the run was given at its start. ``a`` and ``b`` are checkpoint
+    metadata, or the same keys for settings not yet trained ("settings": ``asdict(TrainSettings)``,
+    "data", "vocab_sha256", "run_id"); a key either lacks (a checkpoint written before it was
+    recorded) is not compared."""
     lines: dict[str, str] = {}
 
     def differ(name: str, x, y) -> None:
@@ -127,6 +128,8 @@ def run_differences(a: dict, b: dict, labels: tuple[str, str] = ("in the run", "
         differ(DATA_NAMES.get(name, name), da[name], db[name])
     if a.get("vocab_sha256") and b.get("vocab_sha256"):
         differ("the vocabulary (spm.model's SHA-256)", a["vocab_sha256"], b["vocab_sha256"])
+    if a.get("run_id") and b.get("run_id"):
+        differ("the run (its id, from run.json)", a["run_id"], b["run_id"])
     return [lines[k] for k in sorted(lines)]
 
 
@@ -136,8 +139,8 @@ def _record(value) -> dict:
 
 
 def _short(value) -> str:
-    """A value as a difference shows it: a hash by its first 12 digits."""
-    return f"{value[:12]}..." if isinstance(value, str) and len(value) == 64 else str(value)
+    """A value as a difference shows it: a hash or an id by its first 12 digits."""
+    return f"{value[:12]}..." if isinstance(value, str) and len(value) >= 32 else str(value)
 
 
 # each training setting's kind and range (the command line parses its flags with these); the
@@ -310,10 +313,11 @@ class Trainer:
 
     def __init__(self, settings: TrainSettings, tokenizer: Tokenizer, train: ParallelData,
                  valid: ParallelData | None = None, resume: bool = False, comm: Communicator | None = None,
-                 data: dict | None = None):
+                 data: dict | None = None, run_id: str | None = None):
         settings.check()  # also after changes made since construction
         self.s = settings
         self.data = data or {}  # the data settings (language pair, filter, ...): part of the run's identity
+        self.run_id = run_id  # given at the run's start (run.json): another run's checkpoint has another
         self.tok = tokenizer
         self.amp_dtype = PRECISIONS[settings.precision]
         # float16 needs loss scaling; bfloat16 has float32's exponent range and does not
@@ -358,7 +362,8 @@ class Trainer:
                 "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(),
                 "best_valid": finite_or_none(self.best_valid), "longest_source": self.longest_source,
                 "train_seconds": self.train_seconds, "world_size": self.comm.world_size,
-                "loss_scaler": self.scaler.state_dict() if self.scaler else None, "data": self.data}
+                "loss_scaler": self.scaler.state_dict() if self.scaler else None, "data": self.data,
+                "run_id": self.run_id}
 
     def _foreign(self, meta: dict) -> str | None:
         """Why a checkpoint is not this run's (another vocabulary, model or recipe), or None."""
@@ -366,7 +371,8 @@ class Trainer:
             return f"it holds {kind_of(meta)} weights without the optimizer's state, so training cannot go on from it"
         if meta.get("vocab_sha256") != self.tok.fingerprint():
             return f"trained with another vocabulary than {self.tok.path}"
-        differing = run_differences(meta, {"settings": asdict(self.s), "data": self.data}, ("in it", "in this run"))
+        differing = run_differences(meta, {"settings": asdict(self.s), "data": self.data, "run_id": self.run_id},
+                                    ("in it", "in this run"))
         try:
             other_model = model_config(meta, "it") != self.cfg
         except CheckpointError as e:

@@ -23,3 +23,19 @@ def other_run(tmp_path_factory):
     status, _, err = cli("train", "--run-dir", run, *small, "--max-steps", "8", "--save-every", "2")
     assert status == 0, err
     return run
+
+
+@pytest.fixture(scope="session")
+def sibling_run(small_run, tmp_path_factory):
+    """A second run of small_run's model on small_run's own vocabulary (its spm.model and id
+    cache copied in) with another seed: its checkpoints look like small_run's in every stored
+    setting but the seed and the run id (checkpoints at updates 2, 4, 6 and 8)."""
+    import shutil  # noqa: PLC0415
+
+    run = tmp_path_factory.mktemp("sibling") / "run"
+    run.mkdir()
+    shutil.copy(small_run / "spm.model", run / "spm.model")
+    shutil.copytree(small_run / "cache", run / "cache")
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--seed", "7", "--max-steps", "8", "--save-every", "2")
+    assert status == 0, err
+    return run

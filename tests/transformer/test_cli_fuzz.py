@@ -5,8 +5,8 @@ before a user meets it.
    (:mod:`transformer.flags`): values in range, and values out of range, non-finite, huge and
    malformed. Every run either succeeds, or ends with one ``error:`` line and exit status 2
    (never a traceback, never status 1) and writes nothing.
-2. **Damaged run directories.** Checkpoints truncated, altered, renamed, foreign, missing or
-   replaced by other files; the metrics log, the lock, ``settings.json``, ``data.json``, the
+2. **Damaged run directories.** Checkpoints truncated, altered, renamed, missing, replaced by
+   other files, or another run's (of another vocabulary, or of the same vocabulary and model); the metrics log, the lock, ``settings.json``, ``data.json``, the
    BPE model and the id cache damaged or missing. ``train --resume``, ``translate``,
    ``evaluate`` and ``average`` either work or name the problem in one ``error:`` line with
    status 2, and lose nothing: every checkpoint that was there is still there, byte for byte,
@@ -271,10 +271,10 @@ def _checkpoint(ws: Path, draw) -> Path:
     return ws / "run" / f"checkpoint_{draw(st.sampled_from([2, 4, 6]))}.npz"
 
 
-def damage_checkpoint(ws: Path, draw, other: Path) -> str:
+def damage_checkpoint(ws: Path, draw, other: dict) -> str:
     path = _checkpoint(ws, draw)
-    how = draw(st.sampled_from(["truncate", "flip", "rename", "delete", "foreign", "plain", "average", "meta",
-                                "directory", "empty"]))
+    how = draw(st.sampled_from(["truncate", "flip", "rename", "delete", "foreign", "sibling", "plain", "average",
+                                "meta", "directory", "empty"]))
     if not path.is_file() or path.stat().st_size < 2:
         return f"{how} {path.name}: already gone"
     data = path.read_bytes()
@@ -287,12 +287,12 @@ def damage_checkpoint(ws: Path, draw, other: Path) -> str:
         path.rename(path.with_name(f"checkpoint_{draw(st.sampled_from([0, 1, 3, 5, 7, 20, 10**6]))}.npz"))
     elif how == "delete":
         path.unlink()
-    elif how == "foreign":
-        shutil.copy(other / "checkpoint_4.npz", path)
+    elif how in ("foreign", "sibling"):  # another vocabulary's; the same vocabulary's and model's, another run's
+        shutil.copy(other[how] / "checkpoint_4.npz", path)
     elif how == "plain":
         np.savez(path, x=np.arange(4))
     elif how == "average":  # an average of the run's last two checkpoints, saved under a training name
-        status, _, err = run(["average", "--run-dir", other, "--last", "2", "--output", ws / "average.npz"])
+        status, _, err = run(["average", "--run-dir", other["foreign"], "--last", "2", "--output", ws / "average.npz"])
         assert status == 0, err
         shutil.copy(ws / "average.npz", path)
     elif how == "meta":  # arrays intact (the hash holds), metadata altered
@@ -313,7 +313,7 @@ def damage_checkpoint(ws: Path, draw, other: Path) -> str:
     return f"{how} {path.name}"
 
 
-def damage_file(ws: Path, draw, other: Path) -> str:
+def damage_file(ws: Path, draw, other: dict) -> str:
     name = draw(st.sampled_from(["metrics.jsonl", ".lock", "settings.json", "data.json", "spm.model",
                                  "cache/train/key.json", "cache/train/src.ids", "train_summary.json"]))
     path = ws / "run" / name
@@ -337,7 +337,7 @@ def damage_file(ws: Path, draw, other: Path) -> str:
     if what == "directory":
         path.mkdir(exist_ok=True)
     elif what == "foreign":
-        shutil.copy(other / "spm.model", path)
+        shutil.copy(other["foreign"] / "spm.model", path)
     elif what == "cut":  # an append cut off by a crash
         path.write_bytes(path.read_bytes() + b'{"step": 7, "lo')
     elif what == "middle":
@@ -348,7 +348,7 @@ def damage_file(ws: Path, draw, other: Path) -> str:
     return f"{name} <- {what!r}"
 
 
-def damage(how, ws: Path, draw, other: Path) -> str:
+def damage(how, ws: Path, draw, other: dict) -> str:
     """Apply one damage; one that an earlier damage made impossible (altering a file that is gone) is skipped."""
     try:
         return how(ws, draw, other)
@@ -367,8 +367,8 @@ COMMANDS = {
 }
 
 
-def test_damaged_run_directories_are_named_and_nothing_is_lost(small_run, other_run, archives_bytes, tmp_path,
-                                                              request, monkeypatch):
+def test_damaged_run_directories_are_named_and_nothing_is_lost(small_run, other_run, sibling_run, tmp_path, request,
+                                                              monkeypatch):
     monkeypatch.setenv("MULTI30K_DIR", str(MULTI30K))
 
     @fuzz_settings(budget(request, "damage"))
@@ -376,7 +376,8 @@ def test_damaged_run_directories_are_named_and_nothing_is_lost(small_run, other_
     def check(data):
         ws = workspace(tmp_path, small_run, {})
         draw = data.draw
-        damages = [damage(draw(st.sampled_from([damage_checkpoint, damage_file])), ws, draw, other_run)
+        others = {"foreign": other_run, "sibling": sibling_run}
+        damages = [damage(draw(st.sampled_from([damage_checkpoint, damage_file])), ws, draw, others)
                    for _ in range(draw(st.integers(1, 3), label="damages"))]
         command = draw(st.sampled_from(sorted(COMMANDS)), label="command")
         argv = COMMANDS[command](ws)

@@ -144,6 +144,29 @@ def test_average_and_average_n_refuse_another_runs_checkpoint_and_translate_pass
                                  f"{run / 'spm.model'}")
 
 
+def test_a_same_vocabulary_checkpoint_of_another_run_is_known_by_its_run_id(small_run, sibling_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    foreign = run / "checkpoint_8.npz"
+    shutil.copy(sibling_run / "checkpoint_8.npz", foreign)  # the newest: same vocabulary and model, another run
+    assert read_meta(foreign)["vocab_sha256"] == read_meta(run / "checkpoint_6.npz")["vocab_sha256"]
+    status, out, err = cli("translate", "--run-dir", run, "--beam", "1", stdin=lines(1))
+    assert status == 0 and len(out.splitlines()) == 1, err
+    assert f"skipping {foreign.name}: another run's checkpoint (its run id" in err
+    status, own, err = cli("translate", "--run-dir", run, "--checkpoint", run / "checkpoint_6.npz", "--beam", "1",
+                           stdin=lines(1))
+    assert status == 0 and out == own, err  # the run's own newest checkpoint translated
+    for refused in (["translate", "--average", "2", "--beam", "1"], ["average", "--last", "2"]):
+        status, _, err = cli(*refused, "--run-dir", run, stdin=lines(1))
+        assert_clean(status, err, 2, "error: ")
+        assert "are not checkpoints of one run" in err and "the run (its id, from run.json)" in err, err
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", "--save-every", "2")
+    assert status == 0, err
+    assert "starting at update 6" in err and steps_logged(run) == list(range(1, 9))
+    moved = [p for p in run.iterdir() if p.name.startswith("checkpoint_8.moved-")]
+    assert len(moved) == 1 and moved[0].read_bytes() == (sibling_run / "checkpoint_8.npz").read_bytes()
+    assert read_meta(run / "checkpoint_8.npz")["run_id"] == read_meta(run / "checkpoint_6.npz")["run_id"]
+
+
 # ---------------------------------------------------------------------------- 5. a name is only a name
 def test_a_renamed_checkpoint_is_taken_at_the_step_stored_in_it_and_pruned_by_it(small_run, tmp_path):
     run = copy_run(small_run, tmp_path)

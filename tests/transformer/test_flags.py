@@ -30,7 +30,7 @@ def test_a_whole_number_kind_takes_exactly_its_range(value, low, width):
             kind(str(value))
 
 
-@pytest.mark.parametrize("text", ["1.5", "1e3", "", " ", "abc", "nan", "inf", "9" * 5000, "0x10", "true"])
+@pytest.mark.parametrize("text", ["1.5", "1e3", "", " ", "abc", "nan", "inf", "9" * 5000, "0x10", "true", "1_0", " 12 "])
 def test_a_whole_number_kind_refuses_what_is_not_one(text):
     with pytest.raises(argparse.ArgumentTypeError, match=r"^must be a whole number >= 1, got "):
         Whole(1)(text)
@@ -45,15 +45,17 @@ def test_a_real_kind_is_finite_and_keeps_its_open_and_closed_ends(x):
     assert Real(finite=False).ok(x) == (not math.isnan(x))
 
 
-@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e309"])
-def test_non_finite_text_is_refused_unless_declared(text):
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e309", "1_0", "0x1p3", "1,5"])
+def test_non_finite_or_malformed_text_is_refused(text):
     with pytest.raises(argparse.ArgumentTypeError, match=rf"^must be a finite number >= 0, got {text}$"):
         Real(0)(text)
+    assert Real(0)("2.5e-3") == 0.0025 and Real(0)(".5") == 0.5 and Real(0)("+3") == 3.0
+    assert Real(finite=False)("inf") == math.inf
 
 
 def test_booleans_are_true_or_false_and_nothing_else():
-    assert Boolean()("true") is True and Boolean()("FALSE") is False
-    for text in ("yes", "1", "0", "2", "t", "", "maybe"):
+    assert Boolean()("true") is True and Boolean()("false") is False
+    for text in ("yes", "1", "0", "2", "t", "", "maybe", "True", "FALSE", " true"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be true or false"):
             Boolean()(text)
 
