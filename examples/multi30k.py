@@ -8,13 +8,17 @@ The data are downloaded on first use (sha256-checked) unless --data-dir is given
 to --run-dir: checkpoints, metrics.jsonl, loss/lr/bleu plots, evaluation.json, hypotheses.txt.
 """
 import argparse
+import sys
 
-from transformer.cli import main
+from transformer.cli import run as command
 from transformer.presets import PRESETS
 
 
-def run(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run(argv=None) -> int:
+    """Each step through the command line (one error line and its exit status, as there); the
+    first step that fails ends the script with its status."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--preset", default="multi30k-cpu", choices=["multi30k-cpu", "multi30k-gpu"])
     p.add_argument("--run-dir", default=None, help="default: runs/<preset>")
     p.add_argument("--data-dir", default=None)
@@ -22,11 +26,13 @@ def run(argv=None) -> dict:
     a = p.parse_args(argv)
     run_dir = a.run_dir or f"runs/{a.preset}"
     data = ["--data-dir", a.data_dir] if a.data_dir else []
-    main(["train", "--preset", a.preset, "--run-dir", run_dir, *data, *(["--resume"] if a.resume else [])])
+    status = command(["train", "--preset", a.preset, "--run-dir", run_dir, *data, *(["--resume"] if a.resume else [])])
+    if status:
+        return status
     device = PRESETS[a.preset]["settings"].get("device", "cpu")
-    return main(["evaluate", "--run-dir", run_dir, *data, "--average", str(PRESETS[a.preset]["average_last"]),
-                 "--device", device])
+    return command(["evaluate", "--run-dir", run_dir, *data, "--average", str(PRESETS[a.preset]["average_last"]),
+                    "--device", device])
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run())

@@ -11,14 +11,18 @@ the last 5 checkpoints averaged, beam 4, alpha 0.6 (Sections 5 and 6.1). wmt14-b
 1024, 16 heads, dropout 0.3, 300k updates, the last 20 averaged. Both expect a GPU (--device cuda).
 """
 import argparse
+import sys
 
-from transformer.cli import main
+from transformer.cli import run as command
 from transformer.presets import PRESETS
 from transformer.wmt14 import is_prepared
 
 
-def run(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run(argv=None) -> int:
+    """Each step through the command line (one error line and its exit status, as there); the
+    first step that fails ends the script with its status."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--preset", default="wmt14-base", choices=["wmt14-base", "wmt14-big"])
     p.add_argument("--data-dir", default="data/wmt14", help="the prepared folder (prepared here if it is not)")
     p.add_argument("--from", dest="from_dir", help="a folder holding the four archives (no download)")
@@ -27,13 +31,17 @@ def run(argv=None) -> dict:
     p.add_argument("--resume", action="store_true")
     a = p.parse_args(argv)
     if not is_prepared(a.data_dir):
-        main(["data", "wmt14", "--out", a.data_dir, *(["--from", a.from_dir] if a.from_dir else [])])
+        status = command(["data", "wmt14", "--out", a.data_dir, *(["--from", a.from_dir] if a.from_dir else [])])
+        if status:
+            return status
     run_dir = a.run_dir or f"runs/{a.preset}"
-    main(["train", "--preset", a.preset, "--data-dir", a.data_dir, "--run-dir", run_dir, "--device", a.device,
-          *(["--resume"] if a.resume else [])])
-    return main(["evaluate", "--run-dir", run_dir, "--data-dir", a.data_dir, "--device", a.device,
-                 "--average", str(PRESETS[a.preset]["average_last"])])
+    status = command(["train", "--preset", a.preset, "--data-dir", a.data_dir, "--run-dir", run_dir, "--device",
+                      a.device, *(["--resume"] if a.resume else [])])
+    if status:
+        return status
+    return command(["evaluate", "--run-dir", run_dir, "--data-dir", a.data_dir, "--device", a.device,
+                    "--average", str(PRESETS[a.preset]["average_last"])])
 
 
 if __name__ == "__main__":
-    run()
+    sys.exit(run())

@@ -141,7 +141,7 @@ class MPICommunicator(Communicator):
             if time.monotonic() > deadline:
                 msg = (f"rank {self.rank}: {what} did not complete within {limit:.0f} s; another rank has "
                        "probably died or never started. Aborting the job.")
-                print(msg, file=sys.stderr, flush=True)
+                print(f"error: {msg}", file=sys.stderr, flush=True)  # as the command line's errors read
                 time.sleep(1.0)  # let the launcher forward the message before Abort tears the job down
                 self.comm.Abort(1)
                 raise DistributedError(msg)  # only reached if Abort returns (it should not)

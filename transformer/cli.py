@@ -47,8 +47,8 @@ from .evaluate import DECODE_MEMORY_GIB, LONG_LINES, DecodingTooLarge, LongLineE
 from .flags import Boolean, Choice, FlagError, Real, Text, Whole, help_text
 from .model import Transformer
 from .presets import PRESETS
-from .rundir import (RUN_RECORD, RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh,
-                     check_not_busy, leftovers, previous_run, record_run_id, run_id_of, write_file)
+from .rundir import (RUN_RECORD, FileWriteError, RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive,
+                     check_fresh, check_not_busy, leftovers, previous_run, record_run_id, run_id_of, write_file)
 from .signals import Stopped, handled, raise_stopped
 from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, encode_cached
 from .train import DATA_NAMES, MODEL_FLAGS
@@ -208,6 +208,8 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
             raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
         if average and average > 1:
             files = found[-average:]
+            if len(files) < average:
+                note(f"note: --average {average}, but {run} holds {len(files)} checkpoint(s): averaging those")
             check_same_run(files)
             for f in files:
                 if (why := not_this_runs(read_meta(f))) is not None:
@@ -256,9 +258,12 @@ def add_data_args(p):
     p.add_argument("--data-dir", type=Text("folder"),
                    help="multi30k: a local Multi30k directory (default: $MULTI30K_DIR, else download into the cache); "
                         "wmt14: a folder prepared by `python -m transformer data wmt14`")
-    for side in ("train", "valid", "test"):
-        for lang in ("src", "tgt"):
-            p.add_argument(f"--{side}-{lang}", type=Text("file"), help=f"WMT14 {side} {lang} file(s), plain or .sgm")
+    for side, what in (("train", "training"), ("valid", "validation (newstest2013)"), ("test", "test (newstest2014)")):
+        for lang, language in (("src", "source"), ("tgt", "target")):
+            many = ("files, comma-separated (europarl,commoncrawl,news), each a regular file" if side == "train"
+                    else "file")
+            p.add_argument(f"--{side}-{lang}", type=Text("file"), help=f"wmt14 without --data-dir: the {what} "
+                                                                      f"{language} {many}, plain or .sgm")
 
 
 def check_data_args(args) -> None:
@@ -275,8 +280,11 @@ def check_data_args(args) -> None:
     for side in ("train", "valid", "test"):
         for lang in ("src", "tgt"):
             for path in filter(None, (getattr(args, f"{side}_{lang}") or "").split(",")):
-                if not Path(path).is_file():
+                if not Path(path).exists():
                     raise InputError(f"--{side}-{lang} {path}: no such file")
+                if not Path(path).is_file():  # a pipe or a device would be empty on the second reading
+                    raise InputError(f"--{side}-{lang} {path}: not a regular file (a folder, a pipe or a device); "
+                                     "training reads its data more than once, so save it to a file first")
 
 
 def check_run_dir(path: Path, flag: str = "--run-dir") -> None:
@@ -284,25 +292,54 @@ def check_run_dir(path: Path, flag: str = "--run-dir") -> None:
         raise InputError(f"{flag} {path}: a file, not a directory")
 
 
-DATA_RECORD = "data.json"  # in a run directory: the --data-dir it was trained from, and its data settings
+DATA_RECORD = "data.json"  # in a run directory: the --data-dir or data files it was trained from, its data settings
+DATA_FILES = ("train_src", "train_tgt", "valid_src", "valid_tgt", "test_src", "test_tgt")  # --train-src, ...
 
 
 def remember_data(args, run: Path, data: dict) -> None:
-    """Record the run's ``--data-dir`` (absolute) and data settings, so that ``--resume`` and
-    ``evaluate`` find the data again (the checkpoints hold the settings too)."""
+    """Record the run's ``--data-dir`` or ``--train-src``/... files (absolute) and data settings,
+    so that ``--resume`` and ``evaluate`` find the data again (the checkpoints hold the settings
+    too)."""
     folder = str(Path(args.data_dir).resolve()) if args.data_dir else None
-    write_file(run / DATA_RECORD, json.dumps({"data_dir": folder, **data}, indent=2) + "\n")
+    files = {name: ",".join(str(Path(p).resolve()) for p in value.split(","))
+             for name in DATA_FILES if (value := getattr(args, name, None))}
+    write_file(run / DATA_RECORD, json.dumps({"data_dir": folder, "files": files, **data}, indent=2) + "\n")
 
 
-def recall_data_dir(args, run: Path) -> None:
-    """Without ``--data-dir``, use the one the run was trained from, if it is still there (with a note)."""
-    if args.data_dir or not (run / DATA_RECORD).is_file():
+def recall_data(args, run: Path, files: bool = False) -> None:
+    """Where no data was given, use the run's own, if it is still there (with a note): its
+    ``--data-dir``, or (``files``, for ``--resume``) its ``--train-src``/... files."""
+    if args.data_dir or any(getattr(args, name, None) for name in DATA_FILES):
         return
-    with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-        folder = json.loads((run / DATA_RECORD).read_text()).get("data_dir")
-        if folder and Path(folder).is_dir():
-            args.data_dir = folder
-            print(f"note: --data-dir {folder}, the run's own (give --data-dir to use another)", file=sys.stderr)
+    try:
+        record = json.loads((run / DATA_RECORD).read_text())
+        folder, own = record.get("data_dir"), record.get("files") or {}
+        own = {k: v for k, v in own.items() if k in DATA_FILES and isinstance(v, str) and v}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return
+    if isinstance(folder, str) and folder and Path(folder).is_dir():
+        args.data_dir = folder
+        print(f"note: --data-dir {folder}, the run's own (give --data-dir to use another)", file=sys.stderr)
+    elif files and own and all(Path(p).is_file() for v in own.values() for p in v.split(",")):
+        for name, value in own.items():
+            setattr(args, name, value)
+        flags = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in own.items())
+        print(f"note: {flags}: the run's own files (give --train-src and the rest to use others)", file=sys.stderr)
+
+
+def model_languages(args, meta: dict) -> None:
+    """Set ``--src-lang``/``--tgt-lang`` to the pair the model was trained on (stored in its
+    checkpoint; en and de for one that stored none) where they were not given, and refuse a
+    pair the model does not translate: scoring an en->de model on de->en would be a BLEU near 0."""
+    data = meta.get("data") if isinstance(meta.get("data"), dict) else {}
+    for flag, key, default in (("--src-lang", "src_lang", "en"), ("--tgt-lang", "tgt_lang", "de")):
+        trained = data.get(key) if isinstance(data.get(key), str) else None
+        if getattr(args, key) is None:
+            setattr(args, key, trained or default)
+        elif trained and getattr(args, key) != trained:
+            raise InputError(f"{flag} {getattr(args, key)}: the model translates {data.get('src_lang')} to "
+                             f"{data.get('tgt_lang')} (it was trained so); leave {flag} out, or evaluate a run "
+                             f"trained on that pair")
 
 
 def resumable(run: Path, run_id: str | None) -> dict:
@@ -425,7 +462,7 @@ def cmd_train(args) -> dict:
         check_vocabulary(run, saved)
         if (run / "metrics.jsonl").is_file():  # a damaged log is named before anything is prepared
             read_metrics(run / "metrics.jsonl")
-        recall_data_dir(args, run)
+        recall_data(args, run, files=True)
     check_data_args(args)
     check_memory(settings, args.vocab_size)
     comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
@@ -525,6 +562,8 @@ TRAINING_NAME = re.compile(r"^checkpoint_\d+\.npz$")
 def cmd_average(args) -> None:
     run = Path(args.run_dir)
     check_run_dir(run)
+    if not run.is_dir():
+        raise InputError(f"--run-dir {run}: no such directory")
     output = Path(args.output) if args.output else run / "average.npz"
     check_output(output, "--output")
     if TRAINING_NAME.match(output.name):
@@ -581,6 +620,10 @@ def check_decoding_args(args) -> None:
         backend.normalize_device(args.device)
     except (ValueError, DeviceError) as e:
         raise InputError(f"--device: {e}") from None
+    if args.checkpoint and args.average:
+        raise InputError("--checkpoint and --average both choose the weights: give one of them")
+    if getattr(args, "data_dir", None) and not Path(args.data_dir).is_dir():
+        raise InputError(f"--data-dir {args.data_dir}: no such directory")
 
 
 def _translate_options(args, loaded: Loaded) -> dict:
@@ -653,27 +696,45 @@ def cmd_translate(args) -> None:
     chunk = 1 if typed else TRANSLATE_CHUNK  # typed lines come back at once
     partial = output.with_name(f".{output.name}.partial") if output else None
     sink = open(partial, "w", encoding="utf-8") if output else sys.stdout
+    written = output or "stdout"
     try:
         with tqdm(total=total, desc="translating", unit="line", disable=not show, file=sys.stderr) as bar:
             done = 0
             for lines in batched(input_lines(source), chunk):
-                for line in translate(loaded.model, loaded.tokenizer, lines, progress=False, first_line=done + 1,
-                                      **options):
-                    sink.write(line + "\n")
-                sink.flush()
+                text = "".join(line + "\n" for line in translate(loaded.model, loaded.tokenizer, lines, progress=False,
+                                                                 first_line=done + 1, **options))
+                with _writing(written):
+                    sink.write(text)
+                    sink.flush()
                 done += len(lines)
                 bar.update(len(lines))
+        if output:
+            with _writing(written):
+                sink.close()
     except BaseException as e:  # the lines finished so far are kept, whatever stopped the rest
         kept = _keep_partial(sink, partial, output) if output else None
         if isinstance(e, KeyboardInterrupt):
             why = f"interrupted ({e.signal_name})" if isinstance(e, Stopped) else "interrupted"
             raise TranslationStopped(f"{why}: {kept}" if output else why) from None
+        if isinstance(e, FileWriteError):
+            raise FileWriteError(f"{e}; {kept}" if kept else str(e), e.errno) from None
         if kept:
             print(f"note: {kept}", file=sys.stderr)
         raise
     if output:
-        sink.close()
         os.replace(partial, output)
+
+
+@contextlib.contextmanager
+def _writing(name):
+    """A failed write of translate's output (a full disk, a quota, a file-size limit) as one
+    :class:`FileWriteError` naming it; a closed pipe stays a BrokenPipeError (the reader is done)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise FileWriteError(f"could not write {name}: {e.strerror or e}", e.errno) from None
 
 
 def _keep_partial(sink, partial: Path, output: Path) -> str | None:
@@ -683,7 +744,7 @@ def _keep_partial(sink, partial: Path, output: Path) -> str | None:
         sink.close()
     text = partial.read_bytes()
     text = text[:text.rfind(b"\n") + 1]  # a line cut off mid-write is dropped
-    partial.write_bytes(text)
+    os.truncate(partial, len(text))  # (in place: rewriting could fail on the full disk that stopped the writes)
     n = text.count(b"\n")
     if n == 0:
         partial.unlink(missing_ok=True)
@@ -715,19 +776,29 @@ def _unique(folder: Path, stem: str) -> Path:
     return path
 
 
-def _check_writable(folder: Path) -> None:
-    """evaluate writes into ``folder`` (made if missing): tried with a file of its own before the
-    decoding that a failed write would waste."""
+def _check_writable(folder: Path, size: int) -> None:
+    """evaluate writes about ``size`` bytes into ``folder`` (made if missing): tried with a file of
+    its own of that size before the decoding that a failed write would waste (a read-only folder,
+    a full disk, a quota)."""
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{folder} is a file, not a folder, so the evaluation could not be saved there; move it away")
     where = folder if folder.is_dir() else folder.parent
+    probe = None
     try:
         fd, probe = tempfile.mkstemp(dir=where, prefix=".probe-")
-        os.close(fd)
-        os.unlink(probe)
+        with os.fdopen(fd, "wb") as f:
+            for start in range(0, size, 1 << 20):
+                f.write(bytes(min(1 << 20, size - start)))
+            f.flush()
+            os.fsync(f.fileno())
     except OSError as e:
-        raise InputError(f"{where}: cannot write there ({e.strerror or e}), so the evaluation could not be saved; make "
-                         "it writable, or copy the run directory somewhere that is") from None
+        raise InputError(f"{where}: cannot write {size:,} bytes there ({e.strerror or e}), so the evaluation could not "
+                         "be saved; free some space or make it writable, or copy the run directory somewhere that "
+                         "is") from None
+    finally:
+        if probe:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
 
 
 def cmd_evaluate(args) -> dict:
@@ -736,8 +807,9 @@ def cmd_evaluate(args) -> dict:
         raise InputError("--src and --ref go together: a source file and its reference translations")
     run = Path(args.run_dir)
     loaded = load_model(run, args.checkpoint, args.average, args.device)
+    model_languages(args, loaded.meta)
     if not args.src:
-        recall_data_dir(args, run)
+        recall_data(args, run)
     if args.src:
         src, ref = D.read_parallel(args.src, args.ref)
         name, scored = Path(args.src).stem, {"source": str(Path(args.src).resolve()), "reference": str(Path(args.ref).resolve())}
@@ -755,13 +827,15 @@ def cmd_evaluate(args) -> dict:
     if first:
         src, ref = src[:args.limit], ref[:args.limit]
     folder = run / "evaluations"
-    _check_writable(folder)
+    size = 2 * sum(len(x.encode()) + 1 for x in src) + (1 << 16)  # the hypotheses (about the source's size), the scores
+    _check_writable(folder, size)
     headline = not args.src and args.split is None and not first  # the default test set, whole: the run's headline
     if headline:
-        _check_writable(run)
+        _check_writable(run, size)
     stem = f"{name[:100]}_{loaded.name[:100]}_beam{args.beam}" + (f"_alpha{args.alpha:g}" if args.alpha != 0.6 else "") \
         + (f"_first{len(src)}" if first else "")
-    hyps = translate(loaded.model, loaded.tokenizer, src, **_translate_options(args, loaded))
+    hyps = translate(loaded.model, loaded.tokenizer, src, progress=not args.no_progress,
+                     **_translate_options(args, loaded))
     cased, lower = bleu(hyps, ref), bleu(hyps, ref, lowercase=True)
     print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
     print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})", flush=True)
@@ -770,17 +844,32 @@ def cmd_evaluate(args) -> dict:
               "beam": args.beam, "alpha": args.alpha, "checkpoint": loaded.name, "checkpoint_files": loaded.files,
               **scored, "split": None if args.src else name, "limit": args.limit,
               "empty_hypotheses": sum(1 for h, s in zip(hyps, src) if s.strip() and not h.strip())}
-    folder.mkdir(exist_ok=True)
-    path = _unique(folder, stem)
-    result["hypotheses"] = path.with_suffix(".txt").name
     text = "\n".join(hyps) + "\n"
-    write_file(path.with_suffix(".txt"), text)
-    write_file(path, json.dumps(result, indent=2, allow_nan=False))
-    if headline:
-        write_file(run / "hypotheses.txt", text)
-        write_file(run / "evaluation.json", json.dumps(result, indent=2, allow_nan=False))
+    try:
+        folder.mkdir(exist_ok=True)
+        path = _unique(folder, stem)
+        result["hypotheses"] = path.with_suffix(".txt").name
+        write_file(path.with_suffix(".txt"), text)
+        write_file(path, json.dumps(result, indent=2, allow_nan=False))
+        if headline:
+            write_file(run / "hypotheses.txt", text)
+            write_file(run / "evaluation.json", json.dumps(result, indent=2, allow_nan=False))
+    except OSError as e:  # the space probed for went to something else meanwhile
+        raise FileWriteError(f"{e if isinstance(e, FileWriteError) else f'could not write in {folder}: {e.strerror}'}; "
+                             "the scores above were not saved: free some space and evaluate again", e.errno) from None
     print(f"written to {path} and {path.with_suffix('.txt').name}", file=sys.stderr)
     return result
+
+
+VERBS_THAT_DECODE = (  # name, function, one line for the verb list, the verb's --help description
+    ("translate", cmd_translate, "translate text (stdin -> stdout, or files)",
+     "Translate one sentence per line with a trained run's model (its newest checkpoint, --checkpoint, or the "
+     "average of the last --average N): beam search with a length penalty (Section 6.1: beam 4, alpha 0.6)."),
+    ("evaluate", cmd_evaluate, "BLEU on a test set (Multi30k test2016 by default)",
+     "Translate a test set and score it with sacreBLEU, cased and lowercased: Multi30k test2016 by default, "
+     "newstest2014 in a folder `data wmt14` prepared, or --src/--ref files. The scores, their signatures and the "
+     "hypotheses are written to <run-dir>/evaluations/; a whole default test set also to evaluation.json."),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -789,6 +878,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m transformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p.verbs = sub.choices
 
     d = sub.add_parser("data", help="download and prepare a dataset (WMT14 English-German)",
                        description=plain_text(wmt14.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -827,9 +917,8 @@ def build_parser() -> argparse.ArgumentParser:
         _value(t, "--" + name.replace("_", "-"), kind, None, helps.get(name) or "default: the preset's")
     t.set_defaults(func=cmd_train)
 
-    for name, func, helptext in (("translate", cmd_translate, "translate text (stdin -> stdout, or files)"),
-                                 ("evaluate", cmd_evaluate, "BLEU on a test set (Multi30k test2016 by default)")):
-        c = sub.add_parser(name, help=helptext)
+    for name, func, helptext, about in VERBS_THAT_DECODE:
+        c = sub.add_parser(name, help=helptext, description=about)
         c.add_argument("--run-dir", required=True, type=Text("folder"), help="a run directory that train wrote")
         c.add_argument("--checkpoint", type=Text("file"), help="a checkpoint file (default: the newest, or --average N)")
         _value(c, "--average", Whole(1, 10**6), None, "average the last N checkpoints (default: the newest)")
@@ -856,6 +945,7 @@ def build_parser() -> argparse.ArgumentParser:
             c.add_argument("--no-progress", action="store_true",
                            help="no progress bar (shown on stderr when the output is a file or a pipe)")
         else:
+            c.add_argument("--no-progress", action="store_true", help="no progress bar")
             c.add_argument("--split", type=Text("name"),
                            help="Multi30k split (default test_2016_flickr); in a WMT14 folder, test (newstest2014, "
                                 "the default) or valid (newstest2013)")
@@ -863,14 +953,18 @@ def build_parser() -> argparse.ArgumentParser:
                            help="a local Multi30k directory, or a folder `data wmt14` prepared")
             c.add_argument("--src", type=Text("file"), help="a source file (WMT: newstest2014, plain or .sgm); needs --ref")
             c.add_argument("--ref", type=Text("file"), help="the reference translations of --src")
-            c.add_argument("--src-lang", type=Text("language code"), default="en",
-                           help="the source side's language code (default en)")
-            c.add_argument("--tgt-lang", type=Text("language code"), default="de",
-                           help="the target side's language code (default de)")
+            c.add_argument("--src-lang", type=Text("language code"),
+                           help="the source side's language code (default: the model's, as it was trained)")
+            c.add_argument("--tgt-lang", type=Text("language code"),
+                           help="the target side's language code (default: the model's, as it was trained)")
             _value(c, "--limit", Whole(1, 10**12), None, "only the first N sentences")
         c.set_defaults(func=func)
 
-    a = sub.add_parser("average", help="average the last N checkpoints into one file")
+    a = sub.add_parser("average", help="average the last N checkpoints into one file",
+                       description="Average the weights of a run's last --last checkpoints (Section 6.1 averages the "
+                                   "last 5 or 20) into one checkpoint for translate and evaluate --checkpoint. The "
+                                   "checkpoints must be one run's; the average holds no optimizer state, so training "
+                                   "cannot resume from it.")
     a.add_argument("--run-dir", required=True, type=Text("folder"), help="a run directory that train wrote")
     _value(a, "--last", Whole(1, 10**6), 5, "how many of the newest checkpoints (default 5)")
     a.add_argument("--output", type=Text("new file"), help="the averaged checkpoint (default: <run-dir>/average.npz)")
@@ -899,6 +993,14 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    verbs: dict = {}  # the top-level parser's: each verb's own parser (for errors that point at its --help)
+
+    def parse_args(self, args=None, namespace=None):
+        known, extra = self.parse_known_args(args, namespace)
+        if extra:  # reported by the verb's parser, so that the hint names the verb's --help
+            self.verbs.get(getattr(known, "command", None), self).error(f"unrecognized arguments: {' '.join(extra)}")
+        return known
 
     def error(self, message):
         if m := re.match(r"argument (--[\w-]+)(?:/\S+)?: (must be .*)$", message, re.S):
@@ -971,7 +1073,7 @@ def _speaks(error: BaseException) -> bool:
 
 
 # failures this project describes in full: their message is the whole story, no traceback hint
-OWN_WORDS = (*INPUT_ERRORS, CheckpointWriteError, TrainingDiverged, DownloadError, wmt14.PreparationError)
+OWN_WORDS = (*INPUT_ERRORS, CheckpointWriteError, FileWriteError, TrainingDiverged, DownloadError, wmt14.PreparationError)
 
 
 def _own_words(e: BaseException) -> bool:

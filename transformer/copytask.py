@@ -11,14 +11,16 @@ from pathlib import Path
 import numpy as np
 import minitensor as mt
 
-from .config import TransformerConfig
+from .config import RANGES as MODEL_RANGES, TransformerConfig, check_heads
 from .decoding import greedy_decode
+from .flags import Real, Whole
 from .loss import label_smoothed_loss
 from .model import Transformer
 from .plots import plot_attention, plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar, finish
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
+from .train import RANGES as TRAIN_RANGES
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -50,6 +52,26 @@ class CopyTaskSettings:
     run_dir: str = "runs/copy"
     profile: int = 0             # time every op of updates 2 to N+1 (minitensor.profile): a table and profile.json
     show_progress: bool = True
+
+    def check(self) -> None:
+        """Raise :class:`transformer.flags.FlagError` (a ValueError) naming the first setting out of
+        its declared range (:data:`RANGES`), as ``examples/copy_task.py`` spells its flag."""
+        flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
+        for name, kind in RANGES.items():
+            if not (name == "stop_at" and self.stop_at is None):
+                kind.check(flag(name), getattr(self, name))
+        if self.min_length > self.max_length:
+            raise ValueError(f"--min-length ({self.min_length}) must be at most --max-length ({self.max_length})")
+        check_heads(self.d_model, self.n_heads, flag)
+
+
+# each setting's kind and range: the model's and the recipe's as the translation model declares them
+RANGES = {"vocab": Whole(FIRST_SYMBOL + 1, 2**22), "min_length": Whole(1, 2**16), "max_length": Whole(1, 2**16),
+          **{name: MODEL_RANGES[name] for name in ("d_model", "n_heads", "d_ff", "dropout")},
+          "layers": MODEL_RANGES["n_encoder_layers"], "batch": Whole(1, 2**20), "steps": TRAIN_RANGES["max_steps"],
+          **{name: TRAIN_RANGES[name] for name in ("smoothing", "warmup", "lr_factor", "eval_every", "seed",
+                                                   "device", "run_dir", "profile")},
+          "eval_size": Whole(1, 10**6), "stop_at": Real(0, 1), "test_size": Whole(1, 10**6)}
 
 
 def make_batch(rng: np.random.Generator, n: int, s: CopyTaskSettings):
@@ -101,6 +123,7 @@ def evaluate(model: Transformer, data, s: CopyTaskSettings) -> tuple[float, floa
 def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     """Train, evaluate on fresh sequences, save plots and ``summary.json``; return the summary
     (and the trained model, with ``return_model``)."""
+    s.check()
     run = Path(s.run_dir)
     run.mkdir(parents=True, exist_ok=True)
     mt.manual_seed(s.seed)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
-from .download import DownloadError, download, sha256_of
+from .download import download, sha256_of
 
 
 class DataError(ValueError):
@@ -163,12 +163,10 @@ def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> P
         if not path.exists():
             if local:
                 raise DataError(f"{path}: missing (a Multi30k directory needs {', '.join(MULTI30K_SHA256)})")
-            try:
-                download(url + name, path, digest, offline_hint=(
-                    "without a network, set MULTI30K_DIR to a folder holding the six Multi30k files "
-                    f"({', '.join(MULTI30K_SHA256)})"))
-            except DownloadError as e:   # no network, refused, timed out, damaged
-                raise DataError(str(e)) from None
+            # no network, refused, timed out, damaged: a DownloadError (a failure, not bad input)
+            download(url + name, path, digest, offline_hint=(
+                "without a network, set MULTI30K_DIR to a folder holding the six Multi30k files "
+                f"({', '.join(MULTI30K_SHA256)})"))
         elif sha256_of(path) != digest:
             raise DataError(f"{path}: SHA-256 {sha256_of(path)} does not match the expected {digest}; "
                             "delete it to download it again")

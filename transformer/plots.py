@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 from typing import Sequence
 
@@ -24,7 +25,8 @@ def _save(fig, path: str | Path) -> Path:
 
 def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str = "", ylabel: str = "",
                 logy: bool = False) -> Path:
-    """One line per entry of ``series``: name -> values (one per step), or name -> (step, value) pairs."""
+    """One line per entry of ``series``: name -> values (one per step), or name -> (step, value) pairs;
+    a value of None (a skipped update's loss, JSON null) leaves a gap in its line."""
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for name, values in series.items():
         if len(values) == 0:
@@ -33,6 +35,7 @@ def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str
             xs, ys = [s for s, _ in values], [v for _, v in values]
         else:
             xs, ys = steps, values
+        ys = [math.nan if v is None else v for v in ys]
         ax.plot(xs, ys, label=name, marker="o" if len(xs) < 30 else None, markersize=3)
     if logy:
         ax.set_yscale("log")

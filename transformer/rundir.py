@@ -36,6 +36,15 @@ class RunDirInUse(Exception):
     """A fresh ``train`` was pointed at a directory that holds another run."""
 
 
+class FileWriteError(OSError):
+    """A file could not be written (a full disk, a quota, a file-size limit, a read-only folder);
+    the message names the file and the reason, and nothing was left under its name half-written."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno  # the failed call's, so that callers can tell a full disk from a read-only folder
+
+
 class RunDirUnwritable(Exception):
     """The run directory's lock file cannot be written (a read-only folder, a full disk)."""
 
@@ -65,7 +74,7 @@ def _open_lock(path: Path, flags: int) -> int:
     except IsADirectoryError:
         raise RunDirBusy(f"{path} is a directory, not a lock file: remove it (rmdir {path})") from None
     except (PermissionError, OSError) as e:
-        if isinstance(e, FileNotFoundError):
+        if isinstance(e, (FileNotFoundError, FileExistsError)):
             raise
         raise RunDirUnwritable(f"{path.parent}: cannot take its lock file {path.name} ({e.strerror or e})") from None
 
@@ -88,7 +97,13 @@ class RunLock:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
               "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         while True:
-            fd = _open_lock(self.path, os.O_RDWR | os.O_CREAT)
+            try:  # created here, or there before (and then left by someone, unless its holder still runs)
+                fd, existed = _open_lock(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL), False
+            except FileExistsError:
+                try:
+                    fd, existed = _open_lock(self.path, os.O_RDWR), True
+                except FileNotFoundError:  # released meanwhile
+                    continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -113,8 +128,9 @@ class RunLock:
             raise RunDirBusy(f"{self.run} is in use by {_describe(holder)}; a lock from another host cannot be "
                              f"checked from here (if that process is gone for sure, delete {self.path})")
         try:
-            if text.strip():
-                left = _describe(holder) if holder else "a process that left it unreadable"
+            if existed:
+                left = (_describe(holder) if holder else "a process that left it unreadable" if text.strip()
+                        else "a process that left it empty")
                 print(f"note: {self.path} was left by {left}, which no longer holds it; taking it over", file=sys.stderr)
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
@@ -234,7 +250,8 @@ def archive(run: str | Path, entries: list[Path] | None = None) -> Path | None:
 
 def write_file(path: str | Path, data: str | bytes) -> Path:
     """Write ``data`` to a hidden temporary name beside ``path``, then rename it to ``path``: a
-    reader, or a crash, never meets half a file under the final name."""
+    reader, or a crash, never meets half a file under the final name. A failed write raises
+    :class:`FileWriteError` naming ``path``; what was there before is unchanged."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
@@ -243,6 +260,8 @@ def write_file(path: str | Path, data: str | bytes) -> Path:
         else:
             tmp.write_bytes(data)
         os.replace(tmp, path)
+    except OSError as e:
+        raise FileWriteError(f"could not write {path}: {e.strerror or e}", e.errno) from e
     finally:
         tmp.unlink(missing_ok=True)
     return path

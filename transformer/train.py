@@ -178,7 +178,8 @@ class TrainSettings:
     smoothing: float = 0.1
     warmup: int = 4000
     lr_factor: float = 1.0
-    clip_norm: float = 0.0          # 0: no clipping
+    clip_norm: float = field(default=0.0, metadata={"help": "clip the gradients' global norm to this (default: the "
+                                                            "preset's; 0: no clipping)"})
     cooldown: float = field(default=0.0, metadata={"help": "the last fraction of the run (of --max-minutes when set, "
                                                             "else of --max-steps) over which the learning rate falls "
                                                             "linearly to 0 (0: Equation 3 throughout; "
@@ -187,7 +188,8 @@ class TrainSettings:
                                                             "rises again"})
     max_steps: int = 100_000
     max_epochs: int = 1000
-    max_minutes: float = 0.0        # 0: no time limit; else stop (and save) after this much training
+    max_minutes: float = field(default=0.0, metadata={"help": "stop (and save) after this many minutes of training "
+                                                              "(default: the preset's; 0: no time limit)"})
     # validation and checkpoints
     eval_every: int = 1000
     bleu_sentences: int = 200       # validation sentences translated for BLEU (0: none)
@@ -199,7 +201,8 @@ class TrainSettings:
     device: str = "cpu"
     precision: str = "fp32"         # fp32, fp16 (with dynamic loss scaling) or bf16: see minitensor.amp
     tf32: bool = False              # float32 matrix products on TF32 tensor cores (GPU only)
-    memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
+    memory_every: int = field(default=50, metadata={"help": "on the GPU, record the peak memory of every N-th update "
+                                                            "in metrics.jsonl (default: the preset's, else 50; 0: never)"})
     profile: int = field(default=0, metadata={"help": "time every op of N updates (after the run's first) with "
                                                       "minitensor.profile: a table on stderr and profile.json (default 0: off)"})
     progress: bool = True
@@ -636,7 +639,7 @@ class Trainer:
                                                  progress=progress if self.main else 0.0)
                     self.batch_in_epoch += len(group)
                     self.train_seconds = time.perf_counter() - start
-                    record = {"step": self.step, "epoch": self.epoch, "loss": loss, "lr": self.opt.lr,
+                    record = {"step": self.step, "epoch": self.epoch, "loss": finite_or_none(loss), "lr": self.opt.lr,
                               "seconds": round(self.train_seconds, 2)}
                     if measure:
                         record["peak_memory_mib"] = round(mem.peak_bytes / 2**20, 1)
@@ -658,7 +661,8 @@ class Trainer:
                         metrics.flush()
                     self.history.append(record)
                     bar.update(1)
-                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu") if k in record})
+                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu")
+                                     if record.get(k) is not None})
                     if self.main and not s.progress and ("valid_nll" in record or self.step % 50 == 0):
                         print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
                               flush=True)

@@ -80,11 +80,11 @@ def multi30k(split: str) -> tuple[list[str], list[str]]:
     """(English, German) sentences of a Multi30k split, read where ``python -m transformer``
     keeps them: ``$MULTI30K_DIR`` when set, else the download cache (fetched on first use).
     Without the files and without a network, one line says what to set."""
-    from transformer import data  # noqa: PLC0415
+    from transformer import data, download  # noqa: PLC0415
 
     try:
         return data.multi30k(split)
-    except data.DataError as e:
+    except (data.DataError, download.DownloadError) as e:
         raise SystemExit(f"this lesson needs Multi30k: {e}") from None
 
 

@@ -2,6 +2,7 @@
 user runs it (``python -m transformer`` in a subprocess), each expecting what a user would:
 the work kept, one ``error:`` line naming the flag, file or line (exit status 2 for bad input,
 before anything is written), and a note wherever the tool chose for the user."""
+import argparse
 import json
 import os
 import shutil
@@ -187,7 +188,8 @@ def test_a_lock_file_that_no_process_holds_is_taken_over_whatever_it_says(small_
     (run / ".lock").write_bytes(left)  # pid 1 is alive, and not a trainer: the kernel's lock knows
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "8", "--save-every", "2")
     assert status == 0, err
-    assert ("taking it over" in err) == bool(left.strip())
+    assert "which no longer holds it; taking it over" in err
+    assert ("left it empty" in err) == (left == b"")
     assert not (run / ".lock").exists()
 
 
@@ -523,3 +525,140 @@ def test_a_manifest_without_its_keys_is_named(tmp_path):
     status, _, err = cli("train", "--preset", "wmt14-base", "--device", "cpu", "--data-dir", folder,
                          "--run-dir", tmp_path / "run")
     assert_clean(status, err, 2, f"error: {folder / 'manifest.json'} is not a manifest that `data wmt14` wrote")
+
+
+# ---------------------------------------------------------------------------- 17. what a new user met
+def test_evaluate_scores_the_pair_the_model_was_trained_on_and_refuses_another(small_run):
+    from transformer.cli import model_languages  # noqa: PLC0415
+
+    status, _, err = cli("evaluate", "--run-dir", small_run, "--src-lang", "de", "--limit", "2", "--beam", "1")
+    assert_clean(status, err, 2, "error: --src-lang de: the model translates en to de (it was trained so)")
+    args = argparse.Namespace(src_lang=None, tgt_lang=None)
+    model_languages(args, {"data": {"src_lang": "de", "tgt_lang": "en"}})
+    assert (args.src_lang, args.tgt_lang) == ("de", "en")  # a de->en model is scored de->en without flags
+    args = argparse.Namespace(src_lang=None, tgt_lang="fr")
+    model_languages(args, {})  # a checkpoint that stored no pair: the flags as given, en and de where not
+    assert (args.src_lang, args.tgt_lang) == ("en", "fr")
+
+
+INFINITE_LOSS_AT_2 = """
+import sys
+from transformer import train
+real, calls = train.batch_loss, []
+def batch_loss(*args, **kw):
+    loss = real(*args, **kw)
+    calls.append(1)
+    return loss * float("inf") if len(calls) == 2 else loss
+train.batch_loss = batch_loss
+from transformer.cli import run
+sys.exit(run(sys.argv[1:]))
+"""
+
+
+def test_an_fp16_update_whose_loss_overflows_is_skipped_logged_as_null_and_plotted_with_a_gap(tmp_path):
+    run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--precision", "fp16", "--max-steps", "4",
+                         code=INFINITE_LOSS_AT_2)
+    assert status == 0, err
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert records[1]["loss"] is None and records[1]["skipped"] is True  # strict JSON: null, not Infinity
+    assert all(isinstance(r["loss"], float) for r in records if r is not records[1])
+    assert (run / "loss.png").stat().st_size > 0
+
+
+def limit_file_size(size: int):
+    """A preexec_fn: writes past ``size`` bytes fail with EFBIG (Python ignores SIGXFSZ), as on a full disk."""
+    import resource  # noqa: PLC0415
+
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+def test_translate_that_runs_out_of_space_keeps_the_finished_lines_and_says_so(small_run, tmp_path):
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text(lines(600))
+    p = subprocess.run([sys.executable, "-m", "transformer", "translate", "--run-dir", str(small_run), "--beam", "1",
+                        "--input", str(source), "--output", str(output), "--no-progress"], cwd=REPO,
+                       capture_output=True, text=True, preexec_fn=limit_file_size(20_000), timeout=300)
+    assert_clean(p.returncode, p.stderr, 1, f"error: could not write {output}: File too large; the ")
+    assert "--debug" not in p.stderr and f"translated so far are in {output}" in p.stderr
+    kept = output.read_text()
+    assert kept.endswith("\n") and 0 < len(kept.splitlines()) < 600 and len(kept.encode()) <= 20_000
+    assert not list(tmp_path.glob(".*partial"))
+
+
+def test_evaluate_without_room_for_its_results_refuses_before_decoding(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    p = subprocess.run([sys.executable, "-m", "transformer", "evaluate", "--run-dir", str(run), "--beam", "1"],
+                       cwd=REPO, capture_output=True, text=True, preexec_fn=limit_file_size(10_000), timeout=300)
+    assert_clean(p.returncode, p.stderr, 2, f"error: {run}: cannot write ")  # (evaluations/ is made there)
+    assert "bytes there (File too large)" in p.stderr and "translating" not in p.stderr
+    assert not (run / "evaluations").exists() and not list(run.glob(".probe-*"))
+
+
+def test_training_data_must_be_regular_files_that_can_be_read_twice(tmp_path):
+    fifo = tmp_path / "train.en"
+    os.mkfifo(fifo)
+    text = tmp_path / "other.txt"
+    text.write_text("A dog.\n")
+    status, _, err = cli("train", "--run-dir", tmp_path / "run", "--dataset", "wmt14", "--train-src", fifo,
+                         "--train-tgt", text, "--valid-src", text, "--valid-tgt", text)
+    assert_clean(status, err, 2, f"error: --train-src {fifo}: not a regular file (a folder, a pipe or a device); "
+                                 "training reads its data more than once")
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_of_a_run_trained_on_files_finds_them_again(tmp_path):
+    import gzip  # noqa: PLC0415
+
+    files = {}
+    for split, name in (("train", "val"), ("valid", "test_2016_flickr")):
+        for lang, side in (("en", "src"), ("de", "tgt")):
+            text = gzip.open(MULTI30K / f"{name}.{lang}.gz", "rt", encoding="utf-8").read().splitlines()[:300]
+            files[f"--{split}-{side}"] = tmp_path / f"{split}.{lang}"
+            files[f"--{split}-{side}"].write_text("\n".join(text) + "\n")
+    small = [a for a in SMALL if a not in ("--data-dir", str(MULTI30K))]
+    given = [str(x) for pair in files.items() for x in pair]
+    run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, "--dataset", "wmt14", *given, *small, "--max-steps", "2")
+    assert status == 0, err
+    status, _, err = cli("train", "--run-dir", run, "--resume", "--max-steps", "4", "--no-progress")
+    assert status == 0, err
+    assert f"note: --train-src {files['--train-src'].resolve()} --train-tgt" in err and "the run's own files" in err
+    assert steps_logged(run) == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["average", "--run-dir", "{tmp}/nope"], "error: --run-dir {tmp}/nope: no such directory"),
+    (["translate", "--run-dir", "{run}", "--bogus"], "error: unrecognized arguments: --bogus (see python -m transformer "
+                                                     "translate --help)"),
+    (["evaluate", "--run-dir", "{run}", "--data-dir", "{tmp}/nope"], "error: --data-dir {tmp}/nope: no such directory"),
+    (["translate", "--run-dir", "{run}", "--average", "2", "--checkpoint", "{run}/checkpoint_4.npz"],
+     "error: --checkpoint and --average both choose the weights: give one of them"),
+])
+def test_small_mistakes_are_named_by_their_flag(small_run, tmp_path, argv, message):
+    fill = lambda text: text.format(tmp=tmp_path, run=small_run)  # noqa: E731
+    status, _, err = cli(*map(fill, argv), stdin=lines(1))
+    assert_clean(status, err, 2, fill(message))
+
+
+def test_an_average_of_more_checkpoints_than_there_are_says_how_many_it_took(small_run):
+    status, out, err = cli("translate", "--run-dir", small_run, "--average", "10", "--beam", "1", stdin=lines(1))
+    assert status == 0 and len(out.splitlines()) == 1, err
+    assert f"note: --average 10, but {small_run} holds 3 checkpoint(s): averaging those" in err
+
+
+@pytest.mark.parametrize("script, argv, message", [
+    ("copy_task.py", ["--steps", "0"], "argument --steps: must be a whole number in [1, 1000000000], got 0"),
+    ("copy_task.py", ["--min-length", "5", "--max-length", "3"], "--min-length (5) must be at most --max-length (3)"),
+    ("copy_task.py", ["--ste", "4"], "unrecognized arguments: --ste 4"),
+    ("multi30k.py", ["--data-dir", "{tmp}/nope", "--run-dir", "{tmp}/run"], "error: --data-dir {tmp}/nope: no such "),
+    ("wmt14.py", ["--data-dir", "{tmp}/wmt", "--from", "{tmp}/nope"], "error: --from {tmp}/nope: no such directory"),
+])
+def test_the_examples_refuse_bad_flags_in_one_line_with_status_2(tmp_path, script, argv, message):
+    fill = lambda text: text.format(tmp=tmp_path)  # noqa: E731
+    p = subprocess.run([sys.executable, str(REPO / "examples" / script), *map(fill, argv)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert fill(message) in p.stderr.strip().splitlines()[-1]
+    assert sorted(x.name for x in tmp_path.iterdir()) == []

@@ -1,5 +1,4 @@
 """The joint BPE tokenizer: special ids agree with the model, text round-trips, ids are cached."""
-from pathlib import Path
 
 import numpy as np
 import pytest
