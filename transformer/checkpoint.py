@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -159,6 +160,13 @@ def _meta_of(z, path: Path) -> dict:
     return meta
 
 
+# what NumPy raises on a damaged .npz or .npy (checkpoints, the id caches): a broken zip or stream, a missing member, an array header
+# that no longer parses (a flipped byte: SyntaxError, TokenError), or one that claims more memory
+# than there is
+UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError, SyntaxError,
+              tokenize.TokenError, MemoryError)
+
+
 def read_meta(path: str | Path) -> dict:
     """A checkpoint's ``meta`` alone (kind, step, settings, config), without reading or checking
     its arrays; raises :class:`CheckpointError` when it cannot be read."""
@@ -166,7 +174,7 @@ def read_meta(path: str | Path) -> dict:
     try:
         with np.load(path, allow_pickle=False) as z:
             return _meta_of(z, path)
-    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError) as e:
+    except UNREADABLE as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{path} is damaged and cannot be read ({type(e).__name__}: {e})") from e
@@ -199,7 +207,7 @@ def load_checkpoint(path: str | Path) -> dict:
         with np.load(path, allow_pickle=False) as z:
             meta = _meta_of(z, path)
             stored = {k: z[k] for k in z.files if k != "meta"}
-    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError) as e:
+    except UNREADABLE as e:
         if isinstance(e, CheckpointError):
             raise
         raise CheckpointError(f"{path} is damaged and cannot be read ({type(e).__name__}: {e}); "

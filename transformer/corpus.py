@@ -29,6 +29,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from .checkpoint import UNREADABLE
 from .data import FilterReport, iter_parallel, pair_fault
 from .download import sha256_of
 from .tokenizer import IdFile, Tokenizer, TokenIds
@@ -183,7 +184,7 @@ def load_cache(cache: str | Path, key: str) -> tuple[TokenIds, TokenIds, FilterR
         if not (_whole(src) and _whole(tgt) and len(src) == len(tgt)):
             return None
         return src, tgt, FilterReport(**meta["report"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (*UNREADABLE, TypeError, AttributeError):
         return None
 
 

@@ -11,12 +11,13 @@ import itertools
 import os
 import re
 import tempfile
-import zipfile
 from pathlib import Path
 from collections.abc import Sequence
 
 import numpy as np
 import sentencepiece as spm
+
+from .checkpoint import UNREADABLE
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
@@ -222,7 +223,7 @@ def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | 
             with np.load(cache_path, allow_pickle=False) as z:
                 if str(z["key"]) == key:
                     return TokenIds(z["flat"], z["offsets"])
-        except (OSError, ValueError, KeyError, IndexError, zipfile.BadZipFile, EOFError):
+        except (*UNREADABLE, IndexError):
             pass  # a damaged cache is only derived data: made again below
     ids = TokenIds.from_lists(tokenizer.encode(list(lines)))
     cache_path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ import pytest
 import minitensor as mt
 from transformer import Transformer, TransformerConfig, paper_adam
 from transformer.checkpoint import (
-    average_checkpoints, load_checkpoint, prune_checkpoints, remove_partial_checkpoints, save_checkpoint,
+    CheckpointError, average_checkpoints, load_checkpoint, prune_checkpoints, remove_partial_checkpoints, save_checkpoint,
     step_checkpoints,
 )
 
@@ -94,6 +94,27 @@ def test_prune_keeps_the_newest_steps(tmp_path):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "nope.npz")
+
+
+def test_any_flipped_byte_of_an_array_header_is_named_as_damage(tmp_path):
+    """NumPy parses each array's header as a Python literal: a flipped byte there raised
+    TokenError or SyntaxError, not a damage named by the file (the damage fuzzer found it)."""
+    model = Transformer(TransformerConfig.tiny(11, d_model=16, d_ff=512, n_heads=2, n_encoder_layers=1,
+                                               n_decoder_layers=1))
+    data = save_checkpoint(tmp_path / "c.npz", model, None, {"step": 1, "config": model.cfg.to_dict()}).read_bytes()
+    starts = [i for i in range(len(data)) if data.startswith(b"\x93NUMPY", i)]
+    # headers of arrays over 4 KiB: zipfile reads a smaller member whole, and its CRC check comes first
+    starts = [a for a, b in zip(starts, starts[1:] + [len(data)]) if b - a > 8192][:3]
+    assert len(starts) == 3
+    kinds = set()
+    for start in starts:
+        for i in range(start, start + 128):
+            damaged = tmp_path / "d.npz"
+            damaged.write_bytes(data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:])
+            with pytest.raises(CheckpointError, match="is damaged") as info:
+                load_checkpoint(damaged)
+            kinds.add(type(info.value.__cause__).__name__)
+    assert {"TokenError", "SyntaxError"} & kinds, kinds  # the header parser's own errors were among them
 
 
 def dead_pid() -> int:

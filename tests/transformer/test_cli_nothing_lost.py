@@ -413,14 +413,16 @@ def test_a_flag_refused_at_parse_creates_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-DIVERGE_AT_2 = """
+def loss_at_2(value: str) -> str:
+    """The command line, run with the second batch's loss multiplied by ``float(value)`` (nan, inf)."""
+    return f"""
 import sys
 from transformer import train
 real, calls = train.batch_loss, []
 def batch_loss(*args, **kw):
     loss = real(*args, **kw)
     calls.append(1)
-    return loss * float("nan") if len(calls) == 2 else loss
+    return loss * float("{value}") if len(calls) == 2 else loss
 train.batch_loss = batch_loss
 from transformer.cli import run
 sys.exit(run(sys.argv[1:]))
@@ -430,7 +432,7 @@ sys.exit(run(sys.argv[1:]))
 def test_a_run_that_diverges_before_its_first_checkpoint_says_so_and_the_retry_archives_its_logs(tmp_path):
     run = tmp_path / "run"
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "20", "--save-every", "10",
-                         code=DIVERGE_AT_2)
+                         code=loss_at_2("nan"))
     assert_clean(status, err, 2, "error: loss is nan at update 2; stopping. No checkpoint was saved yet.")
     assert "resume" not in err.split("error:")[1]
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "2")
@@ -541,24 +543,10 @@ def test_evaluate_scores_the_pair_the_model_was_trained_on_and_refuses_another(s
     assert (args.src_lang, args.tgt_lang) == ("en", "fr")
 
 
-INFINITE_LOSS_AT_2 = """
-import sys
-from transformer import train
-real, calls = train.batch_loss, []
-def batch_loss(*args, **kw):
-    loss = real(*args, **kw)
-    calls.append(1)
-    return loss * float("inf") if len(calls) == 2 else loss
-train.batch_loss = batch_loss
-from transformer.cli import run
-sys.exit(run(sys.argv[1:]))
-"""
-
-
 def test_an_fp16_update_whose_loss_overflows_is_skipped_logged_as_null_and_plotted_with_a_gap(tmp_path):
     run = tmp_path / "run"
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--precision", "fp16", "--max-steps", "4",
-                         code=INFINITE_LOSS_AT_2)
+                         code=loss_at_2("inf"))
     assert status == 0, err
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [1, 2, 3, 4]
