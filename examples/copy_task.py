@@ -13,15 +13,15 @@ from dataclasses import fields
 from minitensor import blas
 
 from transformer.copytask import RANGES, CopyTaskSettings, train_copy_task
-from transformer.flags import help_text
+from transformer.flags import Parser, help_text
 
 
 def parse_args(argv=None) -> CopyTaskSettings:
     """The settings from the flags, each parsed with its declared kind (transformer.copytask.RANGES):
     a value out of range is one usage line naming the flag, exit status 2."""
     defaults = CopyTaskSettings()
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    p = Parser(prog="python examples/copy_task.py", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     helps = {
         "vocab": "vocabulary size including pad/bos/eos", "min_length": "shortest sequence",
         "max_length": "longest sequence", "layers": "encoder and decoder layers (each)",

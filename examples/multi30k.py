@@ -11,14 +11,15 @@ import argparse
 import sys
 
 from transformer.cli import run as command
+from transformer.flags import Parser
 from transformer.presets import PRESETS
 
 
 def run(argv=None) -> int:
     """Each step through the command line (one error line and its exit status, as there); the
     first step that fails ends the script with its status."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    p = Parser(prog="python examples/multi30k.py", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="multi30k-cpu", choices=["multi30k-cpu", "multi30k-gpu"])
     p.add_argument("--run-dir", default=None, help="default: runs/<preset>")
     p.add_argument("--data-dir", default=None)

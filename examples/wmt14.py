@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from transformer.cli import run as command
+from transformer.flags import Parser
 from transformer.presets import PRESETS
 from transformer.wmt14 import is_prepared
 
@@ -21,8 +22,8 @@ from transformer.wmt14 import is_prepared
 def run(argv=None) -> int:
     """Each step through the command line (one error line and its exit status, as there); the
     first step that fails ends the script with its status."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+    p = Parser(prog="python examples/wmt14.py", description=__doc__,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="wmt14-base", choices=["wmt14-base", "wmt14-big"])
     p.add_argument("--data-dir", default="data/wmt14", help="the prepared folder (prepared here if it is not)")
     p.add_argument("--from", dest="from_dir", help="a folder holding the four archives (no download)")

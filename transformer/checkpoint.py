@@ -160,9 +160,9 @@ def _meta_of(z, path: Path) -> dict:
     return meta
 
 
-# what NumPy raises on a damaged .npz or .npy (checkpoints, the id caches): a broken zip or stream, a missing member, an array header
-# that no longer parses (a flipped byte: SyntaxError, TokenError), or one that claims more memory
-# than there is
+# what NumPy raises on a damaged .npz or .npy (checkpoints, the id caches): a broken zip or
+# stream, a missing member, an array header that no longer parses (a flipped byte: SyntaxError,
+# TokenError), or one that claims more memory than there is
 UNREADABLE = (zipfile.BadZipFile, zlib.error, EOFError, KeyError, ValueError, OSError, SyntaxError,
               tokenize.TokenError, MemoryError)
 
@@ -300,8 +300,8 @@ def step_checkpoints(folder: str | Path, warn=None) -> list[Path]:
     by the step stored inside each (a name is only a name).
 
     A file whose metadata cannot be read stays in the list at its name's step, so that loaders
-    say why they skip it. An average or a best checkpoint saved under that name is left out. ``warn``, when given, hears of both that and a file whose
-    name is not its step.
+    say why they skip it. An average or a best checkpoint saved under that name is left out.
+    ``warn``, when given, hears of both that and a file whose name is not its step.
     """
     found = []
     for p in Path(folder).glob("checkpoint_*.npz") if Path(folder).is_dir() else []:

@@ -44,15 +44,16 @@ from .corpus import PairFilter, ParallelText, bpe_sample, encode_corpus
 from .decoding import MAX_BEAM
 from .download import DownloadError, sha256_of
 from .evaluate import DECODE_MEMORY_GIB, LONG_LINES, DecodingTooLarge, LongLineError, bleu, translate
-from .flags import Boolean, Choice, FlagError, Real, Text, Whole, help_text
+from .flags import Boolean, Choice, FlagError, Parser, Real, Text, Whole, help_text, usage_error
 from .model import Transformer
 from .presets import PRESETS
 from .rundir import (RUN_RECORD, FileWriteError, RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive,
-                     check_fresh, check_not_busy, leftovers, previous_run, record_run_id, run_id_of, write_file)
+                     check_fresh, check_not_busy, leftovers, previous_run, record_run_id, run_file, run_id_of, write_file)
 from .signals import Stopped, handled, raise_stopped
-from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, encode_cached
+from .tokenizer import (Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, encode_cached,
+                        fingerprint)
 from .train import DATA_NAMES, MODEL_FLAGS
-from .train import RANGES as TRAINING_RANGES
+from .train import HELP as TRAINING_HELP, RANGES as TRAINING_RANGES
 from .train import (Interrupted, ParallelData, RunFileError, SettingsError, Trainer, TrainingDiverged, TrainSettings,
                     read_metrics, run_differences)
 
@@ -68,8 +69,9 @@ class InputError(Exception):
 EXIT_FAILURE, EXIT_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 # what the user can mend: reported with exit status 2 (anything else is a failure, status 1)
 INPUT_ERRORS = (InputError, SettingsError, FlagError, D.DataError, CheckpointError, RunFileError, TrainingDiverged,
-                TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError, RunDirBusy,
-                RunDirInUse, RunDirUnwritable, DeviceError, LongLineError, DecodingTooLarge)
+                TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, FileNotFoundError, NotADirectoryError,
+                IsADirectoryError, UnicodeDecodeError, RunDirBusy, RunDirInUse, RunDirUnwritable, DeviceError,
+                LongLineError, DecodingTooLarge)
 
 
 TRAIN_HELP = """Train a translation model: read and filter the parallel text, train the joint BPE model on a
@@ -187,19 +189,11 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
     if not (run / "spm.model").exists():
         raise InputError(f"{run}: not a run directory of this tool (no spm.model in it); check --run-dir, or train first")
     tok = Tokenizer(run / "spm.model")
-    vocabulary, run_id = tok.fingerprint(), run_id_of(run)
-
-    def not_this_runs(meta: dict) -> str | None:
-        """Why a checkpoint in the run directory is not the run's: another vocabulary, another run id."""
-        if meta.get("vocab_sha256") in (None, vocabulary):
-            return another_run(meta, run, run_id)
-        return f"trained with another vocabulary than {run / 'spm.model'}"
-
     note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     if checkpoint:
         ck, files = load_checkpoint(checkpoint), [Path(checkpoint)]
         name = Path(checkpoint).stem
-        if ck["meta"].get("vocab_sha256") not in (None, vocabulary):  # another run's weights are fine, its vocabulary not
+        if ck["meta"].get("vocab_sha256") not in (None, tok.fingerprint()):  # another run's weights are fine, its vocabulary not
             raise InputError(f"--checkpoint {checkpoint} was trained with another vocabulary than {run / 'spm.model'}: "
                              "it belongs to another run; give that run's --run-dir, or a checkpoint of this run")
     else:
@@ -207,20 +201,58 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
         if not found:
             raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
         if average and average > 1:
-            files = found[-average:]
+            files = runs_own(run, found, note)[-average:]
+            if not files:
+                raise InputError(f"--average {average}: none of the checkpoints in {run} is the run's own (see above)")
             if len(files) < average:
-                note(f"note: --average {average}, but {run} holds {len(files)} checkpoint(s): averaging those")
+                note(f"note: --average {average}, but {run} holds {len(files)} checkpoint(s) of its run: averaging those")
             check_same_run(files)
-            for f in files:
-                if (why := not_this_runs(read_meta(f))) is not None:
-                    raise InputError(f"--average {average}: {f} is not this run's: {why}")
             ck, name = average_checkpoints(files), f"average{len(files)}-{files[-1].stem}"
         else:  # the newest that loads, saying which were skipped and why
-            ck, path = newest_loadable(found, warn=note, refuse=lambda ck: not_this_runs(ck["meta"]))
+            ours = not_the_runs(run)
+            ck, path = newest_loadable(found, warn=note, refuse=lambda ck: ours(ck["meta"]))
             files, name = [path], path.stem
     model = Transformer(model_config(ck["meta"], files[-1]))
     model.load_state_dict(ck["model"])
     return Loaded(model.to(device).eval(), tok, name, [str(f) for f in files], ck["meta"])
+
+
+def not_the_runs(run: Path):
+    """A function of a checkpoint's metadata: why it is not the run in ``run``'s (trained with
+    another vocabulary than its ``spm.model``, or given another run id), or None."""
+    model = run / "spm.model"
+    vocabulary = fingerprint(model) if model.is_file() else None
+    run_id = run_id_of(run)
+
+    def why(meta: dict) -> str | None:
+        if vocabulary and meta.get("vocab_sha256") not in (None, vocabulary):
+            return f"trained with another vocabulary than {model}"
+        return another_run(meta, run, run_id)
+    return why
+
+
+def runs_own(run: Path, found: list[Path], warn) -> list[Path]:
+    """The checkpoints of ``found`` that are the run's own; each other run's is named through
+    ``warn`` and left out (a damaged one stays in, for its reader to name)."""
+    why, ours = not_the_runs(run), []
+    for path in found:
+        try:
+            reason = why(read_meta(path))
+        except CheckpointError:
+            reason = None
+        if reason:
+            warn(f"skipping {path.name}: {reason}")
+        else:
+            ours.append(path)
+    return ours
+
+
+def _checkpoint_kind(path: Path) -> str | None:
+    """The kind of checkpoint ``path`` holds (:data:`transformer.checkpoint.KINDS`), or None when it is not one."""
+    try:
+        return kind_of(read_meta(path))
+    except CheckpointError:
+        return None
 
 
 def check_same_run(files: list[Path]) -> None:
@@ -320,11 +352,35 @@ def recall_data(args, run: Path, files: bool = False) -> None:
     if isinstance(folder, str) and folder and Path(folder).is_dir():
         args.data_dir = folder
         print(f"note: --data-dir {folder}, the run's own (give --data-dir to use another)", file=sys.stderr)
-    elif files and own and all(Path(p).is_file() for v in own.values() for p in v.split(",")):
+    elif files and own:
+        if missing := [p for v in own.values() for p in v.split(",") if not Path(p).is_file()]:
+            raise InputError(f"--resume: the run's own data files are gone from where it was trained on them "
+                             f"({', '.join(missing)}; see {run / DATA_RECORD}): give --train-src and the rest where "
+                             "they are now")
         for name, value in own.items():
             setattr(args, name, value)
         flags = " ".join(f"--{name.replace('_', '-')} {value}" for name, value in own.items())
         print(f"note: {flags}: the run's own files (give --train-src and the rest to use others)", file=sys.stderr)
+
+
+def recall_test_files(args, run: Path, meta: dict) -> None:
+    """For a model trained on WMT14 files (``--train-src``, ...) and evaluated with no test set
+    given: its own ``--test-src``/``--test-tgt`` as ``--src``/``--ref`` (with a note), or a
+    refusal; Multi30k's test set would be another task's."""
+    data = meta.get("data") if isinstance(meta.get("data"), dict) else {}
+    if data.get("dataset") != "wmt14":
+        return
+    try:
+        own = json.loads((run / DATA_RECORD).read_text()).get("files") or {}
+        src, ref = own.get("test_src"), own.get("test_tgt")
+    except (OSError, ValueError, AttributeError, TypeError):
+        src = ref = None
+    if not (isinstance(src, str) and isinstance(ref, str) and Path(src).is_file() and Path(ref).is_file()):
+        raise InputError(f"the model in {run} was trained on WMT14 files, and no test set of its is at hand: give "
+                         "--src and --ref (newstest2014), or --data-dir (a folder `data wmt14` prepared)")
+    args.src, args.ref = src, ref
+    print(f"note: --src {src} --ref {ref}: the run's own test files (give --src and --ref to score others)",
+          file=sys.stderr)
 
 
 def model_languages(args, meta: dict) -> None:
@@ -497,7 +553,7 @@ def _make_room(run: Path, args) -> None:
     if previous_run(run):
         if not args.overwrite:
             check_fresh(run)
-        print(f"--overwrite: the old run in {run} moved to {archive(run)}", file=sys.stderr)
+        print(f"note: --overwrite: the old run in {run} moved to {archive(run)}", file=sys.stderr)
     elif left := leftovers(run):
         where = archive(run) if args.overwrite else archive(run, left)
         what = "everything" if args.overwrite else ", ".join(p.name for p in left)
@@ -569,22 +625,23 @@ def cmd_average(args) -> None:
     if TRAINING_NAME.match(output.name):
         raise InputError(f"--output {output}: checkpoint_<step>.npz is how train names its training checkpoints; "
                          "choose another name (average.npz, say)")
-    if output.exists():  # an earlier average may be replaced; a training checkpoint or another file may not
-        try:
-            kind = kind_of(read_meta(output))
-        except CheckpointError:
-            kind = None
+    if output.exists():  # an earlier average of this run may be replaced; a training checkpoint or another file may not
+        kind = _checkpoint_kind(output)
         if kind != "average":
             what = f"a {kind} checkpoint" if kind else "not an average this tool wrote"
             raise InputError(f"--output {output} exists and is {what}: averaging would replace it; choose another "
                              "--output")
     check_not_busy(output.parent)  # a training run writing there owns its directory
-    found = step_checkpoints(run, warn=lambda msg: print(msg, file=sys.stderr))[-args.last:]
+    note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    found = runs_own(run, step_checkpoints(run, warn=note), note)[-args.last:]
     if not found:
-        raise InputError(f"{run}: no checkpoints to average")
+        raise InputError(f"{run}: no checkpoints of its run to average")
     if len(found) < args.last:
-        print(f"note: --last {args.last}, but {run} holds {len(found)} checkpoint(s): averaging those", file=sys.stderr)
+        note(f"note: --last {args.last}, but {run} holds {len(found)} checkpoint(s) of its run: averaging those")
     check_same_run(found)
+    if output.exists() and (differing := run_differences(read_meta(output), read_meta(found[-1]))):
+        raise InputError(f"--output {output} is an average of another run ({differing[0]}): averaging would replace "
+                         "it; choose another --output")
     ck = average_checkpoints(found)
     model = Transformer(model_config(ck["meta"], found[-1]))
     model.load_state_dict(ck["model"])
@@ -685,6 +742,9 @@ def cmd_translate(args) -> None:
     source = check_input(args.input)
     if output:
         check_output(output, "--output")
+        if run_file(output) or (output.is_file() and _checkpoint_kind(output)):
+            raise InputError(f"--output {output} is a run's own file (a checkpoint, its BPE model, its logs): "
+                             "translations would replace it; choose another --output")
         if source and output.exists() and os.path.samefile(source, output):
             raise InputError(f"--output {output} is the --input file: translating it in place would replace the "
                              "source; choose another --output")
@@ -810,6 +870,8 @@ def cmd_evaluate(args) -> dict:
     model_languages(args, loaded.meta)
     if not args.src:
         recall_data(args, run)
+    if not args.src and not args.data_dir:
+        recall_test_files(args, run, loaded.meta)
     if args.src:
         src, ref = D.read_parallel(args.src, args.ref)
         name, scored = Path(args.src).stem, {"source": str(Path(args.src).resolve()), "reference": str(Path(args.ref).resolve())}
@@ -837,8 +899,14 @@ def cmd_evaluate(args) -> dict:
     hyps = translate(loaded.model, loaded.tokenizer, src, progress=not args.no_progress,
                      **_translate_options(args, loaded))
     cased, lower = bleu(hyps, ref), bleu(hyps, ref, lowercase=True)
-    print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
-    print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})", flush=True)
+    unprinted = None  # stdout closed or full: the scores are saved all the same, then that is reported
+    try:
+        with _writing("stdout"):
+            print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
+            print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})", flush=True)
+    except OSError as e:
+        unprinted = e
+        _close_stdout()
     result = {"sentences": len(src), "bleu": cased["score"], "signature": cased["signature"],
               "bleu_lowercase": lower["score"], "signature_lowercase": lower["signature"],
               "beam": args.beam, "alpha": args.alpha, "checkpoint": loaded.name, "checkpoint_files": loaded.files,
@@ -858,6 +926,10 @@ def cmd_evaluate(args) -> dict:
         raise FileWriteError(f"{e if isinstance(e, FileWriteError) else f'could not write in {folder}: {e.strerror}'}; "
                              "the scores above were not saved: free some space and evaluate again", e.errno) from None
     print(f"written to {path} and {path.with_suffix('.txt').name}", file=sys.stderr)
+    if isinstance(unprinted, FileWriteError):
+        raise FileWriteError(f"{unprinted}; the scores are saved in {path}", unprinted.errno)
+    if unprinted is not None:
+        raise unprinted  # a closed pipe: exit 141, quietly
     return result
 
 
@@ -912,9 +984,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_args(t)
     kinds = {name: MODEL_RANGES[first] for name, (first, *_) in MODEL_FLAGS.items()}
     kinds.update({name: kind for name, kind in TRAINING_RANGES.items() if name not in ("run_dir", "progress")})
-    helps = {f.name: f.metadata.get("help") for f in fields(TrainSettings)}
     for name, kind in kinds.items():
-        _value(t, "--" + name.replace("_", "-"), kind, None, helps.get(name) or "default: the preset's")
+        _value(t, "--" + name.replace("_", "-"), kind, None, TRAINING_HELP[name])
     t.set_defaults(func=cmd_train)
 
     for name, func, helptext, about in VERBS_THAT_DECODE:
@@ -985,14 +1056,9 @@ def _metavar(kind) -> str:
     return {Whole: "N", Real: "X", Boolean: "true|false"}[type(kind)]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors raised (so that :func:`run` reports them like any other), in
-    the settings' words ("--beam must be ..."), and no abbreviated flags: ``--ov`` is not taken
-    for ``--overwrite``."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
+class _Parser(Parser):
+    """:class:`transformer.flags.Parser` with usage errors raised, so that :func:`run` reports
+    them like any other."""
 
     verbs: dict = {}  # the top-level parser's: each verb's own parser (for errors that point at its --help)
 
@@ -1003,9 +1069,7 @@ class _Parser(argparse.ArgumentParser):
         return known
 
     def error(self, message):
-        if m := re.match(r"argument (--[\w-]+)(?:/\S+)?: (must be .*)$", message, re.S):
-            message = f"{m.group(1)} {m.group(2)}"
-        raise InputError(f"{message} (see {self.prog} --help)")
+        raise InputError(usage_error(message, self.prog))
 
 
 def main(argv=None):

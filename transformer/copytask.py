@@ -60,6 +60,13 @@ class CopyTaskSettings:
         for name, kind in RANGES.items():
             if not (name == "stop_at" and self.stop_at is None):
                 kind.check(flag(name), getattr(self, name))
+        try:
+            if mt.backend.normalize_device(self.device) == "cuda":
+                mt.backend.cupy()  # a GPU must be there: said now, not deep inside the first update
+        except mt.DeviceError as e:
+            raise ValueError(f"--device: {e}") from None
+        if Path(self.run_dir).exists() and not Path(self.run_dir).is_dir():
+            raise ValueError(f"--run-dir {self.run_dir}: a file, not a directory")
         if self.min_length > self.max_length:
             raise ValueError(f"--min-length ({self.min_length}) must be at most --max-length ({self.max_length})")
         check_heads(self.d_model, self.n_heads, flag)

@@ -167,9 +167,11 @@ def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> P
             download(url + name, path, digest, offline_hint=(
                 "without a network, set MULTI30K_DIR to a folder holding the six Multi30k files "
                 f"({', '.join(MULTI30K_SHA256)})"))
-        elif sha256_of(path) != digest:
-            raise DataError(f"{path}: SHA-256 {sha256_of(path)} does not match the expected {digest}; "
-                            "delete it to download it again")
+        elif (found := sha256_of(path)) != digest:
+            fix = ("restore it from the dataset, or point --data-dir (or MULTI30K_DIR) at an unchanged copy" if local
+                   else "delete it to download it again")
+            raise DataError(f"{path}: SHA-256 {found} does not match the expected {digest}, so it is not Multi30k's "
+                            f"file; {fix}")
     return folder
 
 

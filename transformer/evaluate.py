@@ -31,7 +31,7 @@ class DecodingTooLarge(ValueError):
 def split_text(text: str, fits) -> list[str]:
     """``text`` cut into consecutive parts that each ``fits`` (a predicate on a string), packed
     greedily: whole sentences where they fit, a sentence that does not fit at word boundaries,
-    and a word that does not fit alone on its own (then the caller truncates it)."""
+    and a word that does not fit alone on its own (then the caller cuts it between its pieces)."""
     parts: list[str] = []
     for sentence in _SENTENCE_END.split(text.strip()):
         pieces = [sentence] if fits(sentence) else sentence.split()
@@ -59,8 +59,11 @@ def _fit_long_lines(tokenizer: Tokenizer, sentences: Sequence[str], ids: list, l
             raise LongLineError(f"{where} (--long-lines split or truncate translates it)")
         if long_lines == "split":
             parts = [tokenizer.encode(t) for t in split_text(sentences[i], lambda t: len(tokenizer.encode(t)) <= limit)]
-            warn(f"{where}: translated in {len(parts)} parts")
-            units += [(i, p[:limit]) for p in parts]
+            # a word longer than the limit alone is cut between its pieces: every piece is translated
+            cut = [p[k:k + limit] for p in parts for k in range(0, len(p), limit)]
+            words = " (a word over the limit cut between its pieces)" if len(cut) > len(parts) else ""
+            warn(f"{where}: translated in {len(cut)} part{'s' if len(cut) != 1 else ''}{words}")
+            units += [(i, p) for p in cut]
         else:
             warn(f"{where}: only its first {limit} pieces were translated (--long-lines split translates all of it)")
             units.append((i, x[:limit]))

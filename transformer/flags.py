@@ -184,3 +184,23 @@ def help_text(kind: Kind, text: str = "") -> str:
     if isinstance(kind, (Text, Choice)):
         return text
     return f"{text}; {kind.describe()}" if text else kind.describe()
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with no abbreviated flags (``--ov`` is not taken for ``--overwrite``) and each
+    usage error as one line in the settings' words, ``error: --beam must be ...``, exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"error: {usage_error(message, self.prog)}\n")
+
+
+def usage_error(message: str, prog: str) -> str:
+    """argparse's complaint in the settings' words: "argument --beam: must be ..." becomes
+    "--beam must be ...", followed by where to read more (``prog --help``)."""
+    if m := re.match(r"argument (--[\w-]+)(?:/\S+)?: (must be .*)$", message, re.S):
+        message = f"{m.group(1)} {m.group(2)}"
+    return f"{message} (see {prog} --help)"

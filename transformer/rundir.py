@@ -70,6 +70,8 @@ def _read(fd: int) -> str:
 
 def _open_lock(path: Path, flags: int) -> int:
     try:
+        if path.is_dir():  # (opened for reading, a directory would not fail here, but at its first read)
+            raise IsADirectoryError(path)
         return os.open(path, flags, 0o644)
     except IsADirectoryError:
         raise RunDirBusy(f"{path} is a directory, not a lock file: remove it (rmdir {path})") from None
@@ -205,7 +207,10 @@ def run_id_of(run: str | Path) -> str | None:
 
 
 def record_run_id(run: str | Path, run_id: str) -> str:
-    """Write the id of the run in ``run`` to its ``run.json``; returns it."""
+    """Write the id of the run in ``run`` to its ``run.json`` (left as it is when it holds that id
+    already, so that its ``since`` stays the run's start); returns it."""
+    if run_id_of(run) == run_id:
+        return run_id
     write_file(Path(run) / RUN_RECORD, json.dumps({"run_id": run_id, "since": time.strftime("%Y-%m-%d %H:%M:%S")},
                                                   indent=2) + "\n")
     return run_id
@@ -213,6 +218,17 @@ def record_run_id(run: str | Path, run_id: str) -> str:
 
 # what a start that saved no checkpoint leaves: its logs and plots (spm.model and cache/ are prepared data, kept)
 LEFTOVERS = (*RUN_FILES, "settings.json", "loss.png", "lr.png", "bleu.png", "profile.json", RUN_RECORD)
+# every file train, evaluate and average write in a run directory under a fixed name (besides checkpoints)
+OWN_FILES = (*LEFTOVERS, "spm.model", "spm.vocab", "data.json", "evaluation.json", "hypotheses.txt", "average.npz",
+             LOCK_NAME)
+
+
+def run_file(path: str | Path) -> bool:
+    """Whether ``path`` is one of a run directory's own files (its folder holds an ``spm.model``):
+    a name in :data:`OWN_FILES`, or any ``.npz`` (checkpoints). Other commands' outputs must not
+    replace them."""
+    path = Path(path)
+    return (path.parent / "spm.model").is_file() and (path.name in OWN_FILES or path.suffix == ".npz")
 
 
 def leftovers(run: str | Path) -> list[Path]:

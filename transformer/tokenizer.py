@@ -118,7 +118,13 @@ class Tokenizer:
 
     def fingerprint(self) -> str:
         """sha256 of the model file: checkpoints store it so a mismatched vocabulary is caught."""
-        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+        return fingerprint(self.path)
+
+
+def fingerprint(model_file: str | Path) -> str:
+    """A BPE model file's identity, as checkpoints store it (``vocab_sha256``): its sha256 (the
+    model is not loaded, so a damaged file has one too)."""
+    return hashlib.sha256(Path(model_file).read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------- token ids of many sentences

@@ -156,6 +156,48 @@ RANGES = {"max_tokens": Whole(1, 2**31 - 1), "update_freq": Whole(1, 10**6), "sm
           "profile": Whole(0, 10**6), "progress": Boolean(), "run_dir": Text("folder")}
 
 
+# each training flag's --help (its kind and range are appended from RANGES); "the preset's" is the
+# --preset's value, or TrainSettings' default where the preset sets none
+_PRESET = "default: the preset's"
+HELP = {
+    "d_model": f"the model's width, d_model (Section 3; {_PRESET})",
+    "n_heads": f"attention heads, h: d_model must divide by it ({_PRESET})",
+    "d_ff": f"the feed-forward sub-layer's inner width, d_ff ({_PRESET})",
+    "layers": f"layers in the encoder and, as many, in the decoder, N ({_PRESET})",
+    "dropout": f"dropout on each sub-layer's output and on the embeddings, P_drop ({_PRESET})",
+    "attention_dropout": f"dropout on the attention weights, not in the paper ({_PRESET}, else 0)",
+    "norm_first": f"false: LayerNorm after each residual sum, as in the paper; true: before each sub-layer ({_PRESET})",
+    "positional": f"sinusoidal positions (Section 3.5) or learned ones (Table 3, row E) ({_PRESET})",
+    "max_tokens": f"padded tokens per batch, of its longer side ({_PRESET})",
+    "update_freq": f"batches whose gradients are summed into one update ({_PRESET}, else 1)",
+    "smoothing": f"label smoothing, epsilon_ls (Section 5.4; {_PRESET})",
+    "warmup": f"the learning rate's warm-up updates, warmup_steps of Equation 3 ({_PRESET})",
+    "lr_factor": f"multiplies Equation 3's learning rate ({_PRESET})",
+    "clip_norm": f"clip the gradients' global norm to this ({_PRESET}; 0: no clipping)",
+    "cooldown": ("the last fraction of the run (of --max-minutes when set, else of --max-steps) over which the "
+                 f"learning rate falls linearly to 0 (0: Equation 3 throughout; {_PRESET}, else 0); a run resumed "
+                 "with a larger budget follows the new one's line, so its rate rises again"),
+    "max_steps": f"stop after this many updates ({_PRESET})",
+    "max_epochs": f"stop after this many passes over the training data ({_PRESET})",
+    "max_minutes": f"stop (and save) after this many minutes of training ({_PRESET}; 0: no time limit)",
+    "eval_every": f"validate (NLL, and BLEU on --bleu-sentences) every N updates ({_PRESET})",
+    "bleu_sentences": f"validation sentences translated for BLEU at each validation ({_PRESET}; 0: none)",
+    "beam_size": f"the beam of those validation translations (translate and evaluate take --beam; {_PRESET})",
+    "alpha": f"the length penalty of those validation translations ({_PRESET})",
+    "save_every": f"save a checkpoint every N updates ({_PRESET}); one is saved at the end too",
+    "keep_last": f"keep the newest N of the run's checkpoints, deleting older ones ({_PRESET})",
+    "seed": f"the random seed of the weights, the batch order and dropout ({_PRESET})",
+    "device": f"cpu or cuda (cuda:N) ({_PRESET})",
+    "precision": (f"fp32; fp16 (16-bit products, float32 weights, dynamic loss scaling); bf16 ({_PRESET}, "
+                  "else fp32)"),
+    "tf32": f"let float32 products use TF32 tensor cores, GPU only ({_PRESET}, else false)",
+    "memory_every": f"on the GPU, record the peak memory of every N-th update in metrics.jsonl ({_PRESET}, else 50; "
+                    "0: never)",
+    "profile": ("time every op of N updates (after the run's first) with minitensor.profile: a table on stderr and "
+                "profile.json (default 0: off)"),
+}
+
+
 def default_model() -> TransformerConfig:
     """The paper's base shape; its vocab_size is a placeholder the trainer replaces with the tokenizer's."""
     return TransformerConfig(vocab_size=8000, max_len=1024)
@@ -178,18 +220,11 @@ class TrainSettings:
     smoothing: float = 0.1
     warmup: int = 4000
     lr_factor: float = 1.0
-    clip_norm: float = field(default=0.0, metadata={"help": "clip the gradients' global norm to this (default: the "
-                                                            "preset's; 0: no clipping)"})
-    cooldown: float = field(default=0.0, metadata={"help": "the last fraction of the run (of --max-minutes when set, "
-                                                            "else of --max-steps) over which the learning rate falls "
-                                                            "linearly to 0 (0: Equation 3 throughout; "
-                                                            "default: the preset's, else 0); a run resumed with a "
-                                                            "larger budget follows the new one's line, so its rate "
-                                                            "rises again"})
+    clip_norm: float = 0.0          # 0: no clipping
+    cooldown: float = 0.0           # the last fraction of the run over which the rate falls to 0 (0: Equation 3)
     max_steps: int = 100_000
     max_epochs: int = 1000
-    max_minutes: float = field(default=0.0, metadata={"help": "stop (and save) after this many minutes of training "
-                                                              "(default: the preset's; 0: no time limit)"})
+    max_minutes: float = 0.0        # 0: no time limit; else stop (and save) after this much training
     # validation and checkpoints
     eval_every: int = 1000
     bleu_sentences: int = 200       # validation sentences translated for BLEU (0: none)
@@ -201,10 +236,8 @@ class TrainSettings:
     device: str = "cpu"
     precision: str = "fp32"         # fp32, fp16 (with dynamic loss scaling) or bf16: see minitensor.amp
     tf32: bool = False              # float32 matrix products on TF32 tensor cores (GPU only)
-    memory_every: int = field(default=50, metadata={"help": "on the GPU, record the peak memory of every N-th update "
-                                                            "in metrics.jsonl (default: the preset's, else 50; 0: never)"})
-    profile: int = field(default=0, metadata={"help": "time every op of N updates (after the run's first) with "
-                                                      "minitensor.profile: a table on stderr and profile.json (default 0: off)"})
+    memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
+    profile: int = 0                # time every op of N updates (after the run's first): a table and profile.json
     progress: bool = True
 
     def __init__(self, model: TransformerConfig | None = None, **settings):
@@ -280,6 +313,17 @@ def read_metrics(path: Path, warn=None) -> list[dict]:
                                "--resume again") from None
         records.append(record)
     return records
+
+
+def _ranges(steps: list[int]) -> str:
+    """Sorted whole numbers as runs: [3, 4, 5, 9] -> "3-5, 9"."""
+    runs: list[list[int]] = []
+    for x in steps:
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def check_batch_size(max_tokens: int, train: "ParallelData") -> None:
@@ -445,6 +489,9 @@ class Trainer:
             self.history = [r for r in read_metrics(metrics, warn=note) if r["step"] <= self.step]
             if self.main:
                 write_file(metrics, "".join(json.dumps(r) + "\n" for r in self.history))
+                if missing := sorted(set(range(1, self.step + 1)) - {r["step"] for r in self.history}):
+                    note(f"note: {metrics} holds no record of update(s) {_ranges(missing)} (lines cut or deleted): "
+                         "training goes on; the log and the curves have a gap there")
         return True
 
     # ------------------------------------------------------------------ one update
@@ -590,8 +637,9 @@ class Trainer:
         self.stop_requested = signal.Signals(signum).name
         if self.main:  # the update in flight, unless it has already sent its flags to the other ranks
             last = self.step + (2 if self.flags_sent == self.step + 1 else 1)
+            again = "press Ctrl-C again" if self.stop_requested == "SIGINT" else f"send {self.stop_requested} again"
             tqdm.write(f"{self.stop_requested}: stopping after update {last} and saving a checkpoint; "
-                       "press Ctrl-C again to stop at once", file=sys.stderr)
+                       f"{again} to stop at once", file=sys.stderr)
 
     def fit(self) -> dict:
         """Train until max_steps, max_epochs or max_minutes; returns the run summary. Raises
@@ -680,7 +728,9 @@ class Trainer:
                 metrics.close()
 
     def _finish(self, reason: str) -> dict:
-        summary = {"steps": self.step, "epochs": self.epoch, "train_seconds": round(self.train_seconds, 1),
+        # epochs completed, one whose last batch was the last update among them (as a resume that makes no update finds it)
+        ended = self.batch_in_epoch > 0 and self.batch_in_epoch >= len(self._epoch_batches(self.epoch))
+        summary = {"steps": self.step, "epochs": self.epoch + ended, "train_seconds": round(self.train_seconds, 1),
                    "stopped_by": reason, "best_valid_nll": finite_or_none(self.best_valid),
                    "world_size": self.comm.world_size}
         if self.main:

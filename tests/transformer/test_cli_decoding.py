@@ -159,6 +159,16 @@ def test_a_line_longer_than_the_model_takes_is_translated_in_parts_with_a_note(s
     assert not any(x.startswith("note: line 1") or x.startswith("note: line 3") for x in err.splitlines())
 
 
+def test_a_word_longer_than_the_limit_is_cut_between_its_pieces_and_all_of_it_translated(small_run):
+    status, out, err = cli("translate", "--run-dir", small_run, "--beam", "1", "--max-pieces", "50",
+                           stdin="x" * 500 + "\n")
+    assert status == 0 and len(out.splitlines()) == 1, err
+    note = next(x for x in err.splitlines() if x.startswith("note: line 1: "))
+    pieces, parts = int(note.split(": ")[2].split()[0]), int(note.split("translated in ")[1].split()[0])
+    assert pieces > 50 and parts == -(-pieces // 50)  # every piece in a part of at most 50 (it kept only 50)
+    assert "a word over the limit cut between its pieces" in note
+
+
 def test_long_lines_truncate_says_so_and_error_stops_naming_the_line(small_run, tmp_path):
     lines = "A dog runs.\n" + long_line(600) + "\n"
     status, out, err = cli("translate", "--run-dir", small_run, "--beam", "1", "--long-lines", "truncate",

@@ -157,7 +157,7 @@ def test_a_resume_with_nothing_left_to_do_and_an_average_of_fewer_checkpoints_sa
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "4")
     assert status == 0 and "note: the run is at update 6 already, not below --max-steps 4: no update to make" in err, err
     status, out, err = cli("average", "--run-dir", run, "--last", "100")
-    assert status == 0 and "note: --last 100, but" in err and "holds 3 checkpoint(s): averaging those" in err, err
+    assert status == 0 and "note: --last 100, but" in err and "holds 3 checkpoint(s) of its run: averaging those" in err, err
     assert "checkpoint_2.npz, checkpoint_4.npz, checkpoint_6.npz" in out
 
 
