@@ -273,7 +273,9 @@ DEFAULT_PRESET = "multi30k-cpu"
 DATA_SETTINGS = {
     "preset": (Choice(tuple(sorted(PRESETS))), None,
                f"the data, model and recipe (transformer/presets.py; default {DEFAULT_PRESET}, or a resumed run's own)"),
-    "dataset": (Choice(("multi30k", "wmt14")), None, "default: the preset's"),
+    "dataset": (Choice(("multi30k", "wmt14")), None, "multi30k (Multi30k task 1) or wmt14 (a folder `data wmt14` "
+                                                      "prepared, or --train-src and the other files) (default: the "
+                                                      "preset's)"),
     "src_lang": (Text("language code"), "en", "the source side's language code (default en)"),
     "tgt_lang": (Text("language code"), "de", "the target side's language code (default de)"),
     "vocab_size": (Whole(5, 2**20), None, "joint BPE vocabulary: 4 special pieces and at least one more (default: the "
@@ -363,13 +365,13 @@ def recall_data(args, run: Path, files: bool = False) -> None:
         print(f"note: {flags}: the run's own files (give --train-src and the rest to use others)", file=sys.stderr)
 
 
-def recall_test_files(args, run: Path, meta: dict) -> None:
+def recall_test_files(args, run: Path, meta: dict) -> bool:
     """For a model trained on WMT14 files (``--train-src``, ...) and evaluated with no test set
-    given: its own ``--test-src``/``--test-tgt`` as ``--src``/``--ref`` (with a note), or a
-    refusal; Multi30k's test set would be another task's."""
+    given: its own ``--test-src``/``--test-tgt`` as ``--src``/``--ref`` (with a note; True), or a
+    refusal; Multi30k's test set would be another task's. False for other models."""
     data = meta.get("data") if isinstance(meta.get("data"), dict) else {}
     if data.get("dataset") != "wmt14":
-        return
+        return False
     try:
         own = json.loads((run / DATA_RECORD).read_text()).get("files") or {}
         src, ref = own.get("test_src"), own.get("test_tgt")
@@ -381,6 +383,7 @@ def recall_test_files(args, run: Path, meta: dict) -> None:
     args.src, args.ref = src, ref
     print(f"note: --src {src} --ref {ref}: the run's own test files (give --src and --ref to score others)",
           file=sys.stderr)
+    return True
 
 
 def model_languages(args, meta: dict) -> None:
@@ -870,8 +873,7 @@ def cmd_evaluate(args) -> dict:
     model_languages(args, loaded.meta)
     if not args.src:
         recall_data(args, run)
-    if not args.src and not args.data_dir:
-        recall_test_files(args, run, loaded.meta)
+    own_test = not args.src and not args.data_dir and recall_test_files(args, run, loaded.meta)
     if args.src:
         src, ref = D.read_parallel(args.src, args.ref)
         name, scored = Path(args.src).stem, {"source": str(Path(args.src).resolve()), "reference": str(Path(args.ref).resolve())}
@@ -891,7 +893,8 @@ def cmd_evaluate(args) -> dict:
     folder = run / "evaluations"
     size = 2 * sum(len(x.encode()) + 1 for x in src) + (1 << 16)  # the hypotheses (about the source's size), the scores
     _check_writable(folder, size)
-    headline = not args.src and args.split is None and not first  # the default test set, whole: the run's headline
+    # the default test set (or, for a run trained on WMT14 files, its own), whole: the run's headline
+    headline = (own_test or not args.src) and args.split is None and not first
     if headline:
         _check_writable(run, size)
     stem = f"{name[:100]}_{loaded.name[:100]}_beam{args.beam}" + (f"_alpha{args.alpha:g}" if args.alpha != 0.6 else "") \

@@ -223,12 +223,21 @@ OWN_FILES = (*LEFTOVERS, "spm.model", "spm.vocab", "data.json", "evaluation.json
              LOCK_NAME)
 
 
+OWN_FOLDERS = ("evaluations", "cache")  # every file in these is the run's too
+
+
 def run_file(path: str | Path) -> bool:
-    """Whether ``path`` is one of a run directory's own files (its folder holds an ``spm.model``):
-    a name in :data:`OWN_FILES`, or any ``.npz`` (checkpoints). Other commands' outputs must not
-    replace them."""
-    path = Path(path)
-    return (path.parent / "spm.model").is_file() and (path.name in OWN_FILES or path.suffix == ".npz")
+    """Whether ``path`` is one of a run directory's own files (a folder holding an ``spm.model``):
+    a name in :data:`OWN_FILES` or any ``.npz`` (checkpoints) in it, or anything in its
+    :data:`OWN_FOLDERS`. Other commands' outputs must not replace them."""
+    path = Path(path).absolute()
+    for run in list(path.parents)[:3]:
+        if (run / "spm.model").is_file():
+            inside = path.relative_to(run).parts
+            if len(inside) == 1:
+                return path.name in OWN_FILES or path.suffix == ".npz"
+            return inside[0] in OWN_FOLDERS
+    return False
 
 
 def leftovers(run: str | Path) -> list[Path]:

@@ -188,8 +188,8 @@ HELP = {
     "keep_last": f"keep the newest N of the run's checkpoints, deleting older ones ({_PRESET})",
     "seed": f"the random seed of the weights, the batch order and dropout ({_PRESET})",
     "device": f"cpu or cuda (cuda:N) ({_PRESET})",
-    "precision": (f"fp32; fp16 (16-bit products, float32 weights, dynamic loss scaling); bf16 ({_PRESET}, "
-                  "else fp32)"),
+    "precision": ("fp32; fp16 (16-bit products, float32 weights, dynamic loss scaling); bf16 (bfloat16 products, "
+                  f"float32's exponent range, so no loss scaling; needs ml_dtypes) ({_PRESET}, else fp32)"),
     "tf32": f"let float32 products use TF32 tensor cores, GPU only ({_PRESET}, else false)",
     "memory_every": f"on the GPU, record the peak memory of every N-th update in metrics.jsonl ({_PRESET}, else 50; "
                     "0: never)",

@@ -567,15 +567,20 @@ def test_translate_refuses_to_write_over_its_own_input(small_run, tmp_path):
     assert source.read_text() == lines(2)
 
 
-@pytest.mark.parametrize("name", ["checkpoint_6.npz", "spm.model", "metrics.jsonl", "run.json", "average.npz"])
+@pytest.mark.parametrize("name", ["checkpoint_6.npz", "spm.model", "metrics.jsonl", "run.json", "average.npz",
+                                  "cache/train/key.json", "evaluations/test_2016_flickr_checkpoint_6_beam1_first2.json"])
 def test_translate_never_writes_over_a_runs_own_files(small_run, tmp_path, name):
     run = copy_run(small_run, tmp_path)
     status, _, err = cli("average", "--run-dir", run, "--last", "2")
     assert status == 0, err
+    status, _, err = cli("evaluate", "--run-dir", run, "--limit", "2", "--beam", "1", "--no-progress")
+    assert status == 0 and (run / name).is_file(), err
     before = snapshot(run)
     status, _, err = cli("translate", "--run-dir", run, "--output", run / name, stdin=lines(2))
     assert_clean(status, err, 2, f"error: --output {run / name} is a run's own file")
     assert snapshot(run) == before
+    status, _, err = cli("translate", "--run-dir", run, "--output", run / "translations.txt", stdin=lines(2))
+    assert status == 0 and len((run / "translations.txt").read_text().splitlines()) == 2, err  # a file of one's own
     elsewhere = tmp_path / "kept.npz"  # a checkpoint outside any run directory is not replaced either
     shutil.copy(run / "checkpoint_6.npz", elsewhere)
     status, _, err = cli("translate", "--run-dir", run, "--output", elsewhere, stdin=lines(2))
@@ -679,6 +684,8 @@ def test_resume_of_a_run_trained_on_files_finds_them_again(tmp_path):
     status, _, err = cli("evaluate", "--run-dir", run, "--beam", "1", "--limit", "3", "--no-progress")
     assert status == 0, err  # its own test files, not Multi30k's test set
     assert f"note: --src {files['--test-src'].resolve()} --ref {files['--test-tgt'].resolve()}: the run's own" in err
+    status, _, err = cli("evaluate", "--run-dir", run, "--beam", "1", "--no-progress")
+    assert status == 0 and (run / "evaluation.json").is_file(), err  # its whole own test set: the run's headline
     files["--train-src"].rename(tmp_path / "moved.en")
     status, _, err = cli("train", "--run-dir", run, "--resume", "--max-steps", "6", "--no-progress")
     assert_clean(status, err, 2, f"error: --resume: the run's own data files are gone from where it was trained on "
