@@ -1,9 +1,9 @@
 """The hand-written CUDA kernels, timed side by side with PyTorch on the same GPU (needs one).
 
 * the device's copy bandwidth (a large device-to-device copy: bytes read + written / time);
-* LayerNorm and the fused attention softmax, forward and backward: GB/s (the fewest bytes
-  each must move, over its time) as a fraction of that copy bandwidth, next to PyTorch's
-  layer_norm and softmax on the same shapes;
+* LayerNorm, the fused attention softmax and the fused label-smoothed cross-entropy, forward
+  and backward: GB/s (the fewest bytes each must move, over its time) as a fraction of that
+  copy bandwidth, next to PyTorch's layer_norm, softmax and cross_entropy on the same shapes;
 * attention at sequence lengths 128 to 4096: the flash kernels, the fused-softmax path and
   the plain CuPy path, forward + backward, against PyTorch's scaled_dot_product_attention,
   with the peak extra memory of each;
@@ -32,6 +32,7 @@ class Sizes:
     copy_mib: int
     layer_norm: list       # (rows, d, dtype)
     softmax: list          # (B, H, T, dtype)
+    cross_entropy: list    # (rows, V, dtype): the logits of a step
     attention_lengths: tuple
     attention_tokens: int  # B x T at every length
     attention_heads: int
@@ -41,9 +42,10 @@ class Sizes:
 
 FULL = Sizes(256, [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"), (8192, 768, "float32")],
              [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"), (64, 8, 128, "float16")],
+             [(25_600, 37_000, "float32"), (25_600, 37_000, "float16")],
              (128, 256, 512, 1024, 2048, 4096), 16384, 8, (400, 64, 37000), 50)
 TINY = Sizes(1, [(16, 512, "float32"), (16, 512, "float16")], [(2, 2, 128, "float32"), (2, 2, 128, "float16")],
-             (128, 256), 256, 2, (2, 8, 64), 2)
+             [(8, 300, "float32")], (128, 256), 256, 2, (2, 8, 64), 2)
 
 
 def gpu_ms(fn, repeat=50, warmup=5) -> float:
@@ -153,6 +155,42 @@ def softmax_rows(sizes: Sizes, bw: float, torch_ok: bool) -> list[dict]:
     return rows
 
 
+def cross_entropy_rows(sizes: Sizes, bw: float, torch_ok: bool) -> list[dict]:
+    """The fused kernels (label smoothing 0.1, pad 0 ignored): the forward reads the logits once,
+    the backward reads them and writes the gradient; PyTorch's cross_entropy alongside."""
+    import cupy as cp
+
+    from minitensor.cuda import cross_entropy as k
+
+    rows = []
+    ms = lambda fn: gpu_ms(fn, repeat=max(2, sizes.repeat // 5))  # noqa: E731
+    for N, V, dtype in sizes.cross_entropy:
+        x = cp.random.standard_normal((N, V), dtype=cp.float32).astype(dtype)
+        t = cp.random.randint(0, V, N).astype(cp.int64)
+        loss, lse = k.forward(x, t, 0, 0.1)
+        w = (t != 0).astype(cp.float32) / N
+        nbytes = x.size * x.itemsize
+        r = {"shape": [N, V], "dtype": dtype, "forward_ms": ms(lambda: k.forward(x, t, 0, 0.1)),
+             "backward_ms": ms(lambda: k.backward(x, t, lse, w, 0.1))}
+        r["forward_backward_ms"] = r["forward_ms"] + r["backward_ms"]
+        r["forward_fraction_of_copy"] = nbytes / (r["forward_ms"] / 1e3) / 1e9 / bw
+        r["backward_fraction_of_copy"] = 2 * nbytes / (r["backward_ms"] / 1e3) / 1e9 / bw
+        if torch_ok:
+            import torch
+
+            tx = torch.randn(N, V, device="cuda", dtype=getattr(torch, dtype), requires_grad=True)
+            tt = torch.as_tensor(cp.asnumpy(t), device="cuda")
+            fwd = lambda: torch.nn.functional.cross_entropy(tx.float(), tt, ignore_index=0,  # noqa: E731
+                                                           label_smoothing=0.1)
+            r["torch_forward_ms"] = torch_ms(fwd, repeat=max(2, sizes.repeat // 5))
+            ty = fwd()
+            r["torch_backward_ms"] = torch_ms(lambda: torch.autograd.grad(ty, tx, retain_graph=True),
+                                              repeat=max(2, sizes.repeat // 5))
+            r["speed_vs_torch"] = (r["torch_forward_ms"] + r["torch_backward_ms"]) / r["forward_backward_ms"]
+        rows.append({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()})
+    return rows
+
+
 def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     import cupy as cp
 
@@ -253,7 +291,8 @@ def main() -> None:
     bw = copy_bandwidth(sizes)
     out = {"benchmark": "hand-written CUDA kernels", "environment": environment("cuda"), "tiny": a.tiny,
            "copy_bandwidth_gb_s": round(bw, 1), "layer_norm": layer_norm_rows(sizes, bw, torch_ok),
-           "attention_softmax": softmax_rows(sizes, bw, torch_ok), "attention": attention_rows(sizes, torch_ok)}
+           "attention_softmax": softmax_rows(sizes, bw, torch_ok),
+           "cross_entropy": cross_entropy_rows(sizes, bw, torch_ok), "attention": attention_rows(sizes, torch_ok)}
     if not a.skip_step:
         out["base_step"] = base_step_with_and_without_kernels(sizes)
     write_results(out, a.out)

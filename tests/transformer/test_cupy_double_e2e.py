@@ -141,4 +141,5 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     assert [r["T"] for r in kernels["attention"]] == [128, 256]
     assert all(r[f"{route}_ms"] > 0 for r in kernels["attention"] for route in ("flash", "fused", "plain_cupy"))
     assert {r["dtype"] for r in kernels["layer_norm"]} == {"float32", "float16"}
+    assert [r["shape"] for r in kernels["cross_entropy"]] == [[8, 300]] and kernels["cross_entropy"][0]["forward_ms"] > 0
     assert set(kernels["base_step"]) >= {"kernels_on_ms", "kernels_off_ms"}

@@ -13,6 +13,7 @@ import pytest
 
 import minitensor as mt
 from minitensor import cuda
+from minitensor.cuda import cross_entropy as ce_kernels
 from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
@@ -446,7 +447,10 @@ def _small_cases():
     causal = np.tril(np.ones((70, 70), bool))
     out, lse = flash_kernels.forward(q, q, q, causal, 0.2)
     dq = flash_kernels.backward(q, q, q, q, out, lse, causal, 0.2)
-    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq)
+    logits, target = rng.standard_normal((3, 300)).astype(np.float32), np.array([5, 0, 299])
+    loss, ce_lse = ce_kernels.forward(logits, target, 0, 0.1)
+    dlogits = ce_kernels.backward(logits, target, ce_lse, np.array([0.5, 0.0, 2.0]), 0.1)
+    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits)
 
 
 @pytest.mark.parametrize("check", ["race", "memory"])
@@ -454,6 +458,7 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items = [("layer_norm.cu", n) for n in ln_kernels.names("float", 33)]
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24)]
+    items += [("cross_entropy.cu", n) for n in ce_kernels.names("float")]
     emulator.precompile(items, check)
     with cuda.emulate(True, check=check):
         checked = _small_cases()

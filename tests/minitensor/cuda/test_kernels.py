@@ -15,11 +15,13 @@ import pytest
 import minitensor as mt
 import minitensor.functional as F
 from minitensor import cuda
+from minitensor.cuda import cross_entropy as ce_kernels
 from minitensor.cuda import emulator
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, masked_softmax_reference
+from minitensor.ops.loss import _smoothed_nll
 from minitensor.ops.norm import LayerNorm, layer_norm_backward_reference, layer_norm_reference
 
 from ...helpers import require
@@ -129,6 +131,7 @@ def _compile_for_the_emulator_in_parallel():
     items += [("softmax.cu", n) for n in softmax_kernels.names("double", 6)]
     items += [("flash_attention.cu", n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
+    items += [("cross_entropy.cu", n) for t in (*HALF_CTYPES.values(), "double") for n in ce_kernels.names(t)]
     emulator.precompile(sorted(set(items)))
 
 
@@ -326,3 +329,63 @@ def test_flash_attention_memory_grows_linearly_with_sequence_length(dev):
         assert 1.5 < b / a < 2.5
     assert fused[-1] / fused[-2] > 3.0
     assert flash[-1] * 10 < fused[-1]
+
+
+# ---------------------------------------------------------------- label-smoothed cross-entropy
+CE_SHAPES = [(1, 1), (3, 7), (5, 31), (2, 3, 256), (4, 257), (2, 1000)]
+
+
+def _ce_reference(x, t, ignore, eps):
+    """(loss per row, gradient of Σ w·loss) in float64 from the op's own reference pieces."""
+    x = np.asarray(x, np.float64)
+    V = x.shape[-1]
+    _, _, loss = _smoothed_nll(np, x, t[..., None], eps=eps)
+    keep = t != ignore
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    q = eps / V + (1 - eps) * np.eye(V)[t]
+    return np.where(keep, loss[..., 0], 0.0), keep, p - q
+
+
+@pytest.mark.parametrize("shape", CE_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_fused_cross_entropy_kernel_matches_the_reference(dev, shape, dtype, eps):
+    """Forward: (1-ε)·(lse - x_t) + ε·(lse - mean x), 0 for an ignored target; backward:
+    w·(softmax - q), out of place and written over the logits, which give the same bits."""
+    rng = _rng("ce", shape, dtype, eps)
+    dt = _half(dtype) if dtype != "float64" else np.dtype(np.float64)
+    V = shape[-1]
+    x = _randn(dev, rng, shape, dt, 4.0)
+    t_host = rng.integers(0, V, shape[:-1])
+    t_host.reshape(-1)[0] = 0  # the first row's target is ignored
+    t = dev.asarray(t_host)
+    w = dev.asarray(rng.standard_normal(shape[:-1]) * (t_host != 0))
+    assert ce_kernels.applies(x.dtype, x.shape)
+    loss, lse = ce_kernels.forward(x, t, 0, eps)
+    g = ce_kernels.backward(x, t, lse, w, eps)
+    loss_ref, keep, dist = _ce_reference(mt.backend.to_numpy(x.astype(np.float32 if dtype != "float64" else dt)),
+                                         t_host, 0, eps)
+    g_ref = mt.backend.to_numpy(w)[..., None] * dist
+    tol = 1e-12 if dtype == "float64" else TOL[dtype]
+    assert _rel(loss, loss_ref) < tol and _rel(g, g_ref) < tol
+    assert float(abs(mt.backend.to_numpy(loss).reshape(-1)[0])) == 0.0  # the ignored row
+    in_place = x.copy()
+    assert ce_kernels.backward(in_place, t, lse, w, eps, out=in_place) is in_place
+    assert (mt.backend.to_numpy(in_place).view(np.uint8) == mt.backend.to_numpy(g).view(np.uint8)).all()
+
+
+def test_fused_cross_entropy_is_bitwise_deterministic_and_stable_for_large_logits(dev):
+    """The warps' partials are combined in a fixed order; logits of 1e4 (exp would overflow
+    without the running max) give the float64 reference's losses, to float32's resolution there."""
+    rng = _rng("ce-big")
+    x = _randn(dev, rng, (6, 3001), np.float32, 1.0) + dev.asarray(np.float32(1e4))
+    t_host = rng.integers(0, 3001, 6)
+    t = dev.asarray(t_host)
+    first = ce_kernels.forward(x, t, None, 0.1)
+    again = ce_kernels.forward(x, t, None, 0.1)
+    for a, b in zip(first, again):
+        assert (mt.backend.to_numpy(a) == mt.backend.to_numpy(b)).all()
+    loss_ref, _, _ = _ce_reference(mt.backend.to_numpy(x), t_host, None, 0.1)
+    error = np.abs(mt.backend.to_numpy(first[0]).astype(np.float64) - loss_ref).max()
+    assert error < 4 * np.spacing(np.float32(1e4))  # lse - x_t of two values near 1e4: a few of their ulps

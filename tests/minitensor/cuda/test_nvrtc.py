@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from minitensor.cuda import flash_attention, layer_norm, softmax, sources
+from minitensor.cuda import cross_entropy, flash_attention, layer_norm, softmax, sources
 
 from ...helpers import require
+from .test_sources import LAUNCHERS
 
-LAUNCHERS = {"layer_norm.cu": layer_norm, "softmax.cu": softmax, "flash_attention.cu": flash_attention}
 ARCHS = ("80", "90")
 
 
@@ -63,7 +63,7 @@ def compiled():
                                          name_expressions=LAUNCHERS[filename].instantiations(), method=method)
         return job, program.compile(options)
 
-    jobs = [(arch, f) for f in ("flash_attention.cu", "layer_norm.cu", "softmax.cu") for arch in ARCHS]
+    jobs = [(arch, f) for f in sources.SOURCES for arch in ARCHS]
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(one, jobs))
 
@@ -92,3 +92,5 @@ def test_instantiations_cover_every_name_a_launcher_can_ask_for():
     for t, sizes in flash_attention.HEAD_SIZES.items():
         for d in range(1, max(sizes) + 1):
             assert set(flash_attention.names(t, d)) <= compiled, (t, d)
+    for t in ("float", "f16", "bf16", "double"):  # one pair per dtype, whatever the row length
+        assert set(cross_entropy.names(t)) <= compiled, t

@@ -9,12 +9,14 @@ import subprocess
 
 import pytest
 
-from minitensor.cuda import flash_attention, layer_norm, softmax, sources
+from minitensor.cuda import cross_entropy, flash_attention, layer_norm, softmax, sources
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
-LAUNCHERS = {"layer_norm.cu": layer_norm, "softmax.cu": softmax, "flash_attention.cu": flash_attention}
+# each source's launcher, which lists the instantiations it can ask for (test_nvrtc.py compiles them too)
+LAUNCHERS = {"layer_norm.cu": layer_norm, "softmax.cu": softmax, "flash_attention.cu": flash_attention,
+             "cross_entropy.cu": cross_entropy}
 SMEM_LIMIT = 48 * 1024  # static shared memory per block without opting in
 
 
