@@ -1,12 +1,17 @@
 """Launcher for the fused label-smoothed cross-entropy kernels of ``cross_entropy.cu``.
 
-The plain xp reference is :class:`minitensor.ops.loss.CrossEntropy` (``_smoothed_nll`` and
-``_smoothed_softmax_grad``); tests compare them. The kernels are not routed into the op yet.
+:class:`FusedCrossEntropy` is the op on this route; :func:`minitensor.functional.cross_entropy`
+takes it where the kernels apply, and the plain xp reference, :class:`minitensor.ops.loss.CrossEntropy`,
+elsewhere; tests compare the two.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import Function
+from ..errors import GraphError
+from ..ops.loss import checked_targets, reduce_loss, row_weights
+from ..ops.precision import compute_dtype
 from .build import acc_dtype, array_module, ctype, kernel
 
 SOURCE = "cross_entropy.cu"
@@ -61,3 +66,33 @@ def backward(logits, target, lse, weight, eps: float, out=None):
     k((rows,), (32 * WARPS,), (logits, target, xp.ascontiguousarray(lse, dtype=acc), weight, grad,
                                np.int64(rows), np.int32(V), np.float64(eps)))
     return grad
+
+
+class FusedCrossEntropy(Function):
+    """:class:`minitensor.ops.loss.CrossEntropy` (the same formula, arguments and reductions)
+    on the fused kernels: the forward reads the logits once and saves one value per row (log
+    Σ exp); the backward reads them again and writes the gradient once, over the logits
+    themselves with ``overwrite`` (then the loss can be backpropagated only once)."""
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index=None, label_smoothing=0.0, reduction="mean", overwrite=False):
+        xp = ctx.xp
+        valid, safe_t = checked_targets(xp, logits, target, ignore_index)
+        if not logits.flags.c_contiguous:  # (the array itself otherwise: overwrite writes into it)
+            logits = xp.ascontiguousarray(logits)
+        loss, lse = forward(logits, safe_t, None, label_smoothing)
+        loss = xp.where(valid, loss, 0)
+        ctx.reduction, ctx.eps, ctx.overwrite = reduction, label_smoothing, overwrite
+        ctx.save_for_backward(logits, safe_t, lse, valid)
+        return reduce_loss(ctx, xp, loss, valid, compute_dtype(logits.dtype))
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, t, lse, valid = ctx.saved
+        if ctx.overwrite:
+            if getattr(ctx, "spent", False):
+                raise GraphError("cross_entropy(..., overwrite=True): the backward already wrote the gradient "
+                                 "over the saved logits; such a loss can be backpropagated only once")
+            ctx.spent = True
+        w = row_weights(ctx, ctx.xp, grad, valid)
+        return backward(logits, t, lse, w, ctx.eps, out=logits if ctx.overwrite else None), None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cuda
 from ..autograd import Function
 from ..errors import GraphError, ShapeError
 from ..tensor import Tensor, as_ids, as_tensor
@@ -37,21 +38,7 @@ class CrossEntropy(Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index=None, label_smoothing=0.0, reduction="mean", overwrite=False):
         xp = ctx.xp
-        if target.dtype.kind not in "iu":
-            raise ShapeError(f"cross_entropy: target must hold integer class ids, got dtype {target.dtype}")
-        if logits.shape[:-1] != target.shape:
-            raise ShapeError(
-                f"cross_entropy: logits of shape {tuple(logits.shape)} need a target of shape "
-                f"{tuple(logits.shape[:-1])} (classes on the last axis), got {tuple(target.shape)}"
-            )
-        V = logits.shape[-1]
-        valid = target != ignore_index if ignore_index is not None else xp.ones(target.shape, dtype=bool)
-        safe_t = xp.where(valid, target, 0)
-        on_host = xp is np
-        if on_host and target.size and valid.any():
-            lo, hi = int(safe_t[valid].min()), int(safe_t[valid].max())
-            if lo < 0 or hi >= V:
-                raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
+        valid, safe_t = checked_targets(xp, logits, target, ignore_index)
         work = compute_dtype(logits.dtype)
         ctx.logits_dtype = logits.dtype
         x = logits.astype(work, copy=False)
@@ -60,17 +47,9 @@ class CrossEntropy(Function):
         e, sum_e, loss = rowwise(_smoothed_nll, xp, x, safe_t[..., None], eps=eps, overwrite=overwrite,
                                  into={0: x} if overwrite else None)
         loss = xp.where(valid, loss[..., 0], 0).astype(work, copy=False)
-        count = valid.sum()
-        ctx.count = int(count) if on_host else count.astype(work)  # a device scalar on the GPU
         ctx.reduction, ctx.eps, ctx.overwrite = reduction, eps, overwrite
         ctx.save_for_backward(e, sum_e, safe_t, valid)
-        if reduction == "none":
-            return loss
-        if reduction == "sum":
-            return loss.sum()
-        if on_host:
-            return loss.sum() / work.type(ctx.count) if ctx.count else xp.asarray(xp.nan, dtype=work)
-        return xp.where(count > 0, loss.sum() / xp.maximum(ctx.count, 1), xp.nan).astype(work)
+        return reduce_loss(ctx, xp, loss, valid, work)
 
     @staticmethod
     def backward(ctx, grad):
@@ -81,13 +60,7 @@ class CrossEntropy(Function):
                 raise GraphError("cross_entropy(..., overwrite=True): the backward already wrote the gradient "
                                  "over the saved softmax; such a loss can be backpropagated only once")
             ctx.spent = True
-        if ctx.reduction == "none":
-            w = grad
-        elif ctx.reduction == "sum":
-            w = xp.broadcast_to(grad, t.shape)
-        else:
-            w = xp.broadcast_to(grad / xp.maximum(ctx.count, 1), t.shape)
-        w = (w * valid)[..., None].astype(e.dtype, copy=False)
+        w = row_weights(ctx, xp, grad, valid)[..., None].astype(e.dtype, copy=False)
         # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t)
         V = e.shape[-1]
         # why rowwise: a block of rows at a time in cache, on every core (fastpaths)
@@ -96,6 +69,53 @@ class CrossEntropy(Function):
         flat, w_flat = g.reshape(-1, V), w.reshape(-1)
         flat[xp.arange(flat.shape[0]), t.reshape(-1)] -= (1 - ctx.eps) * w_flat
         return g.astype(ctx.logits_dtype, copy=False), None
+
+
+def checked_targets(xp, logits, target, ignore_index):
+    """(valid, safe targets) for logits (..., V) and integer targets (...): ignored entries
+    are not valid and read class 0. Shapes and dtype are checked; the range of the targets on
+    the host only (on a GPU that would wait for the device)."""
+    if target.dtype.kind not in "iu":
+        raise ShapeError(f"cross_entropy: target must hold integer class ids, got dtype {target.dtype}")
+    if logits.shape[:-1] != target.shape:
+        raise ShapeError(
+            f"cross_entropy: logits of shape {tuple(logits.shape)} need a target of shape "
+            f"{tuple(logits.shape[:-1])} (classes on the last axis), got {tuple(target.shape)}"
+        )
+    V = logits.shape[-1]
+    valid = target != ignore_index if ignore_index is not None else xp.ones(target.shape, dtype=bool)
+    safe_t = xp.where(valid, target, 0)
+    if xp is np and target.size and valid.any():
+        lo, hi = int(safe_t[valid].min()), int(safe_t[valid].max())
+        if lo < 0 or hi >= V:
+            raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
+    return valid, safe_t
+
+
+def reduce_loss(ctx, xp, loss, valid, work):
+    """The per-target ``loss`` reduced as ``ctx.reduction`` says ("mean" over the valid targets:
+    NaN when there is none); keeps the count in ``ctx.count`` for :func:`row_weights`."""
+    count = valid.sum()
+    ctx.count = int(count) if xp is np else count.astype(work)  # a device scalar on the GPU
+    if ctx.reduction == "none":
+        return loss
+    if ctx.reduction == "sum":
+        return loss.sum()
+    if xp is np:
+        return loss.sum() / work.type(ctx.count) if ctx.count else xp.asarray(xp.nan, dtype=work)
+    return xp.where(count > 0, loss.sum() / xp.maximum(ctx.count, 1), xp.nan).astype(work)
+
+
+def row_weights(ctx, xp, grad, valid):
+    """d(reduced loss)/d(each target's loss) times the upstream ``grad``: the weight w of each
+    row's gradient w·(p - q); 0 for ignored targets."""
+    if ctx.reduction == "none":
+        w = grad
+    elif ctx.reduction == "sum":
+        w = xp.broadcast_to(grad, valid.shape)
+    else:
+        w = xp.broadcast_to(grad / xp.maximum(ctx.count, 1), valid.shape)
+    return w * valid
 
 
 def _smoothed_nll(xp, x, t, eps: float, overwrite: bool = False):
@@ -140,5 +160,8 @@ def cross_entropy(logits, target, ignore_index: int | None = None, label_smoothi
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     logits = as_tensor(logits)
     target = as_ids(target, logits)
-    return CrossEntropy.apply(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                              reduction=reduction, overwrite=overwrite)
+    op = CrossEntropy
+    if cuda.kernels_may_run(logits.xp) and cuda.launcher("cross_entropy").applies(logits.dtype, logits.shape):
+        op = cuda.launcher("cross_entropy").FusedCrossEntropy  # why: one pass over the logits each way
+    return op.apply(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                    reduction=reduction, overwrite=overwrite)
