@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
-from ..errors import GraphError
-from ..ops.loss import checked_targets, reduce_loss, row_weights
+from ..ops.loss import checked_targets, reduce_loss, row_weights, spend_once
 from ..ops.precision import compute_dtype
 from .build import acc_dtype, array_module, ctype, kernel
 
@@ -80,8 +79,7 @@ class FusedCrossEntropy(Function):
         valid, safe_t = checked_targets(xp, logits, target, ignore_index)
         if not logits.flags.c_contiguous:  # (the array itself otherwise: overwrite writes into it)
             logits = xp.ascontiguousarray(logits)
-        loss, lse = forward(logits, safe_t, None, label_smoothing)
-        loss = xp.where(valid, loss, 0)
+        loss, lse = forward(logits, target, ignore_index, label_smoothing)  # 0 where ignored (the kernel checks first)
         ctx.reduction, ctx.eps, ctx.overwrite = reduction, label_smoothing, overwrite
         ctx.save_for_backward(logits, safe_t, lse, valid)
         return reduce_loss(ctx, xp, loss, valid, compute_dtype(logits.dtype))
@@ -89,10 +87,6 @@ class FusedCrossEntropy(Function):
     @staticmethod
     def backward(ctx, grad):
         logits, t, lse, valid = ctx.saved
-        if ctx.overwrite:
-            if getattr(ctx, "spent", False):
-                raise GraphError("cross_entropy(..., overwrite=True): the backward already wrote the gradient "
-                                 "over the saved logits; such a loss can be backpropagated only once")
-            ctx.spent = True
+        spend_once(ctx, "the saved logits")
         w = row_weights(ctx, ctx.xp, grad, valid)
         return backward(logits, t, lse, w, ctx.eps, out=logits if ctx.overwrite else None), None

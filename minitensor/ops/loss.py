@@ -55,11 +55,7 @@ class CrossEntropy(Function):
     def backward(ctx, grad):
         e, sum_e, t, valid = ctx.saved
         xp = ctx.xp
-        if ctx.overwrite:
-            if getattr(ctx, "spent", False):
-                raise GraphError("cross_entropy(..., overwrite=True): the backward already wrote the gradient "
-                                 "over the saved softmax; such a loss can be backpropagated only once")
-            ctx.spent = True
+        spend_once(ctx, "the saved softmax")
         w = row_weights(ctx, xp, grad, valid)[..., None].astype(e.dtype, copy=False)
         # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t)
         V = e.shape[-1]
@@ -90,6 +86,15 @@ def checked_targets(xp, logits, target, ignore_index):
         if lo < 0 or hi >= V:
             raise ShapeError(f"cross_entropy: targets must lie in [0, {V}) (or equal ignore_index), got values from {lo} to {hi}")
     return valid, safe_t
+
+
+def spend_once(ctx, what: str) -> None:
+    """With ``overwrite``, a backward writes the gradient over ``what``: a second one is refused."""
+    if ctx.overwrite:
+        if getattr(ctx, "spent", False):
+            raise GraphError(f"cross_entropy(..., overwrite=True): the backward already wrote the gradient over "
+                             f"{what}; such a loss can be backpropagated only once")
+        ctx.spent = True
 
 
 def reduce_loss(ctx, xp, loss, valid, work):

@@ -392,13 +392,14 @@ def test_fused_cross_entropy_is_bitwise_deterministic_and_stable_for_large_logit
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-def test_cross_entropy_takes_the_fused_kernels_and_gradchecks_through_them(dev, reduction):
+@pytest.mark.parametrize("ignore", [0, -100])  # a class, and a value outside the classes
+def test_cross_entropy_takes_the_fused_kernels_and_gradchecks_through_them(dev, reduction, ignore):
     """The public function routes to FusedCrossEntropy where the kernels may run and to the xp
     reference otherwise: the same losses and gradients, and a float64 gradcheck through the kernels."""
-    rng = _rng("ce-op", reduction)
+    rng = _rng("ce-op", reduction, ignore)
     x = rng.standard_normal((3, 4, 11))
     t = rng.integers(0, 11, (3, 4))
-    t[0, 0] = 0  # ignored
+    t[0, 0] = ignore  # ignored
     calls = []
     launcher = cuda.launcher("cross_entropy")
     real = launcher.forward
@@ -409,7 +410,7 @@ def test_cross_entropy_takes_the_fused_kernels_and_gradchecks_through_them(dev, 
 
     def loss_and_grad():
         u = mt.tensor(x, requires_grad=True, device=dev.device)
-        loss = F.cross_entropy(u, mt.tensor(t, device=dev.device), ignore_index=0, label_smoothing=0.1,
+        loss = F.cross_entropy(u, mt.tensor(t, device=dev.device), ignore_index=ignore, label_smoothing=0.1,
                                reduction=reduction)
         (loss.sum() if reduction == "none" else loss).backward()
         return mt.backend.to_numpy(loss.data), mt.backend.to_numpy(u.grad.data)
@@ -427,8 +428,8 @@ def test_cross_entropy_takes_the_fused_kernels_and_gradchecks_through_them(dev, 
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
     u = mt.tensor(x, requires_grad=True, device=dev.device)
     target = mt.tensor(t, device=dev.device)
-    summed = (lambda v: F.cross_entropy(v, target, ignore_index=0, label_smoothing=0.1, reduction="none").sum()) \
-        if reduction == "none" else (lambda v: F.cross_entropy(v, target, ignore_index=0, label_smoothing=0.1,
+    summed = (lambda v: F.cross_entropy(v, target, ignore_index=ignore, label_smoothing=0.1, reduction="none").sum()) \
+        if reduction == "none" else (lambda v: F.cross_entropy(v, target, ignore_index=ignore, label_smoothing=0.1,
                                                                reduction=reduction))
     assert mt.gradcheck(summed, [u])
 
