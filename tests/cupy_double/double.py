@@ -5,6 +5,8 @@ attributes are served from ``spec.json``: what CuPy 14.2 has exists, nothing els
 """
 from __future__ import annotations
 
+import collections
+import ctypes
 import json
 import math
 import sys
@@ -21,6 +23,25 @@ _state = {"devices": 1, "current": 0, "installed": False, "sync_allowed": True}
 
 class UnmodelledError(NotImplementedError):
     pass
+
+
+# ---------------------------------------------------------------- kernel launches, counted
+_LAUNCHES: collections.Counter = collections.Counter()
+
+
+def _launch(what: str) -> None:
+    """Count one call that runs work on the device: a kernel (ufunc, reduction, copy, fill,
+    gather, RawKernel, ElementwiseKernel, random draw), a cuBLAS product, a host-to-device
+    copy or a collective. Views (reshape without a copy, transpose, basic slicing) launch
+    nothing. On a GPU each such call costs host time (a few microseconds of Python and driver
+    work) whatever its size: the count is the CPU's proxy for that time."""
+    _LAUNCHES[what] += 1
+
+
+def launches() -> collections.Counter:
+    """How many calls of each kind have launched device work since the double was imported
+    (a copy: subtract two of them to count a stretch of code)."""
+    return collections.Counter(_LAUNCHES)
 
 
 def _bfloat16():
@@ -110,6 +131,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
 
     def get(self, stream=None, order="C", out=None, blocking=True):
         _host_read()
+        _launch("device to host")
         if out is not None:
             out[...] = self._a
             return out
@@ -120,6 +142,7 @@ class ndarray:  # noqa: N801  (CuPy's name)
             raise TypeError(f"Only numpy.ndarray can be set to cupy.ndarray: got {type(arr)}")
         if arr.shape != self.shape or arr.dtype != self.dtype:
             raise ValueError("Shape or dtype mismatch")
+        _launch("host to device")
         self._a[...] = arr
 
     def item(self, *args):
@@ -171,18 +194,27 @@ class ndarray:  # noqa: N801  (CuPy's name)
         raise TypeError("unhashable type: 'cupy.ndarray'")
 
     def __getitem__(self, key):
-        return _wrap(self._a[_index(key)])
+        result = self._a[_index(key)]
+        if isinstance(result, np.ndarray) and not np.may_share_memory(result, self._a):
+            _launch("take")                      # advanced indexing gathers; basic slicing is a view
+        return _wrap(result)
 
     def __setitem__(self, key, value):
+        _launch("setitem")
         self._a[_index(key)] = _value(value)
 
     def fill(self, value):
+        _launch("fill")
         self._a.fill(_value(value))
 
     def astype(self, dtype, order="K", casting=None, subok=None, copy=True):
-        return _wrap(self._a.astype(dtype, order=order, copy=copy))
+        result = self._a.astype(dtype, order=order, copy=copy)
+        if result is not self._a:
+            _launch("astype")
+        return _wrap(result)
 
     def copy(self, order="C"):
+        _launch("copy")
         return _wrap(_allocate(self._a.copy(order=order)))
 
     def view(self, dtype=None):
@@ -287,6 +319,9 @@ def _method(name):
         kwargs = {k: (v._a if isinstance(v, ndarray) else _unwrap(v)) for k, v in kwargs.items()}
         out = kwargs.get("out")
         result = getattr(self._a, name)(*args, **kwargs)
+        if out is not None or isinstance(result, np.generic) or (
+                isinstance(result, np.ndarray) and not np.may_share_memory(result, self._a)):
+            _launch(name)                        # a reduction or a copy; a view launches nothing
         return result if out is not None and result is out else _wrap(result)
     method.__name__ = name
     return method
@@ -372,6 +407,7 @@ class Ufunc:
             raise TypeError("Output arguments must be cupy arrays.")
         if kwargs:
             raise UnmodelledError(f"the CuPy double does not model cupy.{self.name}({', '.join(kwargs)}=)")
+        _launch(self.name)
         if dtype is not None:
             ins = [np.dtype(dtype)] * self.nin
             outs = [np.dtype(dtype)] * self.nout
@@ -392,12 +428,14 @@ class Ufunc:
             raise _unsupported(a)
         if isinstance(b, np.ndarray) or isinstance(indices, np.ndarray):
             raise _unsupported(b if isinstance(b, np.ndarray) else indices)
+        _launch(f"{self.name}.at")
         args = (_index(indices),) + (() if b is None else (_value(b) if not isinstance(b, ndarray) else b._a,))
         self._np.at(a._a, *args)
 
     def reduce(self, a, axis=0, dtype=None, out=None, keepdims=False):
         if not isinstance(a, ndarray):
             raise _unsupported(a)
+        _launch(f"{self.name}.reduce")
         return _wrap(self._np.reduce(a._a, axis=axis, dtype=dtype, keepdims=keepdims))
 
 
@@ -420,6 +458,7 @@ def _fits(x, char: str) -> bool:
 
 # ---------------------------------------------------------------- functions
 NUMPY_IN = {"array", "asarray", "asanyarray", "ascontiguousarray", "asfortranarray"}
+ALLOCATE_ONLY = {"empty", "empty_like"}  # memory from the pool, no kernel
 
 
 def _function(name: str):
@@ -430,14 +469,28 @@ def _function(name: str):
 
     def function(*args, **kwargs):
         numpy_ok = name in NUMPY_IN
+        raw = args
+        if name == "ascontiguousarray" and args and isinstance(args[0], ndarray):
+            a, dtype = args[0], (args[1:] or [kwargs.get("dtype")])[0]
+            # cupy/_core/core.pyx, ascontiguousarray: a C-contiguous array of that dtype is
+            # returned itself (a 0-d one raveled to shape (1,)); anything else is copied
+            if (dtype is None or np.dtype(dtype) == a.dtype) and a.flags.c_contiguous:
+                return a if a.ndim else _wrap(a._a.reshape(1))
         args = tuple(_unwrap(a, numpy_ok=numpy_ok) for a in args)
         kwargs = {k: _unwrap(v, numpy_ok=numpy_ok) for k, v in kwargs.items()}
         if numpy_ok:
             first = args[0]
             if isinstance(first, np.ndarray) and first.dtype == object:
                 raise ValueError("Unsupported dtype object")
+            _launch(name if any(isinstance(a, ndarray) for a in raw) else "host to device")
             return _wrap(_allocate(np.array(target(*args, **kwargs))))
-        return _wrap(target(*args, **kwargs))
+        result = target(*args, **kwargs)
+        ins = [a for a in (*args, *kwargs.values()) if isinstance(a, np.ndarray)]
+        outs = result if isinstance(result, (tuple, list)) else (result,)
+        if name not in ALLOCATE_ONLY and not all(isinstance(r, np.ndarray) and any(np.may_share_memory(r, a) for a in ins)
+                                                  for r in outs):
+            _launch(name)                        # it made or wrote an array; a view launches nothing
+        return _wrap(result)
     function.__name__ = name
     return function
 
@@ -462,6 +515,21 @@ def matmul(a, b, out=None, **kwargs):
     if max(a.ndim, b.ndim) > 2 and bf16 is not None and bf16 in (a.dtype, b.dtype):
         raise TypeError("data type 'E' not understood")
     dtype = np.result_type(a.dtype, b.dtype)
+    _launch("matmul")
+    if max(a.ndim, b.ndim) > 2:
+        # _routines_linalg.pyx, matmul: ascontiguousarray(a, dtype) for each batched operand, with
+        # float16 widened to float32 and the result rounded back: a copy each
+        work = np.dtype(np.float32) if dtype == np.float16 else dtype
+        for x in (a, b):
+            if not x.flags.c_contiguous or x.dtype != work:
+                _launch("matmul operand copy")
+        if work != dtype:
+            _launch("matmul result cast")
+    else:
+        # dot, _mat_to_cublas_contiguous: a matrix contiguous neither by rows nor by columns is copied
+        for x in (a, b):
+            if x.ndim == 2 and not (x.flags.c_contiguous or x.flags.f_contiguous):
+                _launch("matmul operand copy")
     if dtype in (np.float16, bf16):
         # cupy/_core/_routines_linalg.pyx, tensordot_core_v11: a 16-bit product is computed in
         # float32 (CUBLAS_COMPUTE_32F) and rounded once to the output type (and NumPy's own
@@ -476,10 +544,12 @@ def matmul(a, b, out=None, **kwargs):
 
 
 def zeros(shape, dtype=float, order="C"):
+    _launch("zeros")
     return _wrap(_allocate(np.zeros(shape, dtype, order)))
 
 
 def ones(shape, dtype=float, order="C"):
+    _launch("ones")
     return _wrap(_allocate(np.ones(shape, dtype, order)))
 
 
@@ -710,22 +780,22 @@ class RandomState:
         return dtype
 
     def random_sample(self, size=None, dtype=float):
-        return _wrap(np.asarray(self._rs.random_sample(size), self._dtype(dtype)))
+        return _drawn(np.asarray(self._rs.random_sample(size), self._dtype(dtype)))
 
     def standard_normal(self, size=None, dtype=float):
-        return _wrap(np.asarray(self._rs.standard_normal(size), self._dtype(dtype)))
+        return _drawn(np.asarray(self._rs.standard_normal(size), self._dtype(dtype)))
 
     def normal(self, loc=0.0, scale=1.0, size=None, dtype=float):
-        return _wrap(np.asarray(self._rs.normal(loc, scale, size), self._dtype(dtype)))
+        return _drawn(np.asarray(self._rs.normal(loc, scale, size), self._dtype(dtype)))
 
     def uniform(self, low=0.0, high=1.0, size=None, dtype=float):
-        return _wrap(np.asarray(self._rs.uniform(low, high, size), self._dtype(dtype)))
+        return _drawn(np.asarray(self._rs.uniform(low, high, size), self._dtype(dtype)))
 
     def randint(self, low, high=None, size=None, dtype="l"):
-        return _wrap(self._rs.randint(low, high, size).astype(dtype))
+        return _drawn(self._rs.randint(low, high, size).astype(dtype))
 
     def permutation(self, n):
-        return _wrap(self._rs.permutation(n))
+        return _drawn(self._rs.permutation(n))
 
     def rand(self, *size, dtype=float):
         return self.random_sample(size, dtype)
@@ -735,6 +805,11 @@ class RandomState:
 
 
 _GLOBAL_RS = {}
+
+
+def _drawn(a: np.ndarray) -> ndarray:
+    _launch("random")
+    return _wrap(a)
 
 
 def get_random_state():
@@ -792,6 +867,7 @@ class RawKernel:
                 raise TypeError(f"Unsupported type {type(a)}")
             else:
                 plain.append(a)
+        _launch(f"kernel {self.name}")
         self._k(grid, block, tuple(plain), shared_mem=shared_mem)
 
 
@@ -825,6 +901,7 @@ class ElementwiseKernel:
         for a in args:
             if isinstance(a, np.ndarray) or not (isinstance(a, ndarray) or _is_scalar(a)):
                 raise _unsupported(a)
+        _launch(f"elementwise {self.name}")
         self._f(*[a._a if isinstance(a, ndarray) else a for a in args])
 
 
@@ -887,6 +964,7 @@ class NcclCommunicator:
         from mpi4py import MPI  # noqa: PLC0415
 
         send, recv = self._array(sendbuf, count, datatype), self._array(recvbuf, count, datatype)
+        _launch("nccl allReduce")
         mpi_op = {0: MPI.SUM, 1: MPI.PROD, 2: MPI.MAX, 3: MPI.MIN}[op]
         src = MPI.IN_PLACE if sendbuf == recvbuf else np.ascontiguousarray(send)
         if recv.dtype == _bfloat16() or recv.dtype == np.float16:
@@ -899,6 +977,7 @@ class NcclCommunicator:
     def bcast(self, buff, count, datatype, root, stream):
         _typed("NcclCommunicator", "bcast", (buff, count, datatype, root, stream))
         a = self._array(buff, count, datatype)
+        _launch("nccl bcast")
         self._mpi.Bcast(a, root=root)
 
     def destroy(self):
@@ -911,16 +990,19 @@ _NCCL_DTYPES = {0: np.dtype(np.int8), 1: np.dtype(np.uint8), 2: np.dtype(np.int3
 if _bfloat16() is not None:
     _NCCL_DTYPES[9] = _bfloat16()
 
-_CYTHON = {"int": int, "size_t": int, "intptr_t": int, "bytes": bytes, "list": list}
+_CYTHON = {"int": int, "size_t": int, "intptr_t": int, "long long": int, "bytes": bytes, "list": list}
 
 
 def _typed(cls: str, method: str, args: tuple) -> None:
-    """Cython's argument conversion for the signature in CuPy's source: an ``int``,
-    ``size_t`` or ``intptr_t`` parameter takes an integer (or an object with ``__index__``),
-    ``bytes`` takes bytes only."""
-    params = SPEC["modules"]["cupy.cuda.nccl"][cls]["methods"][method]
+    """Cython's argument conversion for the signature in CuPy's source (NCCL's communicator)."""
+    _check_params(SPEC["modules"]["cupy.cuda.nccl"][cls]["methods"][method], method, args)
+
+
+def _check_params(params: list, method: str, args: tuple) -> None:
+    """An ``int``, ``size_t``, ``long long`` or ``intptr_t`` parameter takes an integer (or an
+    object with ``__index__``), ``bytes`` takes bytes only."""
     for param, value in zip(params, args):
-        ctype, pname = param.split()
+        ctype, pname = param.rsplit(" ", 1)
         want = _CYTHON.get(ctype)
         if want is int:
             if isinstance(value, (float, ndarray, np.ndarray)) or not hasattr(value, "__index__"):
@@ -929,6 +1011,156 @@ def _typed(cls: str, method: str, args: tuple) -> None:
         elif want is not None and not isinstance(value, want):
             raise TypeError(f"Argument '{pname}' has incorrect type (expected {want.__name__}, "
                             f"got {type(value).__name__})")
+
+
+# ---------------------------------------------------------------- cuBLAS's GEMMs
+def get_cublas_handle():
+    """cupy/cuda/device.pyx: the current device's cuBLAS handle, an integer."""
+    return 0xC0B1A5 + _state["current"]
+
+
+def _cublas(name: str) -> dict:
+    return SPEC["modules"]["cupy_backends.cuda.libs.cublas"][name]
+
+
+def _cublas_error(status: str):
+    err = getattr(_module("cupy_backends.cuda.libs.cublas"), "CUBLASError")
+    return err(status)
+
+
+def _cuda_dtype(code: int) -> np.dtype:
+    """cudaDataType (runtime.pxd) as a dtype: CUDA_R_32F 0, CUDA_R_64F 1, CUDA_R_16F 2, CUDA_R_16BF 14."""
+    table = {0: np.dtype(np.float32), 1: np.dtype(np.float64), 2: np.dtype(np.float16), 14: _bfloat16()}
+    if code not in table or table[code] is None:
+        raise _cublas_error("CUBLAS_STATUS_NOT_SUPPORTED")
+    return table[code]
+
+
+def _gemm_types(atype: int, btype: int, ctype: int, compute: int) -> np.dtype:
+    """The compute dtype of a gemmEx type combination that cuBLAS supports (cuBLAS's gemmEx
+    table: A and B of one type; 16-bit in with 16-bit or float32 out under COMPUTE_32F; float32
+    under COMPUTE_32F or its TF32 mode; float64 under COMPUTE_64F); anything else is
+    CUBLAS_STATUS_NOT_SUPPORTED."""
+    c32 = {_cublas(n)["value"] for n in ("CUBLAS_COMPUTE_32F", "CUBLAS_COMPUTE_32F_PEDANTIC",
+                                         "CUBLAS_COMPUTE_32F_FAST_TF32")}
+    c64 = {_cublas(n)["value"] for n in ("CUBLAS_COMPUTE_64F", "CUBLAS_COMPUTE_64F_PEDANTIC")}
+    a, b, c = _cuda_dtype(atype), _cuda_dtype(btype), _cuda_dtype(ctype)
+    ok = a == b and (
+        (compute in c32 and a.itemsize == 2 and c in (a, np.dtype(np.float32)))
+        or (compute in c32 and a == c == np.float32)
+        or (compute in c64 and a == c == np.float64))
+    if not ok or (compute == _cublas("CUBLAS_COMPUTE_32F_FAST_TF32")["value"] and a != np.float32):
+        raise _cublas_error("CUBLAS_STATUS_NOT_SUPPORTED")
+    return np.dtype(np.float64) if compute in c64 else np.dtype(np.float32)
+
+
+def _device_matrices(ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int, stride: int, batch: int,
+                     what: str) -> np.ndarray:
+    """The ``batch`` column-major rows x cols matrices that cuBLAS reads (or writes) at device
+    address ``ptr``: leading dimension ``ld``, ``stride`` elements from one matrix to the next.
+    The address must lie in an array of the double, and every element read inside that array's
+    allocation (CUBLAS would read another allocation's bytes, or fault)."""
+    owner = None
+    for a in list(_ADDRESSES.values()):
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        lo, hi = _extent(root)
+        if lo <= ptr < hi:
+            owner = root
+            break
+    if owner is None:
+        raise RuntimeError(f"cuBLAS {what}: no array of the CuPy double holds address {ptr:#x}")
+    start, end = _extent(owner)
+    if end - start != owner.nbytes:
+        raise UnmodelledError("cuBLAS on an array whose allocation is not one dense block")
+    offset = ptr - start
+    if offset % dtype.itemsize:
+        raise RuntimeError(f"cuBLAS {what}: address {ptr:#x} is not aligned to its type {dtype}")
+    last = offset // dtype.itemsize + (batch - 1) * stride + (cols - 1) * ld + (rows - 1) if rows and cols and batch else -1
+    first = offset // dtype.itemsize + min(0, (batch - 1) * stride)
+    if first < 0 or (last + 1) * dtype.itemsize > owner.nbytes:
+        raise RuntimeError(f"cuBLAS {what}: {batch} matrices of {rows} x {cols} (ld {ld}, stride {stride}) "
+                           f"run outside the allocation of {owner.nbytes} bytes at {start:#x}")
+    # the allocation's bytes, whatever order NumPy laid its elements in (a device buffer has none)
+    memory = np.frombuffer((ctypes.c_uint8 * owner.nbytes).from_address(start), np.uint8)
+    flat = memory[offset:offset + (owner.nbytes - offset) // dtype.itemsize * dtype.itemsize].view(dtype)
+    e = dtype.itemsize
+    return np.lib.stride_tricks.as_strided(flat, (batch, cols, rows), (stride * e, ld * e, e)).transpose(0, 2, 1)
+
+
+def _extent(a: np.ndarray) -> tuple[int, int]:
+    """The addresses [lowest, one past the highest byte] that ``a``'s elements occupy."""
+    start = a.__array_interface__["data"][0]
+    if a.size == 0:
+        return start, start
+    lo = start + sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s < 0)
+    hi = start + sum(s * (n - 1) for s, n in zip(a.strides, a.shape) if s > 0) + a.itemsize
+    return lo, hi
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to TF32 (10 explicit mantissa bits, to nearest even), as tensor cores read it."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(0xFFFFE000)
+    finite = np.isfinite(x)
+    return np.where(finite, rounded.view(np.float32), x)
+
+
+def _gemm(name, args, batched: bool):
+    params = _cublas(name)["params"]
+    if len(args) != len(params):
+        raise TypeError(f"{name}() takes exactly {len(params)} positional arguments ({len(args)} given)")
+    _check_params(params, name, args)
+    if batched:
+        (handle, transa, transb, m, n, k, alpha, A, atype, lda, stride_a, B, btype, ldb, stride_b, beta, C, ctype, ldc,
+         stride_c, count, compute, algo) = args
+    else:
+        (handle, transa, transb, m, n, k, alpha, A, atype, lda, B, btype, ldb, beta, C, ctype, ldc, compute,
+         algo) = args
+        stride_a = stride_b = stride_c = 0
+        count = 1
+    if handle != get_cublas_handle():
+        raise _cublas_error("CUBLAS_STATUS_NOT_INITIALIZED")
+    ops = (_cublas("CUBLAS_OP_N")["value"], _cublas("CUBLAS_OP_T")["value"])
+    # cuBLAS's argument checks (CUBLAS_STATUS_INVALID_VALUE): sizes >= 0, the leading dimensions
+    # at least the stored matrices' rows, a known operation
+    if (transa not in ops or transb not in ops or min(m, n, k, count) < 0
+            or lda < max(1, m if transa == ops[0] else k) or ldb < max(1, k if transb == ops[0] else n)
+            or ldc < max(1, m)):
+        raise _cublas_error("CUBLAS_STATUS_INVALID_VALUE")
+    work = _gemm_types(atype, btype, ctype, compute)
+    _launch(name)
+    if m == 0 or n == 0 or count == 0:
+        return
+    at, bt, ct = _cuda_dtype(atype), _cuda_dtype(btype), _cuda_dtype(ctype)
+    ra, ca = (m, k) if transa == ops[0] else (k, m)
+    rb, cb = (k, n) if transb == ops[0] else (n, k)
+    a = _device_matrices(A, at, ra, ca, lda, stride_a, count, "A")
+    b = _device_matrices(B, bt, rb, cb, ldb, stride_b, count, "B")
+    c = _device_matrices(C, ct, m, n, ldc, stride_c, count, "C")
+    scalar = ctypes.c_double if work == np.float64 else ctypes.c_float    # host pointer mode: alpha, beta on the host
+    al, be = scalar.from_address(alpha).value, scalar.from_address(beta).value
+    a = a.astype(work) if transa == ops[0] else a.transpose(0, 2, 1).astype(work)
+    b = b.astype(work) if transb == ops[0] else b.transpose(0, 2, 1).astype(work)
+    if compute == _cublas("CUBLAS_COMPUTE_32F_FAST_TF32")["value"]:
+        a, b = _tf32(a), _tf32(b)
+    with np.errstate(all="ignore"):
+        result = work.type(al) * np.matmul(a, b)
+        if be != 0:
+            result += work.type(be) * c.astype(work)
+    c[...] = result.astype(ct)
+
+
+def gemmEx(*args):
+    """cupy_backends/cuda/libs/cublas.pyx, gemmEx: C = alpha op(A) op(B) + beta C, column-major."""
+    _gemm("gemmEx", args, batched=False)
+
+
+def gemmStridedBatchedEx(*args):
+    """cupy_backends/cuda/libs/cublas.pyx, gemmStridedBatchedEx: the same for ``batchCount``
+    matrices at fixed strides."""
+    _gemm("gemmStridedBatchedEx", args, batched=True)
 
 
 # ---------------------------------------------------------------- cupyx.profiler.benchmark
@@ -998,7 +1230,7 @@ IMPLEMENTED = {
              "zeros": zeros, "ones": ones, "get_default_memory_pool": get_default_memory_pool,
              "RawModule": RawModule, "RawKernel": RawKernel, "ElementwiseKernel": ElementwiseKernel,
              "__version__": SPEC["cupy_version"]},
-    "cupy.cuda": {"Device": Device, "Stream": Stream, "Event": Event, "MemoryHook": MemoryHook, "MemoryPointer": MemoryPointer,
+    "cupy.cuda": {"get_cublas_handle": get_cublas_handle, "Device": Device, "Stream": Stream, "Event": Event, "MemoryHook": MemoryHook, "MemoryPointer": MemoryPointer,
                   "MemoryPool": MemoryPool, "get_current_stream": get_current_stream,
                   "is_available": lambda: True, "get_device_id": getDevice},
     "cupy.cuda.runtime": {"getDeviceCount": getDeviceCount, "getDevice": getDevice, "setDevice": setDevice,
@@ -1013,8 +1245,10 @@ IMPLEMENTED = {
     "cupy._core._routines_linalg": {"set_compute_type": set_compute_type, "get_compute_type": get_compute_type},
     "cupyx": {"allow_synchronize": allow_synchronize, "DeviceSynchronized": DeviceSynchronized},
     "cupyx.profiler": {"benchmark": benchmark}, "cupy.cuda.curand": {},
+    "cupy_backends.cuda.libs.cublas": {"gemmEx": gemmEx, "gemmStridedBatchedEx": gemmStridedBatchedEx},
 }
-CHILDREN = {"cupy": ["cuda", "random", "_core"], "cupy.cuda": ["runtime", "nccl", "curand"], "cupyx": ["profiler"]}
+CHILDREN = {"cupy": ["cuda", "random", "_core"], "cupy.cuda": ["runtime", "nccl", "curand"], "cupyx": ["profiler"],
+            "cupy_backends": ["cuda"], "cupy_backends.cuda": ["libs"], "cupy_backends.cuda.libs": ["cublas"]}
 
 
 class SpecModule(types.ModuleType):
@@ -1081,6 +1315,7 @@ def install(devices: int = 1) -> types.ModuleType:
     for name in SPEC["modules"]:
         sys.modules[name] = _module(name)
     for parent, children in CHILDREN.items():
+        sys.modules.setdefault(parent, _module(parent))  # a package with no names of its own (cupy_backends)
         for child in children:
             full = f"{parent}.{child}"
             if full == "cupy._core":

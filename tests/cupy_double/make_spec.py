@@ -6,8 +6,8 @@
 From the installed package: every public name of the modules the project touches and what
 kind of thing it is, each ufunc's loop table (``.types``), ``ndarray``'s attributes and the
 keywords its methods take, ``RandomState``'s methods and the Python-level signatures. NCCL and
-cuRAND cannot be loaded without their libraries, so their names come from CuPy's source at ``--tag``
-(``cupy_backends/cuda/libs/{nccl,curand}.{pyx,pxd}``, read with ``git show``).
+cuRAND (and cuBLAS) cannot be loaded without their libraries, so their names come from CuPy's source at ``--tag``
+(``cupy_backends/cuda/libs/{nccl,curand,cublas}.{pyx,pxd}``, read with ``git show``).
 """
 from __future__ import annotations
 
@@ -108,20 +108,21 @@ def _entry(name: str, mod, n: str) -> dict | None:
 
 
 def from_source(git_dir: str, tag: str) -> dict:
-    """nccl and curand: enum constants from the .pxd files, functions, classes and the
-    communicator's methods (with their Cython argument types) from the .pyx files."""
+    """nccl, curand and cublas: enum constants from the .pxd files, functions, classes and the
+    communicator's methods and cuBLAS's functions (with their Cython argument types) from the .pyx
+    files."""
     def show(path):
         return subprocess.run(["git", "-C", git_dir, "show", f"{tag}:{path}"], check=True,
                               capture_output=True, text=True).stdout
 
     out = {}
-    for lib in ("nccl", "curand"):
+    for lib in ("nccl", "curand", "cublas"):
         names = {}
         pxd, pyx = show(f"cupy_backends/cuda/libs/{lib}.pxd"), show(f"cupy_backends/cuda/libs/{lib}.pyx")
         for block in re.findall(r"cpdef enum:\n((?:    .*\n|\n)+)", pxd):
             for n, v in re.findall(r"^    ([A-Z][A-Z0-9_]*) = (-?\d+)", block, re.M):
                 names[n] = {"kind": "constant", "value": int(v)}
-        for n in re.findall(r"^(?:cpdef (?:inline )?\w* ?|def )([a-zA-Z]\w*)\(", pyx, re.M):
+        for n in re.findall(r"^(?:cpdef (?:inline )?(?:\w+ )?|def )([a-zA-Z]\w*)\(", pyx, re.M):
             names[n] = {"kind": "function"}
         for n in re.findall(r"^(?:cdef )?class ([A-Za-z]\w*)", pyx, re.M):
             names[n] = {"kind": "exception" if n.endswith("Error") else "class"}
@@ -137,7 +138,12 @@ def from_source(git_dir: str, tag: str) -> dict:
             methods["__init__"] = [p.split("=")[0].strip() for p in init.group(1).split(",")]
             names["NcclCommunicator"]["methods"] = methods
             names["available"] = {"kind": "constant", "value": True}
-        out[f"cupy.cuda.{lib}"] = names
+        if lib == "cublas":                      # the typed parameters of each function, for the double's checks
+            for n, args in re.findall(r"^cpdef (?:\w+ )?(\w+)\(([^)]*)\)", pyx, re.M):
+                if n in names:
+                    names[n]["params"] = [" ".join(a.split("=")[0].split()) for a in args.replace("\n", " ").split(",")
+                                          if a.strip()]
+        out["cupy_backends.cuda.libs.cublas" if lib == "cublas" else f"cupy.cuda.{lib}"] = names
     return out
 
 

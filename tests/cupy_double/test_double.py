@@ -121,6 +121,52 @@ def test_a_batched_bfloat16_product_is_refused_and_the_project_avoids_it(cp):
     assert (a[0] @ b[0]).dtype == ml_dtypes.bfloat16                     # 2-D goes to cuBLAS: fine
 
 
+# ---------------------------------------------------------------- cuBLAS, column-major
+def _gemm_args(cp, a, b, c, m, n, k, lda, ldb, ldc, trans=(0, 0), types=(0, 0)):
+    from cupy_backends.cuda.libs import cublas
+
+    one, zero = np.array(1, np.float32), np.array(0, np.float32)
+    return (cp.cuda.get_cublas_handle(), trans[0], trans[1], m, n, k, one.ctypes.data, a.data.ptr, types[0], lda,
+            b.data.ptr, types[0], ldb, zero.ctypes.data, c.data.ptr, types[1], ldc, cublas.CUBLAS_COMPUTE_32F,
+            cublas.CUBLAS_GEMM_DEFAULT), (one, zero)
+
+
+def test_gemmex_reads_column_major_and_a_row_major_call_gets_the_transpose(cp):
+    """cuBLAS reads memory column by column: called with a row-major (2, 3) x (3, 4) as if
+    NumPy's, it computes another product; the project's order (B first, then A) gives A @ B."""
+    from cupy_backends.cuda.libs import cublas
+
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.arange(12, dtype=np.float32).reshape(3, 4)
+    A, B, C = cp.asarray(a), cp.asarray(b), cp.zeros((2, 4), np.float32)
+    args, keep = _gemm_args(cp, B, A, C, 4, 2, 3, 4, 3, 4)       # C^T = B^T A^T, column-major
+    cublas.gemmEx(*args)
+    np.testing.assert_array_equal(cp.asnumpy(C), a @ b)
+    args, keep = _gemm_args(cp, A, B, C, 2, 4, 3, 2, 3, 2)       # the planted mistake: NumPy's order
+    cublas.gemmEx(*args)
+    assert not np.array_equal(cp.asnumpy(C), a @ b)
+
+
+def test_gemmex_refuses_what_cublas_refuses(cp):
+    from cupy_backends.cuda.libs import cublas
+
+    A, B, C = cp.zeros((2, 3), np.float32), cp.zeros((3, 4), np.float32), cp.zeros((2, 4), np.float32)
+    args, keep = _gemm_args(cp, B, A, C, 4, 2, 3, 3, 3, 4)       # ldb 3 < the 4 rows of B^T
+    with pytest.raises(cublas.CUBLASError):
+        cublas.gemmEx(*args)
+    args, keep = _gemm_args(cp, B, A, C, 4, 2, 3, 4, 3, 4, types=(0, 2))     # float32 in, float16 out
+    with pytest.raises(cublas.CUBLASError):
+        cublas.gemmEx(*args)
+    args, keep = _gemm_args(cp, B, A, C[:1], 4, 2, 3, 4, 3, 4)
+    big = cp.zeros((1, 4), np.float32)
+    args, keep = _gemm_args(cp, B, A, big, 4, 2, 3, 4, 3, 4)     # C holds 4 floats, the call writes 8
+    with pytest.raises(RuntimeError, match="outside the allocation"):
+        cublas.gemmEx(*args)
+    args, keep = _gemm_args(cp, B, A, C, 4.0, 2, 3, 4, 3, 4)     # a float where Cython wants an int
+    with pytest.raises(TypeError, match="'m' must be an integer"):
+        cublas.gemmEx(*args)
+
+
 def test_an_nccl_id_of_the_wrong_type_or_length_is_refused(cp):
     """CuPy 13 gave the id as a tuple of 128 ints; CuPy 14 takes 128 bytes."""
     nccl = cp.cuda.nccl
