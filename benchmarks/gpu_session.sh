@@ -6,6 +6,7 @@
 #   DATA          the Multi30k folder (default ../shared/data/multi30k)
 #   MINUTES       multi30k-gpu's training budget in minutes (default: the preset's)
 #   WORKERS       pytest-xdist workers for the GPU tests (default: none, one process)
+#   KERNELS_ONLY  the sections of benchmarks/kernels.py to run, e.g. "products,cross_entropy" (default: all)
 #   TRAIN_ARGS    further `train` flags for multi30k-gpu, e.g. "--tf32 true" or "--precision bf16"
 #   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, KERNELS, STEP, PROFILE, TRAIN,
 #                 EVAL, LESSON; default: no limit), so that a session with a fixed budget still
@@ -45,7 +46,8 @@ if [[ $what == cli || $what == all ]]; then
   grep -E "^\\$|rc=|error:|stopped|BLEU" "$OUT/cli.log"
 fi
 if [[ $what == kernels || $what == all ]]; then
-  run "kernels vs PyTorch" "${LIMIT_KERNELS:-0}" $py benchmarks/kernels.py --out "$OUT/kernels.json" > "$OUT/kernels.log" 2>&1
+  run "kernels vs PyTorch" "${LIMIT_KERNELS:-0}" $py benchmarks/kernels.py ${KERNELS_ONLY:+--only $KERNELS_ONLY} \
+      --out "$OUT/kernels.json" > "$OUT/kernels.log" 2>&1
   tail -5 "$OUT/kernels.log"
 fi
 if [[ $what == step || $what == all ]]; then

@@ -191,6 +191,51 @@ def cross_entropy_rows(sizes: Sizes, bw: float, torch_ok: bool) -> list[dict]:
     return rows
 
 
+def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
+    """The step's products on cuBLAS directly (``fastpaths.product``) against CuPy's matmul (a
+    bfloat16 batch through float32, as the ops did before) and torch.matmul: the attention
+    scores (B·H, T, d) x (B·H, T, d)ᵀ and a projection (B·T, d) x (d, 4d), with each one's
+    largest error against the float64 product of the same inputs."""
+    import cupy as cp
+
+    from minitensor.ops.fastpaths import product
+
+    B, T, V = sizes.step
+    H, d = 8, 64
+    rows = []
+    for name, a_shape, b_shape, trans in (("attention scores", (B * H, T, d), (B * H, T, d), True),
+                                          ("projection", (B * T, 512), (512, 2048), False)):
+        for dtype in ("float32", "float16", "bfloat16"):
+            dt = np.dtype(getattr(__import__("ml_dtypes"), dtype)) if dtype == "bfloat16" else np.dtype(dtype)
+            a = cp.random.standard_normal(a_shape, dtype=cp.float32).astype(dt)
+            b = cp.random.standard_normal(b_shape, dtype=cp.float32).astype(dt)
+            bb = b.swapaxes(-1, -2) if trans else b
+            flops = 2 * np.prod(a_shape) * bb.shape[-1]
+            exact = cp.asnumpy(a).astype(np.float64) @ cp.asnumpy(bb).astype(np.float64)
+            got = cp.asnumpy(product(a, bb)).astype(np.float64)
+            r = {"product": name, "shape": [list(a_shape), list(bb.shape)], "dtype": dtype,
+                 "max_rel_error": float(np.abs(got - exact).max() / np.abs(exact).max()),
+                 "cublas_ms": gpu_ms(lambda: product(a, bb), repeat=sizes.repeat)}
+
+            def cupy_matmul():
+                if dt.name == "bfloat16" and a.ndim > 2:      # CuPy 14 refuses batched bfloat16
+                    return (a.astype(cp.float32) @ bb.astype(cp.float32)).astype(dt)
+                return a @ bb
+            r["cupy_matmul_ms"] = gpu_ms(cupy_matmul, repeat=sizes.repeat)
+            r["tflop_s"] = flops / (r["cublas_ms"] / 1e3) / 1e12
+            r["speed_vs_cupy_matmul"] = r["cupy_matmul_ms"] / r["cublas_ms"]
+            if torch_ok:
+                import torch
+
+                ta = torch.randn(a_shape, device="cuda", dtype=getattr(torch, dtype))
+                tb = torch.randn(b_shape, device="cuda", dtype=getattr(torch, dtype))
+                tbb = tb.transpose(-1, -2) if trans else tb
+                r["torch_ms"] = torch_ms(lambda: torch.matmul(ta, tbb), repeat=sizes.repeat)
+                r["speed_vs_torch"] = r["torch_ms"] / r["cublas_ms"]
+            rows.append({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()})
+    return rows
+
+
 def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     import cupy as cp
 
@@ -276,6 +321,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", help="also write the JSON here")
     p.add_argument("--skip-step", action="store_true", help="leave out the transformer-base step")
+    p.add_argument("--only", default=None, help="a comma-separated list of the sections to run "
+                   "(layer_norm, attention_softmax, cross_entropy, products, attention, base_step); default: all")
     p.add_argument("--tiny", action="store_true", help="every shape cut down: checks that the script runs, "
                    "timings meaningless (CI runs it on the CuPy double)")
     a = p.parse_args()
@@ -289,12 +336,22 @@ def main() -> None:
     except ImportError:
         torch_ok = False
     bw = copy_bandwidth(sizes)
-    out = {"benchmark": "hand-written CUDA kernels", "environment": environment("cuda"), "tiny": a.tiny,
-           "copy_bandwidth_gb_s": round(bw, 1), "layer_norm": layer_norm_rows(sizes, bw, torch_ok),
-           "attention_softmax": softmax_rows(sizes, bw, torch_ok),
-           "cross_entropy": cross_entropy_rows(sizes, bw, torch_ok), "attention": attention_rows(sizes, torch_ok)}
-    if not a.skip_step:
-        out["base_step"] = base_step_with_and_without_kernels(sizes)
+    sections = {"layer_norm": lambda: layer_norm_rows(sizes, bw, torch_ok),
+                "attention_softmax": lambda: softmax_rows(sizes, bw, torch_ok),
+                "cross_entropy": lambda: cross_entropy_rows(sizes, bw, torch_ok),
+                "products": lambda: product_rows(sizes, torch_ok),
+                "attention": lambda: attention_rows(sizes, torch_ok),
+                "base_step": lambda: base_step_with_and_without_kernels(sizes)}
+    chosen = list(sections) if a.only is None else a.only.split(",")
+    if a.skip_step and "base_step" in chosen:
+        chosen.remove("base_step")
+    unknown = [c for c in chosen if c not in sections]
+    if unknown:
+        raise SystemExit(f"--only: no section {', '.join(unknown)} (there are {', '.join(sections)})")
+    out = {"benchmark": "hand-written CUDA kernels and cuBLAS products", "environment": environment("cuda"),
+           "tiny": a.tiny, "copy_bandwidth_gb_s": round(bw, 1)}
+    for name in chosen:
+        out[name] = sections[name]()
     write_results(out, a.out)
 
 

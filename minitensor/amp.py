@@ -54,13 +54,27 @@ class autocast(ContextDecorator):
         self.dtype = _dtype(dtype) if enabled and dtype is not None else None
 
     def __enter__(self):
-        self._prev = autocast_dtype()
-        _state.dtype = self.dtype
+        self._prev = autocast_dtype(), getattr(_state, "casts", None)
+        _state.dtype, _state.casts = self.dtype, {}
         return self
 
     def __exit__(self, *exc):
-        _state.dtype = self._prev
+        _state.dtype, _state.casts = self._prev
         return False
+
+
+def cast_once(tensor, cast):
+    """``cast(tensor)``, made once per tensor inside one :class:`autocast` block: the Q, K and V
+    projections read one activation, and the decoder's every cross-attention the encoder's
+    output, each cast once for all of them (and its gradient cast back once). Outside a block,
+    ``cast(tensor)``."""
+    casts = getattr(_state, "casts", None)
+    if casts is None:
+        return cast(tensor)
+    hit = casts.get(id(tensor))
+    if hit is None or hit[0] is not tensor:    # the tensor is kept with its cast: its id stays its own
+        hit = casts[id(tensor)] = (tensor, cast(tensor))
+    return hit[1]
 
 
 class LossScaler:

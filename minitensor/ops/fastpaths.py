@@ -1,7 +1,6 @@
 """Array-level fast paths and detours that the ops call instead of a plain NumPy/CuPy expression.
 
-Each function returns what its one-line reference says; it only takes a faster (or, for
-``product``, a working) road there. The ops name the reason where they call one. Read the
+Each function returns what its one-line reference says; it only takes a faster road there. The ops name the reason where they call one. Read the
 ops first: the reference expression is in each docstring below, and the figures behind
 these choices are in ``docs/performance.md``.
 """
@@ -60,29 +59,34 @@ def sum_kept(xp, a, axis):
     return sum_last(xp, a) if _is_last(axis, a.ndim) else a.sum(axis=axis, keepdims=True)
 
 
-def sum_rows(xp, a):
-    """Reference: ``a.sum(axis=0)`` for a 2-D ``a``: one GEMV with a vector of ones (BLAS)."""
-    return xp.ones(a.shape[0], dtype=a.dtype) @ a
+def sum_rows(xp, a, dtype=None):
+    """Reference: ``a.sum(axis=0).astype(dtype)`` for a 2-D ``a`` (``dtype`` None: a's own): on
+    NumPy one GEMV with a vector of ones (BLAS, on every core); elsewhere the reduction itself,
+    written in ``dtype``: one launch where the GEMV and the cast would take three."""
+    if xp is not np:
+        return a.sum(axis=0, dtype=dtype)
+    s = xp.ones(a.shape[0], dtype=a.dtype) @ a
+    return s if dtype is None or s.dtype == dtype else s.astype(dtype)
 
 
-def product_in_float32(module: str, a_dtype, b_dtype, ndim: int) -> bool:
-    """Whether ``a @ b`` must run in float32: on CuPy (``module``, the arrays' module name),
-    bfloat16 products with more than two axes. CuPy 14's matmul sends every batched product
-    whose dtype is not one of 'efdFD' to its integer GEMM kernels, which reject bfloat16
-    (``TypeError: data type 'E' not understood``); 2-D products go to cuBLAS and work."""
-    return (module.split(".")[0] == "cupy" and ndim > 2
-            and "bfloat16" in (np.dtype(a_dtype).name, np.dtype(b_dtype).name))
+def product(a, b, out_dtype=None):
+    """Reference: ``(a @ b).astype(out_dtype)`` (``a @ b`` when ``out_dtype`` is None), both
+    operands at least 2-D.
 
+    On CuPy a floating product is one cuBLAS call (:mod:`minitensor.cuda.gemm`): 16-bit
+    operands on tensor cores with float32 accumulation, the result written in ``out_dtype``
+    and rounded once, a transposed view passed as a flag instead of copied. CuPy's own matmul
+    widens batched float16 to float32, refuses batched bfloat16, and copies every operand that
+    is not C-contiguous."""
+    if type(a) is np.ndarray:  # NumPy: the common case
+        c = a @ b
+        return c if out_dtype is None or c.dtype == out_dtype else c.astype(out_dtype)
+    from ..cuda import gemm  # noqa: PLC0415
 
-def product(a, b):
-    """Reference: ``a @ b``. Batched bfloat16 products on CuPy are computed in float32
-    (accumulating in float32, as a bfloat16 GEMM does) and rounded back to bfloat16."""
-    if type(a) is np.ndarray:  # NumPy: the common case, no detour to consider
-        return a @ b
-    if product_in_float32(type(a).__module__, a.dtype, b.dtype, max(a.ndim, b.ndim)):
-        out = np.promote_types(a.dtype, b.dtype)
-        return (a.astype(np.float32) @ b.astype(np.float32)).astype(out)
-    return a @ b
+    if gemm.applies(a.dtype, b.dtype, out_dtype):
+        return gemm.matmul(a, b, out_dtype)
+    c = a @ b
+    return c if out_dtype is None or c.dtype == out_dtype else c.astype(out_dtype)
 
 
 # ---------------------------------------------------------------------------- rows in blocks, on every core

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..amp import autocast_dtype
+from ..amp import autocast_dtype, cast_once
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
@@ -31,7 +31,7 @@ class Matmul(Function):
                 f"(last axis of the first is {a.shape[-1]}, second-to-last of the second is {b.shape[-2]})"
             )
         ctx.save_for_backward(a, b)
-        return product(a, b)  # a @ b; why product: batched bfloat16 on CuPy (fastpaths)
+        return product(a, b)  # a @ b; why product: cuBLAS on CuPy, transposes as flags (fastpaths)
 
     @staticmethod
     def backward(ctx, grad):
@@ -50,11 +50,13 @@ class Matmul(Function):
 
 def _autocast(*tensors):
     """Inside ``minitensor.amp.autocast``: floating inputs of a matrix product cast to its dtype
-    (a differentiable cast, so float32 parameters get float32 gradients)."""
+    (a differentiable cast, so float32 parameters get float32 gradients), each tensor once per
+    block however many products read it (``amp.cast_once``)."""
     dt = autocast_dtype()
     if dt is None:
         return tensors
-    return tuple(t if t is None or t.dtype == dt or t.dtype.kind != "f" else Cast.apply(t, dtype=dt) for t in tensors)
+    return tuple(t if t is None or t.dtype == dt or t.dtype.kind != "f"
+                 else cast_once(t, lambda t: Cast.apply(t, dtype=dt)) for t in tensors)
 
 
 def matmul(a, b) -> Tensor:
@@ -89,7 +91,7 @@ class Linear(Function):
     """
 
     @staticmethod
-    def forward(ctx, x, w, b=None, transposed=False):
+    def forward(ctx, x, w, b=None, transposed=False, dtype=None):
         n_in, n_out = (w.shape[::-1] if transposed else w.shape) if w.ndim == 2 else (None, None)
         if n_in is None or x.shape[-1] != n_in:
             layout = "(out_features, in_features) with transposed=True" if transposed else "(in_features, out_features)"
@@ -99,9 +101,12 @@ class Linear(Function):
             )
         if b is not None and b.shape != (n_out,):
             raise ShapeError(f"linear: bias of shape {tuple(b.shape)} does not fit weight of shape {tuple(w.shape)}")
+        ctx.w_dtype, ctx.b_dtype = w.dtype, None if b is None else b.dtype
+        if dtype is not None:  # autocast: W and b in ``dtype``, each cast once per block (amp.cast_once)
+            w, b = (a if a is None or a.dtype == dtype else cast_once(a, lambda a: a.astype(dtype)) for a in (w, b))
         ctx.save_for_backward(x, w)
         ctx.transposed = transposed
-        y = x.reshape(-1, x.shape[-1]) @ (w.T if transposed else w)  # one GEMM over all rows
+        y = product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one GEMM over all rows
         if b is not None:
             y += b
         return y.reshape(x.shape[:-1] + (n_out,))
@@ -112,13 +117,14 @@ class Linear(Function):
         nx, nw, nb = ctx.needs_input_grad
         g2 = grad.reshape(-1, grad.shape[-1])
         x2 = x.reshape(-1, x.shape[-1])
-        gx = (g2 @ (w if ctx.transposed else w.T)).reshape(x.shape) if nx else None
-        gw = ((g2.T @ x2) if ctx.transposed else (x2.T @ g2)) if nw else None
-        gb = sum_rows(ctx.xp, g2) if nb else None  # why: one GEMV on every core (fastpaths)
+        gx = product(g2, w if ctx.transposed else w.T).reshape(x.shape) if nx else None
+        # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
+        gw = (product(g2.T, x2, ctx.w_dtype) if ctx.transposed else product(x2.T, g2, ctx.w_dtype)) if nw else None
+        gb = sum_rows(ctx.xp, g2, ctx.b_dtype) if nb else None  # why: one GEMV on every core on NumPy (fastpaths)
         return gx, gw, gb
 
     @staticmethod
-    def products(ctx, x, w, b=None, transposed=False):
+    def products(ctx, x, w, b=None, transposed=False, dtype=None):
         """y = x W: (rows, in) x (in, out); dx = G Wᵀ: (rows, out) x (out, in); dW = xᵀ G: (in, rows) x (rows, out)
         (transposed: dW = Gᵀ x, (out, rows) x (rows, in))."""
         rows, (k, n) = int(np.prod(x[:-1])), (w[::-1] if transposed else w)
@@ -130,7 +136,13 @@ def linear(x, weight, bias=None, transposed: bool = False) -> Tensor:
     """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out); with
     ``transposed``, x @ weight.T + bias for a weight stored (out, in), such as a tied
     embedding (V, d) used as the output layer: its gradient then needs no transposed copy.
-    Runs in 16-bit inside ``amp.autocast``."""
+    Runs in 16-bit inside ``amp.autocast``: the input is cast, and the weight and bias are
+    cast inside, so their gradients come out in float32 without a cast of their own."""
     x = as_tensor(x)
-    return Linear.apply(*_autocast(x, as_tensor(weight, x), None if bias is None else as_tensor(bias, x)),
-                        transposed=transposed)
+    weight, bias = as_tensor(weight, x), None if bias is None else as_tensor(bias, x)
+    dt = autocast_dtype()
+    if dt is None or weight.dtype.kind != "f":
+        return Linear.apply(x, weight, bias, transposed=transposed)
+    # the activation is a differentiable cast (once per block); the parameters stay themselves,
+    # cast inside and given their gradients in their own dtype
+    return Linear.apply(*_autocast(x), weight, bias, transposed=transposed, dtype=dt)

@@ -143,3 +143,6 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     assert {r["dtype"] for r in kernels["layer_norm"]} == {"float32", "float16"}
     assert [r["shape"] for r in kernels["cross_entropy"]] == [[8, 300]] and kernels["cross_entropy"][0]["forward_ms"] > 0
     assert set(kernels["base_step"]) >= {"kernels_on_ms", "kernels_off_ms"}
+    assert {(r["product"], r["dtype"]) for r in kernels["products"]} == {
+        (p, d) for p in ("attention scores", "projection") for d in ("float32", "float16", "bfloat16")}
+    assert all(r["max_rel_error"] < 0.01 and r["cublas_ms"] > 0 for r in kernels["products"])

@@ -21,7 +21,6 @@ from minitensor import backend, distributed, nn
 from minitensor import random as mt_random
 from minitensor.ops.dropout import dropout_keep
 from minitensor.cuda import build, sources
-from minitensor.ops import fastpaths
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -114,27 +113,6 @@ def test_scatter_add_uses_ufunc_at_on_cupy_not_the_deprecated_cupyx_call(monkeyp
     assert len(calls) == 1 and calls[0][0] is target
     backend.scatter_add(np, target, ids, rows)            # the same call on NumPy adds repeats up
     np.testing.assert_array_equal(target[:, 0], [0, 2, 0, 1, 0])
-
-
-# ---------------------------------------------------------------- bfloat16 products
-def test_bfloat16_batched_products_on_cupy_are_computed_in_float32():
-    bf16 = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
-    assert fastpaths.product_in_float32("cupy", bf16, bf16, 4)                  # CuPy 14: integer GEMM, fails
-    assert fastpaths.product_in_float32("cupy._core.core", np.float32, bf16, 3)
-    assert not fastpaths.product_in_float32("cupy", bf16, bf16, 2)              # 2-D goes to cuBLAS: fine
-    assert not fastpaths.product_in_float32("cupy", np.float16, np.float16, 4)
-    assert not fastpaths.product_in_float32("numpy", bf16, bf16, 4)
-
-
-def test_the_float32_detour_gives_a_bfloat16_result_close_to_the_exact_product(cupy_double):
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    bf16 = np.dtype(ml_dtypes.bfloat16)
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((2, 3, 4, 8)).astype(bf16), rng.standard_normal((2, 3, 8, 5)).astype(bf16)
-    out = fastpaths.product(cupy_double.asarray(a), cupy_double.asarray(b))
-    exact = a.astype(np.float64) @ b.astype(np.float64)
-    assert out.dtype == bf16
-    np.testing.assert_allclose(cupy_double.asnumpy(out).astype(np.float64), exact, rtol=1e-2, atol=1e-2)
 
 
 # ---------------------------------------------------------------- kernel modules per device

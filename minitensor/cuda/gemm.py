@@ -1,0 +1,115 @@
+"""Matrix products on cuBLAS directly: ``gemmEx`` for one matrix, ``gemmStridedBatchedEx`` for a
+batch, from CuPy's own cuBLAS bindings.
+
+    C[i] = op(A[i]) @ op(B[i])      for every i of the batch (broadcast, as ``matmul``)
+
+What CuPy's ``matmul`` does not do, and this does:
+
+* 16-bit inputs (float16, bfloat16) are read as they are and multiplied on tensor cores,
+  accumulating in float32 (``CUBLAS_COMPUTE_32F``); CuPy 14.2 widens batched float16 to
+  float32 first and refuses batched bfloat16;
+* the result is written in the dtype asked for (``out_dtype``): a weight's gradient from
+  16-bit activations comes out in float32, rounded once;
+* an operand that is the transpose of a C-contiguous matrix (``swapaxes(-1, -2)`` of one) is
+  passed with a transpose flag, not copied.
+
+cuBLAS is column-major and NumPy row-major. A row-major (r, c) matrix with rows ``ld``
+elements apart is, to cuBLAS, the column-major (c, r) matrix with leading dimension ``ld``:
+its transpose, for free. So C = op(A) op(B) in row-major is computed as the column-major
+Cᵀ = op(B)ᵀ op(A)ᵀ: B first, A second, the sizes (n, m, k) and C's leading dimension n.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops.precision import is_half
+
+# alpha and beta are read from the host (cuBLAS's default pointer mode): kept alive here
+_ONE = {np.dtype(np.float32): np.array(1, np.float32), np.dtype(np.float64): np.array(1, np.float64)}
+_ZERO = {np.dtype(np.float32): np.array(0, np.float32), np.dtype(np.float64): np.array(0, np.float64)}
+CUDA_TYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}  # cudaDataType (runtime.pxd)
+
+
+def applies(a_dtype, b_dtype, out_dtype=None) -> bool:
+    """Whether cuBLAS multiplies these dtypes here: both operands of one floating type (16-bit,
+    float32 or float64), the output that type or, for 16-bit operands, float32."""
+    a, b = np.dtype(a_dtype), np.dtype(b_dtype)
+    out = a if out_dtype is None else np.dtype(out_dtype)
+    return a == b and a.name in CUDA_TYPES and (out == a or (is_half(a) and out == np.float32))
+
+
+def _layout(cupy, x):
+    """How cuBLAS reads the last two axes of ``x`` (r, c): ``(x, transposed, ld)`` with ``x``
+    itself when its rows are contiguous (ld = the row stride) or its columns are (a transposed
+    view: ld = the column stride), else a C-contiguous copy."""
+    r, c = x.shape[-2:]
+    e = x.itemsize
+    s0, s1 = x.strides[-2:]
+    if (c == 1 or s1 == e) and (r == 1 or (s0 > 0 and s0 % e == 0 and s0 // e >= c)):
+        return x, False, max(s0 // e if r > 1 else c, 1)
+    if (r == 1 or s0 == e) and (c == 1 or (s1 > 0 and s1 % e == 0 and s1 // e >= r)):
+        return x, True, max(s1 // e if c > 1 else r, 1)
+    return cupy.ascontiguousarray(x), False, max(c, 1)
+
+
+def _batched(cupy, x, batch: tuple):
+    """``x`` broadcast to ``batch + x.shape[-2:]`` with its batch as one axis of uniform stride:
+    ``(x, stride in elements)``, a copy only where the leading axes cannot be one axis."""
+    if not batch:
+        return x, 0
+    x = cupy.broadcast_to(x, batch + x.shape[-2:])
+    kept = [(n, s) for n, s in zip(batch, x.strides[:-2]) if n > 1]
+    if all(s >= 0 and s % x.itemsize == 0 for _, s in kept) and \
+            all(kept[i][1] == kept[i + 1][1] * kept[i + 1][0] for i in range(len(kept) - 1)):
+        return x, (kept[-1][1] // x.itemsize if kept else 0)
+    x = cupy.ascontiguousarray(x)
+    return x, x.shape[-2] * x.shape[-1]
+
+
+def matmul(a, b, out_dtype=None):
+    """``a @ b`` over the last two axes, leading axes broadcast, written in ``out_dtype``
+    (default: the operands' dtype) by one cuBLAS call; CuPy arrays of a type :func:`applies`
+    takes, at least 2-D each."""
+    import cupy  # noqa: PLC0415
+    from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
+    from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
+
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"gemm.matmul: shapes {a.shape} and {b.shape} do not align")
+    out_dtype = np.dtype(a.dtype if out_dtype is None else out_dtype)
+    if not applies(a.dtype, b.dtype, out_dtype):
+        raise TypeError(f"gemm.matmul: cuBLAS here multiplies one floating type (16-bit into float32 too), "
+                        f"not {a.dtype} @ {b.dtype} -> {out_dtype}")
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    c = cupy.empty(batch + (m, n), out_dtype)
+    count = int(np.prod(batch)) if batch else 1
+    if c.size == 0:
+        return c
+    if k == 0:
+        c.fill(0)
+        return c
+    a, stride_a = _batched(cupy, a, batch)
+    b, stride_b = _batched(cupy, b, batch)
+    a, trans_a, lda = _layout(cupy, a)
+    b, trans_b, ldb = _layout(cupy, b)
+    if a.dtype.itemsize == 8:
+        compute = cublas.CUBLAS_COMPUTE_64F
+    elif a.dtype == np.float32 and linalg.get_compute_type(np.float32) == linalg.COMPUTE_TYPE_TF32:
+        compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32       # set_tf32(True): float32 on TF32 tensor cores
+    else:
+        compute = cublas.CUBLAS_COMPUTE_32F                 # 16-bit in, float32 accumulation
+    scalar = np.dtype(np.float64 if a.dtype.itemsize == 8 else np.float32)
+    one, zero = _ONE[scalar].ctypes.data, _ZERO[scalar].ctypes.data
+    op = {False: cublas.CUBLAS_OP_N, True: cublas.CUBLAS_OP_T}
+    types = CUDA_TYPES[a.dtype.name], CUDA_TYPES[out_dtype.name]
+    handle = cupy.cuda.get_cublas_handle()
+    algo = cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP if a.dtype.itemsize <= 4 else cublas.CUBLAS_GEMM_DEFAULT
+    if count == 1:
+        cublas.gemmEx(handle, op[trans_b], op[trans_a], n, m, k, one, b.data.ptr, types[0], ldb,
+                      a.data.ptr, types[0], lda, zero, c.data.ptr, types[1], n, compute, algo)
+    else:
+        cublas.gemmStridedBatchedEx(handle, op[trans_b], op[trans_a], n, m, k, one,
+                                    b.data.ptr, types[0], ldb, stride_b, a.data.ptr, types[0], lda, stride_a,
+                                    zero, c.data.ptr, types[1], n, m * n, count, compute, algo)
+    return c

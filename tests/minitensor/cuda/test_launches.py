@@ -1,0 +1,35 @@
+"""The host's work in one GPU update, counted: the launches of one Transformer (base) training
+update on the strict CuPy double (``tests/cupy_double/launches.py``). On a GPU at the batch
+sizes that fit, an update waits on the host issuing kernels, a few microseconds each whatever
+their size; the count is what the CPU can measure of that time. Each bound sits a little above
+today's count, so a change that adds launches fails here and has to say why.
+
+The counts before the cuBLAS products and the casts made once (the same double): fp32 and tf32
+1691, bf16 2565, fp16 3147 (docs/performance.md, "Launches per update")."""
+import pytest
+
+from tests.cupy_double.launches import count_update
+
+BOUND = {"fp32": 1600, "tf32": 1600, "bf16": 1900, "fp16": 2650}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", list(BOUND))
+def test_one_base_update_launches_at_most_its_bound(cupy_double, precision):
+    if precision == "bf16":
+        pytest.importorskip("ml_dtypes")
+    made = count_update(precision)
+    assert sum(made.values()) <= BOUND[precision], made.most_common()
+    # every product is one cuBLAS call: none through CuPy's matmul, none widened or copied there
+    assert not {k for k in made if k.startswith("matmul")}, made
+    if precision in ("fp32", "tf32"):   # only the loss's count of targets changes type
+        assert made["astype"] == 1, made
+    else:                               # each 16-bit weight and bias made once, activations once per layer
+        assert made["astype"] <= 300, made["astype"]
+
+
+@pytest.mark.slow
+def test_the_count_does_not_grow_with_the_batch(cupy_double):
+    """What the count measures is per update, not per token: 2 sentences of 6 tokens or 5 of 9
+    launch the same kernels."""
+    assert count_update("fp32", batch=2, length=6) == count_update("fp32", batch=5, length=9)
