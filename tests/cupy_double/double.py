@@ -1061,7 +1061,8 @@ def _device_matrices(ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int, s
     The address must lie in an array of the double, and every element read inside that array's
     allocation (CUBLAS would read another allocation's bytes, or fault)."""
     owner = None
-    for a in list(_ADDRESSES.values()):
+    exact = _ADDRESSES.get(ptr)                  # the usual case: the array whose .data.ptr was passed
+    for a in ([exact] if exact is not None else []) + list(_ADDRESSES.values()):
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
