@@ -2,12 +2,12 @@
 
 ``install(devices=1)`` puts modules named ``cupy``, ``cupy.cuda``, ``cupy.cuda.runtime``,
 ``cupy.cuda.nccl``, ``cupy.cuda.curand``, ``cupy.random``, ``cupy._core._routines_linalg``,
-``cupyx`` and ``cupyx.profiler`` into ``sys.modules``; ``uninstall()`` takes them out again.
+``cupy_backends.cuda.libs.cublas``, ``cupyx`` and ``cupyx.profiler`` into ``sys.modules``; ``uninstall()`` takes them out again.
 It lives under ``tests/`` (never installed with the package) and only ``install`` puts it in
 place, so it cannot shadow a real CuPy by accident.
 
 What it offers is read from ``spec.json``, which ``make_spec.py`` writes from the real CuPy
-14.2 (and CuPy's source for NCCL and cuRAND): a name CuPy lacks raises ``AttributeError``; a
+14.2 (and CuPy's source for NCCL, cuRAND and cuBLAS): a name CuPy lacks raises ``AttributeError``; a
 name CuPy has but the double does not model raises ``NotImplementedError`` when used. Where
 CuPy is strict, the double is too (each rule cites CuPy's source in ``double.py``):
 
@@ -21,6 +21,9 @@ CuPy is strict, the double is too (each rule cites CuPy's source in ``double.py`
 - ``RandomState`` draws float32 and float64 only;
 - ``RawModule`` kernels check their arguments and run on the project's CUDA emulator;
   ``ElementwiseKernel`` runs a NumPy reference of its body (registered by name);
+- ``gemmEx`` and ``gemmStridedBatchedEx`` check their arguments as Cython and cuBLAS do, then read
+  and write column-major at the device addresses given, inside the arrays' allocations only;
+- every call that would launch device work is counted (``double.launches()``);
 - ``NcclCommunicator`` checks the 128-byte id and the integer pointers, and reduces over MPI
   (mpi4py) at the arrays' addresses.
 
