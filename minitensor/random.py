@@ -47,11 +47,26 @@ def _reseed(gen, seed: int) -> None:
 
 
 def manual_seed(seed: int) -> None:
-    """Seed every generator (NumPy's now, CuPy's whenever it is first used), in place."""
-    global _seed
+    """Seed every generator (NumPy's now, CuPy's whenever it is first used), in place, and
+    restart the kernels' Philox stream (:func:`philox_stream`)."""
+    global _seed, _philox_offset
     _seed = int(seed)
+    _philox_offset = 0
     for gen in _generators.values():
         _reseed(gen, _seed)
+
+
+_philox_offset = 0
+
+
+def philox_stream(n: int) -> tuple[int, int]:
+    """(seed, offset) for a kernel that draws ``n`` numbers from Philox4x32-10 itself (the
+    dropout kernel): the seed is the one :func:`manual_seed` set, and each call gets the next
+    ceil(n/4) counters, so no two calls after a seed share a number."""
+    global _philox_offset
+    offset = _philox_offset
+    _philox_offset += -(-int(n) // 4)
+    return _seed % 2**64, offset
 
 
 def generator(xp):

@@ -28,7 +28,8 @@ CuPy is strict, the double is too (each rule cites CuPy's source in ``double.py`
   (mpi4py) at the arrays' addresses.
 
 Known differences, which only hardware shows: cuRAND's streams (draws come from NumPy, so
-dropout masks differ from a GPU's), asynchrony (every call is synchronous), timings, and real
+initial weights differ from a GPU's; dropout draws its masks in its own kernel, which runs on
+the emulator, so those are a GPU's), asynchrony (every call is synchronous), timings, and real
 device memory (the pool counts the bytes of live arrays, rounded as CuPy's pool rounds them).
 """
 from .double import install, installed, uninstall  # noqa: F401

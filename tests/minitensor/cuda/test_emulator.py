@@ -14,6 +14,7 @@ import pytest
 import minitensor as mt
 from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
+from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
@@ -450,7 +451,8 @@ def _small_cases():
     logits, target = rng.standard_normal((3, 300)).astype(np.float32), np.array([5, 0, 299])
     loss, ce_lse = ce_kernels.forward(logits, target, 0, 0.1)
     dlogits = ce_kernels.backward(logits, target, ce_lse, np.array([0.5, 0.0, 2.0]), 0.1)
-    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits)
+    dropped = dropout_kernels.apply(x[:, :31], 0.3, 11, 5)          # n = 279: the last counter is partial
+    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped)
 
 
 @pytest.mark.parametrize("check", ["race", "memory"])
@@ -459,6 +461,7 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24)]
     items += [("cross_entropy.cu", n) for n in ce_kernels.names("float")]
+    items += [("dropout.cu", dropout_kernels.name("float"))]
     emulator.precompile(items, check)
     with cuda.emulate(True, check=check):
         checked = _small_cases()

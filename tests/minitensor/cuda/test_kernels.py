@@ -16,6 +16,7 @@ import minitensor as mt
 import minitensor.functional as F
 from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
+from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
@@ -132,6 +133,7 @@ def _compile_for_the_emulator_in_parallel():
     items += [("flash_attention.cu", n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
     items += [("cross_entropy.cu", n) for t in (*HALF_CTYPES.values(), "double") for n in ce_kernels.names(t)]
+    items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]
     emulator.precompile(sorted(set(items)))
 
 
@@ -449,3 +451,72 @@ def test_fused_cross_entropy_with_overwrite_writes_the_gradient_over_the_logits_
     np.testing.assert_array_equal(mt.backend.to_numpy(through_reused.data), mt.backend.to_numpy(reused.grad.data))
     with pytest.raises(mt.GraphError, match="backpropagated only once"):
         got.backward()
+
+
+# ---------------------------------------------------------------- dropout, its mask drawn in the kernel
+# Random123's known answers for Philox4x32-10 (tests/kat_vectors): counter, key, the four words
+PHILOX_KAT = [((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+              ((0xFFFFFFFF,) * 4, (0xFFFFFFFF, 0xFFFFFFFF), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+              ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+               (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1))]
+
+
+@pytest.mark.parametrize("counter, key, words", PHILOX_KAT, ids=["zeros", "ones", "pi"])
+def test_the_kernels_philox_gives_random123s_known_answers(dev, counter, key, words):
+    got = dropout_kernels.philox(dev.asarray(np.array([counter], np.uint32)), key)
+    assert mt.backend.to_numpy(got)[0].tolist() == list(words)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_kernel_keeps_one_minus_p_and_scales_the_survivors(dev, dtype, p):
+    """Over 2¹⁶ entries the kept share is within 5 standard deviations of 1-p, every survivor
+    is x/(1-p) rounded once to the dtype, and the dropped are exactly 0."""
+    dt = _half(dtype)
+    n = 1 << 16
+    x = _randn(dev, _rng("dropout", dtype, p), (n,), dt)
+    y = mt.backend.to_numpy(dropout_kernels.apply(x, p, 1234, 0))
+    xs = mt.backend.to_numpy(x)
+    kept = y != 0
+    assert abs(kept.mean() - (1 - p)) < 5 * np.sqrt(p * (1 - p) / n), kept.mean()
+    scaled = (xs.astype(np.float64 if dt == np.float64 else np.float32) * (1.0 / (1.0 - p))).astype(dt)
+    np.testing.assert_array_equal(y[kept], scaled[kept])
+
+
+def test_dropout_kernel_masks_follow_seed_and_offset_only(dev):
+    """The same seed and offset give the same mask (the backward redraws the forward's), and
+    another seed or the next offset gives another; a 3-entry tail is drawn like the rest."""
+    ones = dev.asarray(np.ones(4099, np.float32))
+    mask = lambda seed, offset: mt.backend.to_numpy(dropout_kernels.apply(ones, 0.5, seed, offset)) != 0  # noqa: E731
+    a = mask(7, 0)
+    assert np.array_equal(a, mask(7, 0))
+    assert not np.array_equal(a, mask(8, 0)) and not np.array_equal(a, mask(7, 1))
+    np.testing.assert_array_equal(mask(7, 1)[:-4], a[4:])   # offset 1: the same stream, 4 entries on
+
+
+def test_dropout_takes_the_kernel_and_its_backward_drops_what_the_forward_dropped(dev, monkeypatch):
+    """F.dropout routes to the kernel where kernels may run (the reference otherwise); the
+    gradient of sum(y ⊙ c) is c ⊙ keep/(1-p) with the forward's own mask; a float64 gradcheck
+    passes through it (reseeded before each evaluation, so every one draws the same mask)."""
+    rng = _rng("dropout op")
+    launcher = cuda.launcher("dropout")
+    calls = []
+    real = launcher.apply
+    monkeypatch.setattr(launcher, "apply", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = mt.tensor(rng.standard_normal((5, 33)), requires_grad=True, device=dev.device)
+    c = rng.standard_normal((5, 33))
+    mt.manual_seed(3)
+    y = F.dropout(x, 0.25)
+    (y * mt.tensor(c, device=dev.device)).sum().backward()
+    assert len(calls) == 2                                   # forward and backward, one launch each
+    keep = mt.backend.to_numpy(y.data) != 0
+    assert 0 < keep.mean() < 1
+    np.testing.assert_allclose(mt.backend.to_numpy(x.grad.data), c * keep / 0.75, rtol=1e-12)
+    with cuda.use_kernels(False):
+        F.dropout(x, 0.25)
+    assert len(calls) == 2                                   # kernels off: the reference
+
+    def reseeded(v):
+        mt.manual_seed(3)
+        return (F.dropout(v, 0.25) * mt.tensor(c, device=dev.device)).sum()
+    assert mt.gradcheck(reseeded, [x])

@@ -9,14 +9,14 @@ import subprocess
 
 import pytest
 
-from minitensor.cuda import cross_entropy, flash_attention, layer_norm, softmax, sources
+from minitensor.cuda import cross_entropy, dropout, flash_attention, layer_norm, softmax, sources
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
 # each source's launcher, which lists the instantiations it can ask for (test_nvrtc.py compiles them too)
 LAUNCHERS = {"layer_norm.cu": layer_norm, "softmax.cu": softmax, "flash_attention.cu": flash_attention,
-             "cross_entropy.cu": cross_entropy}
+             "cross_entropy.cu": cross_entropy, "dropout.cu": dropout}
 SMEM_LIMIT = 48 * 1024  # static shared memory per block without opting in
 
 
@@ -49,10 +49,12 @@ def _compile(tmp_path, filename):
 
 def _first_template_argument(mangled: str) -> str:
     """The first template argument's code in an Itanium-mangled name ``_Z<len><name>I<args>E...``:
-    'f' float, 'd' double, '3f16' / '4bf16' our 16-bit storage structs."""
+    'f' float, 'd' double, '3f16' / '4bf16' our 16-bit storage structs; '' for a kernel that
+    is not a template (``philox_words``)."""
     m = re.match(r"_Z(\d+)", mangled)
     rest = mangled[m.end() + int(m.group(1)):]
-    assert rest.startswith("I"), mangled
+    if not rest.startswith("I"):
+        return ""
     return rest[1] if rest[1].isalpha() else re.match(r"\d+", rest[1:]).group(0)
 
 
