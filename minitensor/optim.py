@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from . import backend, profiler, threads
+from . import backend, cuda, profiler, threads
 from .tensor import Tensor
 
 
@@ -131,9 +131,12 @@ class Adam(Optimizer):
         self._c2 = 1 - b2**self.steps
 
     def _update_all(self, items: list) -> None:
-        """On NumPy, every parameter is cut into cache-sized pieces and the pieces are shared
+        """Where the kernels may run (a GPU), every parameter in one launch (``cuda/adam.cu``).
+        On NumPy, every parameter is cut into cache-sized pieces and the pieces are shared
         among worker threads (:mod:`minitensor.threads`): the update's dozen passes then stay
         in cache and run on every core. The arithmetic is the same as one parameter at a time."""
+        if items and cuda.kernels_may_run(backend.array_module(items[0][0])):
+            items = self._update_in_one_launch(items)
         pieces, rest = [], []
         for w, g, state in items:
             xp = backend.array_module(w)
@@ -155,6 +158,24 @@ class Adam(Optimizer):
 
         threads.share(work, pieces)
 
+    def _update_in_one_launch(self, items: list) -> list:
+        """Update the parameters one launch can take (``cuda.launcher("adam").applies``), grouped
+        by dtype; return the rest, for the per-parameter forms."""
+        launcher = cuda.launcher("adam")
+        groups: dict = {}
+        rest = []
+        for w, g, state in items:
+            m, v = self._moments(w, state)
+            if launcher.applies([w, g, m, v]):
+                groups.setdefault(w.dtype, []).append((w, g, m, v))
+            else:
+                rest.append((w, g, state))
+        b1, b2 = self.betas
+        for group in groups.values():
+            launcher.step(*map(list, zip(*group)), b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps,
+                          self.weight_decay)
+        return rest
+
     def _moments(self, w, state: dict) -> tuple:
         if "m" not in state:
             xp = backend.array_module(w)
@@ -163,13 +184,7 @@ class Adam(Optimizer):
 
     def _update(self, w, g, state):
         m, v = self._moments(w, state)
-        xp = backend.array_module(w)
-        if backend.on_gpu(xp):  # one fused elementwise kernel per parameter instead of ~8 launches
-            b1, b2 = self.betas
-            _gpu_adam_kernel()(g, b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps, self.weight_decay,
-                               w, m, v)
-            return
-        self._adam_numpy(w, g, m, v, xp.empty_like(w))
+        self._adam_numpy(w, g, m, v, backend.array_module(w).empty_like(w))
 
     def _adam_numpy(self, w, g, m, v, tmp) -> None:
         """One update of ``w`` (and its moments ``m``, ``v``) in place, with the scratch ``tmp``."""
@@ -189,28 +204,6 @@ class Adam(Optimizer):
         np.divide(m, tmp, out=tmp)
         tmp *= self.lr / self._c1
         w -= tmp                                   # w -= lr · m̂ / (√v̂ + eps)
-
-
-_ADAM = None
-
-
-def _gpu_adam_kernel():
-    """Adam's whole update as one CuPy elementwise kernel (the same arithmetic as the NumPy path)."""
-    global _ADAM
-    if _ADAM is None:
-        cp = backend.cupy()
-        _ADAM = cp.ElementwiseKernel(
-            "T g, float64 b1, float64 b2, float64 step_size, float64 inv_sqrt_c2, float64 eps, float64 wd",
-            "T w, T m, T v",
-            """
-            const T grad = g + (T)wd * w;
-            m = (T)b1 * m + (T)(1 - b1) * grad;
-            v = (T)b2 * v + (T)(1 - b2) * grad * grad;
-            w -= (T)step_size * m / (sqrt(v) * (T)inv_sqrt_c2 + (T)eps);
-            """,
-            "minitensor_adam",
-        )
-    return _ADAM
 
 
 def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:

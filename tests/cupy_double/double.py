@@ -905,17 +905,6 @@ class ElementwiseKernel:
         self._f(*[a._a if isinstance(a, ndarray) else a for a in args])
 
 
-@elementwise_reference("minitensor_adam",
-                       "T g, float64 b1, float64 b2, float64 step_size, float64 inv_sqrt_c2, float64 eps, float64 wd",
-                       "T w, T m, T v")
-def _adam(g, b1, b2, step_size, inv_sqrt_c2, eps, wd, w, m, v):
-    T = w.dtype.type
-    grad = g + T(wd) * w
-    m[...] = T(b1) * m + T(1 - b1) * grad
-    v[...] = T(b2) * v + T(1 - b2) * grad * grad
-    w -= T(step_size) * m / (np.sqrt(v) * T(inv_sqrt_c2) + T(eps))
-
-
 # ---------------------------------------------------------------- NCCL over MPI
 NCCL_UNIQUE_ID_BYTES = 128
 

@@ -218,18 +218,18 @@ def test_random_state_draws_float32_and_float64_only(cp):
 
 
 def test_an_elementwise_kernel_runs_its_reference_and_a_changed_one_is_refused(cp):
-    from minitensor import optim
+    @double.elementwise_reference("test_axpy", "T x, float64 a", "T y")
+    def _axpy(x, a, y):
+        y += y.dtype.type(a) * x
 
-    optim._ADAM = None
-    kernel = optim._gpu_adam_kernel()
-    w, m, v = (cp.zeros(3, np.float32) for _ in range(3))
-    g = cp.asarray(np.array([1.0, -1.0, 0.0], np.float32))
-    kernel(g, 0.9, 0.98, 0.1, 1.0, 1e-9, 0.0, w, m, v)
-    # m = 0.1·g, v = 0.02·g², so w moves by 0.1 · 0.1 / √0.02 = 0.0707 against g
-    assert np.allclose(cp.asnumpy(m), [0.1, -0.1, 0.0]) and np.allclose(cp.asnumpy(w), [-0.0707107, 0.0707107, 0])
+    kernel = cp.ElementwiseKernel("T x, float64 a", "T y", "y += (T)a * x;", "test_axpy")
+    y = cp.zeros(3, np.float32)
+    kernel(cp.asarray(np.array([1.0, -1.0, 2.0], np.float32)), 0.5, y)
+    assert cp.asnumpy(y).tolist() == [0.5, -0.5, 1.0]
     with pytest.raises(NotImplementedError, match="changed its parameters"):
-        cp.ElementwiseKernel("T g, float64 b1", "T w", "w = g;", "minitensor_adam")
-    optim._ADAM = None
+        cp.ElementwiseKernel("T x", "T y", "y = x;", "test_axpy")     # the planted mistake
+    with pytest.raises(NotImplementedError, match="no NumPy reference"):
+        cp.ElementwiseKernel("T x", "T y", "y = x;", "never_registered")
 
 
 def test_a_name_cupy_has_but_the_double_does_not_model_says_so(cp):

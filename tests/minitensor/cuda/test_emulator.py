@@ -14,6 +14,7 @@ import pytest
 import minitensor as mt
 from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
+from minitensor.cuda import adam as adam_kernels
 from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
@@ -432,9 +433,11 @@ def test_an_output_entry_the_kernel_forgets_to_write_is_nan():
 
 
 # ---------------------------------------------------------------- the real kernels pass the strict checks
-def _small_cases():
+def _small_cases(address_tables: bool = True):
     """One small launch of every kernel, through its launcher (the memory/race check is the
-    emulator's setting while it runs)."""
+    emulator's setting while it runs). ``address_tables=False`` leaves out Adam, whose argument
+    is a table of addresses: the memory check runs a launch in another process, on copies of
+    the argument arrays, where those addresses mean nothing."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((9, 33)).astype(np.float32)
     w, b = rng.standard_normal(33).astype(np.float32), rng.standard_normal(33).astype(np.float32)
@@ -452,7 +455,13 @@ def _small_cases():
     loss, ce_lse = ce_kernels.forward(logits, target, 0, 0.1)
     dlogits = ce_kernels.backward(logits, target, ce_lse, np.array([0.5, 0.0, 2.0]), 0.1)
     dropped = dropout_kernels.apply(x[:, :31], 0.3, 11, 5)          # n = 279: the last counter is partial
-    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped)
+    if not address_tables:
+        return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped)
+    params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
+    grads_, ms, vs = ([a + 1 for a in params], [np.zeros_like(a) for a in params], [np.zeros_like(a) for a in params])
+    adam_kernels.step(params, grads_, ms, vs, 0.9, 0.98, 0.01, 1.0, 1e-9, 0.0)
+    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped) \
+        + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2])
 
 
 @pytest.mark.parametrize("check", ["race", "memory"])
@@ -461,11 +470,11 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24)]
     items += [("cross_entropy.cu", n) for n in ce_kernels.names("float")]
-    items += [("dropout.cu", dropout_kernels.name("float"))]
+    items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float"))]
     emulator.precompile(items, check)
     with cuda.emulate(True, check=check):
-        checked = _small_cases()
-    plain = _small_cases()
+        checked = _small_cases(address_tables=check != "memory")
+    plain = _small_cases(address_tables=check != "memory")
     for a, b in zip(checked, plain):   # the checked builds use -O1, which contracts other FMAs than -O2
         assert np.isfinite(a).all()
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

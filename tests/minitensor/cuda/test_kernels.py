@@ -16,6 +16,7 @@ import minitensor as mt
 import minitensor.functional as F
 from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
+from minitensor.cuda import adam as adam_kernels
 from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator
 from minitensor.cuda import flash_attention as flash_kernels
@@ -134,6 +135,7 @@ def _compile_for_the_emulator_in_parallel():
     items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
     items += [("cross_entropy.cu", n) for t in (*HALF_CTYPES.values(), "double") for n in ce_kernels.names(t)]
     items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]
+    items += [("adam.cu", n) for n in adam_kernels.instantiations()]
     emulator.precompile(sorted(set(items)))
 
 
@@ -520,3 +522,36 @@ def test_dropout_takes_the_kernel_and_its_backward_drops_what_the_forward_droppe
         mt.manual_seed(3)
         return (F.dropout(v, 0.25) * mt.tensor(c, device=dev.device)).sum()
     assert mt.gradcheck(reseeded, [x])
+
+
+# ---------------------------------------------------------------- Adam, every parameter in one launch
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_adam_in_one_launch_makes_the_numpy_adams_updates(dev, dtype, weight_decay, monkeypatch):
+    """Parameters of several shapes (an empty one among them), three steps: the one-launch
+    kernel gives the per-parameter NumPy form's weights and moments (float64 to 1e-13, float32
+    to the last bits FMA contraction moves), in one launch per step."""
+    rng = _rng("adam", dtype, weight_decay)
+    shapes = [(3, 4), (5,), (0,), (7, 2, 3), (300,)]
+    start = [rng.standard_normal(s).astype(dtype) for s in shapes]
+    grads = [[rng.standard_normal(s).astype(dtype) for s in shapes] for _ in range(3)]
+    launches = []
+    real = adam_kernels.step
+    monkeypatch.setattr(adam_kernels, "step", lambda *a, **k: launches.append(1) or real(*a, **k))
+
+    def train(device, kernels):
+        params = [mt.tensor(w.copy(), device=device, requires_grad=True) for w in start]
+        opt = mt.optim.Adam(params, lr=0.01, betas=(0.9, 0.98), eps=1e-9, weight_decay=weight_decay)
+        with cuda.use_kernels(kernels):
+            for step in grads:
+                for p, g in zip(params, step):
+                    p.grad = mt.tensor(g, device=device)
+                opt.step()
+        return [mt.backend.to_numpy(a) for p, st in zip(params, opt.state) for a in (p.data, st["m"], st["v"])]
+
+    fused = train(dev.device, True)
+    assert len(launches) == 3
+    reference = train("cpu", False)
+    tol = 1e-13 if dtype == "float64" else 1e-6
+    for a, b in zip(fused, reference):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)

@@ -1,0 +1,56 @@
+"""Launcher for ``adam.cu``: Adam's update of every parameter in one launch, where the
+per-parameter form takes one launch each (253 for Transformer base).
+
+The reference is the NumPy form in :class:`minitensor.optim.Adam` (``_adam_numpy``), the same
+arithmetic; tests compare the two.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .build import array_module, ctype, kernel
+
+SOURCE = "adam.cu"
+THREADS = 256
+MAX_BLOCKS = 4096          # a grid-stride loop beyond
+
+
+def applies(arrays: list) -> bool:
+    """Whether one launch can update these (weight, gradient, m, v) arrays: one dtype the kernel
+    takes, every array C-contiguous (the kernel indexes each as flat)."""
+    dtype = arrays[0].dtype
+    return ctype(dtype) is not None and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+
+
+def name(t: str) -> str:
+    return f"adam_multi<{t}>"
+
+
+def instantiations() -> list[str]:
+    return [name(t) for t in ("float", "f16", "bf16", "double")]
+
+
+def _address(a) -> int:
+    """The device address of ``a``'s first element (a NumPy array's own, on the emulator)."""
+    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
+
+
+def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, step_size: float,
+         inv_sqrt_c2: float, eps: float, wd: float) -> None:
+    """One Adam update of every ``weights[i]`` (and its moments) in place from ``grads[i]``:
+    the table of their addresses and the running sizes go to the device in one copy, then one
+    launch updates them all."""
+    xp = array_module(weights[0])
+    n = len(weights)
+    sizes = np.array([w.size for w in weights], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    table = np.array([_address(a) for group in (weights, grads, ms, vs) for a in group], dtype=np.uint64)
+    device = xp.asarray(np.concatenate([table.view(np.int64), starts]))   # one host-to-device copy
+    total = int(starts[-1])
+    if total == 0:
+        return
+    blocks = min(MAX_BLOCKS, -(-total // THREADS))
+    k = kernel(SOURCE, name(ctype(weights[0].dtype)), xp)
+    k((blocks,), (THREADS,), (device[:4 * n].view(np.uint64), device[4 * n:], np.int32(n), np.int64(total),
+                              np.float64(b1), np.float64(b2), np.float64(step_size), np.float64(inv_sqrt_c2),
+                              np.float64(eps), np.float64(wd)))
