@@ -23,7 +23,7 @@ from contextlib import ContextDecorator
 
 import numpy as np
 
-from . import backend
+from . import backend, cuda
 
 _state = threading.local()
 DTYPES = ("float16", "bfloat16")
@@ -95,13 +95,17 @@ class LossScaler:
     def unscale_(self, params, extra: float = 1.0) -> bool:
         """Multiply every gradient by extra / scale in place; True when all are finite.
 
-        One reduction per gradient on the device and one scalar to the host for all of them.
+        Where the kernels may run, one launch for all the gradients; otherwise one reduction
+        per gradient. Either way one number goes to the host.
         """
         grads = [p.grad.data for p in params if p.grad is not None]
         if not grads:
             return True
         factor = extra / self.scale
         xp = backend.array_module(grads[0])
+        if cuda.kernels_may_run(xp) and cuda.launcher("loss_scale").applies(grads):
+            # why: every gradient in one launch (cuda/loss_scale.cu), not three per gradient
+            return int(cuda.launcher("loss_scale").unscale(grads, factor)[0]) == 0
         total = None
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are what we look for
             for g in grads:

@@ -9,10 +9,9 @@
 //
 // The parameters are separate arrays of different sizes. The launcher passes one table of
 // 64-bit device addresses, 4 rows of `tensors` entries (weights, gradients, first moments,
-// second moments), and `starts`, the running total of the sizes (tensors + 1 entries): the
-// parameters laid end to end make one index range [0, total). Thread mapping: one entry per
-// thread in a grid-stride loop over that range; a thread finds its parameter by binary search
-// in `starts` (about 8 steps for the base model's 253 parameters). Every entry is read and
+// second moments), and `starts` (common.cuh, "many arrays in one launch"). Thread mapping: one
+// entry per thread in a grid-stride loop over the parameters laid end to end; a thread finds
+// its parameter with tensor_of (about 8 steps for the base model's 253 parameters). Every entry is read and
 // written by exactly one thread, so there are no races and the result does not depend on the
 // launch shape. Edge cases: empty parameters (equal starts) are skipped by the search.
 // T is the storage type (float, f16, bf16, double); the arithmetic runs in Acc<T>::type.
@@ -31,11 +30,7 @@ __global__ void adam_multi(const unsigned long long* __restrict__ table, const l
             WD = static_cast<A>(wd);
     for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        int lo = 0, hi = tensors - 1;              // the last parameter p with starts[p] <= i
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) / 2;
-            if (starts[mid] <= i) lo = mid; else hi = mid - 1;
-        }
+        const int lo = tensor_of(starts, tensors, i);
         const long long j = i - starts[lo];
         T* w = reinterpret_cast<T*>(table[lo]);
         const T* g = reinterpret_cast<const T*>(table[tensors + lo]);

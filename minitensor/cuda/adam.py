@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import array_module, ctype, kernel
+from .build import address_table, array_module, ctype, kernel
 
 SOURCE = "adam.cu"
 THREADS = 256
@@ -30,27 +30,16 @@ def instantiations() -> list[str]:
     return [name(t) for t in ("float", "f16", "bf16", "double")]
 
 
-def _address(a) -> int:
-    """The device address of ``a``'s first element (a NumPy array's own, on the emulator)."""
-    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
-
-
 def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, step_size: float,
          inv_sqrt_c2: float, eps: float, wd: float) -> None:
     """One Adam update of every ``weights[i]`` (and its moments) in place from ``grads[i]``:
     the table of their addresses and the running sizes go to the device in one copy, then one
     launch updates them all."""
     xp = array_module(weights[0])
-    n = len(weights)
-    sizes = np.array([w.size for w in weights], dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    table = np.array([_address(a) for group in (weights, grads, ms, vs) for a in group], dtype=np.uint64)
-    device = xp.asarray(np.concatenate([table.view(np.int64), starts]))   # one host-to-device copy
-    total = int(starts[-1])
+    table, starts, total = address_table(xp, [weights, grads, ms, vs])   # one host-to-device copy
     if total == 0:
         return
     blocks = min(MAX_BLOCKS, -(-total // THREADS))
     k = kernel(SOURCE, name(ctype(weights[0].dtype)), xp)
-    k((blocks,), (THREADS,), (device[:4 * n].view(np.uint64), device[4 * n:], np.int32(n), np.int64(total),
-                              np.float64(b1), np.float64(b2), np.float64(step_size), np.float64(inv_sqrt_c2),
-                              np.float64(eps), np.float64(wd)))
+    k((blocks,), (THREADS,), (table, starts, np.int32(len(weights)), np.int64(total), np.float64(b1), np.float64(b2),
+                              np.float64(step_size), np.float64(inv_sqrt_c2), np.float64(eps), np.float64(wd)))

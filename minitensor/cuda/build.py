@@ -88,3 +88,21 @@ def mask_view(xp, mask, shape4: tuple):
         mask = xp.ascontiguousarray(mask)
     view = xp.broadcast_to(mask, shape4)  # a view: same first element, stride 0 on broadcast axes
     return (view,) + tuple(np.int64(s // view.itemsize) for s in view.strides)
+
+
+def address(a) -> int:
+    """The device address of ``a``'s first element (a NumPy array's own, on the emulator)."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
+def address_table(xp, groups: list) -> tuple:
+    """For a kernel over many arrays in one launch (common.cuh, "many arrays in one launch"):
+    ``(table, starts, total)`` on the device, sent in one host-to-device copy. ``groups`` is a
+    list of equally long lists of arrays (weights, gradients, ...); ``table`` holds their
+    addresses group after group (uint64), ``starts`` the running total of the first group's
+    sizes (int64, one more entry than arrays)."""
+    sizes = np.array([a.size for a in groups[0]], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    table = np.array([address(a) for group in groups for a in group], dtype=np.uint64)
+    device = xp.asarray(np.concatenate([table.view(np.int64), starts]))
+    return device[:table.size].view(np.uint64), device[table.size:], int(starts[-1])

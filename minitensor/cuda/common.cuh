@@ -113,3 +113,17 @@ struct MaskView {
         return data == nullptr || row_ptr[static_cast<long long>(j) * stride_k] != 0;
     }
 };
+
+// ---------------------------------------------------------------- many arrays in one launch
+// A launcher passes a table of the arrays' device addresses and `starts`, the running total of
+// their sizes (tensors + 1 entries): the arrays laid end to end make one index range [0, total).
+// tensor_of gives the array that entry i of that range falls in: the last p with
+// starts[p] <= i, by binary search (empty arrays, whose starts are equal, are never chosen).
+__device__ __forceinline__ int tensor_of(const long long* starts, int tensors, long long i) {
+    int lo = 0, hi = tensors - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (starts[mid] <= i) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}

@@ -102,13 +102,13 @@ class Linear(Function):
         if b is not None and b.shape != (n_out,):
             raise ShapeError(f"linear: bias of shape {tuple(b.shape)} does not fit weight of shape {tuple(w.shape)}")
         ctx.w_dtype, ctx.b_dtype = w.dtype, None if b is None else b.dtype
-        if dtype is not None:  # autocast: W and b in ``dtype``, each cast once per block (amp.cast_once)
-            w, b = (a if a is None or a.dtype == dtype else cast_once(a, lambda a: a.astype(dtype)) for a in (w, b))
+        if dtype is not None and w.dtype != dtype:  # autocast: W in ``dtype``, cast once per block (amp.cast_once)
+            w = cast_once(w, lambda a: a.astype(dtype))
         ctx.save_for_backward(x, w)
         ctx.transposed = transposed
         y = product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one GEMM over all rows
         if b is not None:
-            y += b
+            y += b  # a float32 bias is added to a 16-bit y in float32 and rounded once: no cast of its own
         return y.reshape(x.shape[:-1] + (n_out,))
 
     @staticmethod
@@ -136,8 +136,8 @@ def linear(x, weight, bias=None, transposed: bool = False) -> Tensor:
     """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out); with
     ``transposed``, x @ weight.T + bias for a weight stored (out, in), such as a tied
     embedding (V, d) used as the output layer: its gradient then needs no transposed copy.
-    Runs in 16-bit inside ``amp.autocast``: the input is cast, and the weight and bias are
-    cast inside, so their gradients come out in float32 without a cast of their own."""
+    Runs in 16-bit inside ``amp.autocast``: the input is cast, the weight is cast inside and the
+    bias added as it is, so their gradients come out in float32 without a cast of their own."""
     x = as_tensor(x)
     weight, bias = as_tensor(weight, x), None if bias is None else as_tensor(bias, x)
     dt = autocast_dtype()

@@ -419,6 +419,11 @@ class Ufunc:
             result = self._np(*values)
         result = result.astype(outs[0], copy=False) if isinstance(result, np.ndarray) else np.asarray(result, outs[0])
         if out is not None:
+            # cupy/_core/_dtype.pyx, _raise_if_invalid_cast: an output of another kind than the
+            # loop's is refused unless NumPy can cast to it 'same_kind' (float32 into bfloat16 can)
+            if result.dtype.kind != out.dtype.kind and not np.can_cast(result.dtype, out.dtype, casting or "same_kind"):
+                raise TypeError(f"Cannot cast ufunc '{self.name}' output from {result.dtype} to {out.dtype} "
+                                f"with casting rule '{casting or 'same_kind'}'")
             out._a[...] = result
             return out
         return _wrap(result)

@@ -16,6 +16,7 @@ from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
 from minitensor.cuda import adam as adam_kernels
 from minitensor.cuda import dropout as dropout_kernels
+from minitensor.cuda import loss_scale as loss_scale_kernels
 from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
@@ -460,8 +461,9 @@ def _small_cases(address_tables: bool = True):
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
     grads_, ms, vs = ([a + 1 for a in params], [np.zeros_like(a) for a in params], [np.zeros_like(a) for a in params])
     adam_kernels.step(params, grads_, ms, vs, 0.9, 0.98, 0.01, 1.0, 1e-9, 0.0)
+    nonfinite = loss_scale_kernels.unscale(grads_, 0.5)
     return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped) \
-        + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2])
+        + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2]) + tuple(grads_[:2]) + (nonfinite,)
 
 
 @pytest.mark.parametrize("check", ["race", "memory"])
@@ -470,7 +472,8 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24)]
     items += [("cross_entropy.cu", n) for n in ce_kernels.names("float")]
-    items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float"))]
+    items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
+              ("loss_scale.cu", loss_scale_kernels.name("float"))]
     emulator.precompile(items, check)
     with cuda.emulate(True, check=check):
         checked = _small_cases(address_tables=check != "memory")

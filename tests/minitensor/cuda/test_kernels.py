@@ -7,6 +7,7 @@ Every test runs once per backend (the ``dev`` fixture): on the CPU emulator of C
 (CuPy arrays). The emulator takes the small shapes, the GPU adds the large ones.
 """
 import tracemalloc
+import types
 import zlib
 
 import numpy as np
@@ -21,6 +22,7 @@ from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
+from minitensor.cuda import loss_scale as loss_scale_kernels
 from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, masked_softmax_reference
 from minitensor.ops.loss import _smoothed_nll
@@ -136,6 +138,7 @@ def _compile_for_the_emulator_in_parallel():
     items += [("cross_entropy.cu", n) for t in (*HALF_CTYPES.values(), "double") for n in ce_kernels.names(t)]
     items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]
     items += [("adam.cu", n) for n in adam_kernels.instantiations()]
+    items += [("loss_scale.cu", n) for n in loss_scale_kernels.instantiations()]
     emulator.precompile(sorted(set(items)))
 
 
@@ -555,3 +558,44 @@ def test_adam_in_one_launch_makes_the_numpy_adams_updates(dev, dtype, weight_dec
     tol = 1e-13 if dtype == "float64" else 1e-6
     for a, b in zip(fused, reference):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------- loss scaling, every gradient in one launch
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("plant", [None, "inf", "nan"])
+def test_unscale_in_one_launch_makes_the_per_gradient_forms_gradients_and_verdict(dev, dtype, plant, monkeypatch):
+    """LossScaler.unscale_ with the kernel and without it (kernels off: a product and a sum per
+    gradient): the same gradients bit for bit, and the same verdict, False when an inf or a NaN
+    was planted in one gradient; one launch for all of them."""
+    dt = _half(dtype)
+    rng = _rng("unscale", dtype, plant)
+    shapes = [(3, 4), (0,), (5,), (2, 3, 7)]
+    start = [rng.standard_normal(s).astype(dt) for s in shapes]
+    if plant:
+        start[3].reshape(-1)[17] = np.inf if plant == "inf" else np.nan
+    launches = []
+    real = loss_scale_kernels.unscale
+    monkeypatch.setattr(loss_scale_kernels, "unscale", lambda *a, **k: launches.append(1) or real(*a, **k))
+
+    def unscaled(kernels):
+        # what unscale_ reads of a parameter is its .grad (16-bit weights cannot require grad)
+        params = [types.SimpleNamespace(grad=mt.tensor(g.copy(), device=dev.device)) for g in start]
+        with cuda.use_kernels(kernels):
+            ok = mt.amp.LossScaler(init_scale=2.0**10).unscale_(params, extra=3.0)
+        return ok, [mt.backend.to_numpy(p.grad.data) for p in params]
+
+    ok, grads = unscaled(True)
+    assert launches == [1]
+    ok_ref, grads_ref = unscaled(False)
+    assert ok == ok_ref == (plant is None)
+    for a, b in zip(grads, grads_ref):
+        np.testing.assert_array_equal(a.astype(np.float64), b.astype(np.float64))   # (NaN equals NaN)
+
+
+def test_unscale_kernel_counts_each_nonfinite_entry_and_a_large_finite_sum_is_no_overflow(dev):
+    """The kernel looks at each entry: two infs count 2, and gradients whose sum would overflow
+    float32 (the per-gradient form's test) but whose entries are finite count 0."""
+    big = dev.asarray(np.full(4, 3e38, np.float32))
+    assert int(mt.backend.to_numpy(loss_scale_kernels.unscale([big], 1.0))[0]) == 0
+    two = dev.asarray(np.array([1.0, np.inf, -np.inf, 2.0], np.float32))
+    assert int(mt.backend.to_numpy(loss_scale_kernels.unscale([two, big], 0.5))[0]) == 2

@@ -1,0 +1,42 @@
+"""Launcher for ``loss_scale.cu``: every gradient multiplied by extra / S and checked for inf
+and NaN in one launch, where the per-gradient form takes three (the product, a sum, adding
+the sums up).
+
+The reference is the per-gradient form in :meth:`minitensor.amp.LossScaler.unscale_`; tests
+compare the two."""
+from __future__ import annotations
+
+import numpy as np
+
+from .build import address_table, array_module, ctype, kernel
+
+SOURCE = "loss_scale.cu"
+THREADS = 256
+MAX_BLOCKS = 4096
+
+
+def applies(grads: list) -> bool:
+    """Whether one launch can take these gradients: one dtype the kernel takes, all C-contiguous."""
+    dtype = grads[0].dtype
+    return ctype(dtype) is not None and all(g.dtype == dtype and g.flags.c_contiguous for g in grads)
+
+
+def name(t: str) -> str:
+    return f"unscale_multi<{t}>"
+
+
+def instantiations() -> list[str]:
+    return [name(t) for t in ("float", "f16", "bf16", "double")]
+
+
+def unscale(grads: list, factor: float):
+    """Multiply every gradient by ``factor`` in place; returns the device count (an int32 array
+    of one entry) of the entries that came out inf or NaN."""
+    xp = array_module(grads[0])
+    nonfinite = xp.zeros(1, dtype=np.int32)
+    table, starts, total = address_table(xp, [grads])
+    if total:
+        k = kernel(SOURCE, name(ctype(grads[0].dtype)), xp)
+        k((min(MAX_BLOCKS, -(-total // THREADS)),), (THREADS,),
+          (table, starts, np.int32(len(grads)), np.int64(total), np.float64(factor), nonfinite))
+    return nonfinite
