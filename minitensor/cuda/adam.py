@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import address_table, array_module, ctype, kernel
+from .build import address_table, array_module, ctype, kernel, one_launch_takes
 
 SOURCE = "adam.cu"
 THREADS = 256
@@ -16,10 +16,8 @@ MAX_BLOCKS = 4096          # a grid-stride loop beyond
 
 
 def applies(arrays: list) -> bool:
-    """Whether one launch can update these (weight, gradient, m, v) arrays: one dtype the kernel
-    takes, every array C-contiguous (the kernel indexes each as flat)."""
-    dtype = arrays[0].dtype
-    return ctype(dtype) is not None and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+    """Whether one launch can update these (weight, gradient, m, v) arrays."""
+    return one_launch_takes(arrays)
 
 
 def name(t: str) -> str:

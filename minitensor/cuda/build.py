@@ -95,6 +95,13 @@ def address(a) -> int:
     return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
 
 
+def one_launch_takes(arrays: list) -> bool:
+    """Whether a kernel over many arrays in one launch can take these: one dtype that the
+    kernels are instantiated for, every array C-contiguous (the kernel indexes each as flat)."""
+    dtype = arrays[0].dtype
+    return ctype(dtype) is not None and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
+
+
 def address_table(xp, groups: list) -> tuple:
     """For a kernel over many arrays in one launch (common.cuh, "many arrays in one launch"):
     ``(table, starts, total)`` on the device, sent in one host-to-device copy. ``groups`` is a

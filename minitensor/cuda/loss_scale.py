@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .build import address_table, array_module, ctype, kernel
+from .build import address_table, array_module, ctype, kernel, one_launch_takes
 
 SOURCE = "loss_scale.cu"
 THREADS = 256
@@ -16,9 +16,8 @@ MAX_BLOCKS = 4096
 
 
 def applies(grads: list) -> bool:
-    """Whether one launch can take these gradients: one dtype the kernel takes, all C-contiguous."""
-    dtype = grads[0].dtype
-    return ctype(dtype) is not None and all(g.dtype == dtype and g.flags.c_contiguous for g in grads)
+    """Whether one launch can take these gradients."""
+    return one_launch_takes(grads)
 
 
 def name(t: str) -> str:
