@@ -11,8 +11,8 @@
 // 64-bit device addresses, 4 rows of `tensors` entries (weights, gradients, first moments,
 // second moments), and `starts` (common.cuh, "many arrays in one launch"). Thread mapping: one
 // entry per thread in a grid-stride loop over the parameters laid end to end; a thread finds
-// its parameter with tensor_of (about 8 steps for the base model's 253 parameters). Every entry is read and
-// written by exactly one thread, so there are no races and the result does not depend on the
+// its parameter with tensor_of (about 8 steps for the base model's 253 parameters). Every
+// entry is read and written by exactly one thread, so there are no races and the result does not depend on the
 // launch shape. Edge cases: empty parameters (equal starts) are skipped by the search.
 // T is the storage type (float, f16, bf16, double); the arithmetic runs in Acc<T>::type.
 // On the CPU emulator it runs under the race check; the memory check runs a launch in another

@@ -43,7 +43,7 @@ __device__ __forceinline__ void philox4x32_10(unsigned int c[4], unsigned int k0
 
 // The four words for counter (lo, hi, 0, 0): exposed for the known-answer test.
 __global__ void philox_words(const unsigned int* __restrict__ counters, unsigned int* __restrict__ out,
-                                        long long n, unsigned int k0, unsigned int k1) {
+                             long long n, unsigned int k0, unsigned int k1) {
     const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     unsigned int c[4] = {counters[4 * i], counters[4 * i + 1], counters[4 * i + 2], counters[4 * i + 3]};

@@ -6,7 +6,8 @@ from functools import lru_cache
 from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
-SOURCES = ("layer_norm.cu", "softmax.cu", "flash_attention.cu", "cross_entropy.cu", "dropout.cu", "adam.cu", "loss_scale.cu")
+SOURCES = ("layer_norm.cu", "softmax.cu", "flash_attention.cu", "cross_entropy.cu", "dropout.cu", "adam.cu",
+           "loss_scale.cu")
 _INCLUDE = '#include "common.cuh"'
 
 

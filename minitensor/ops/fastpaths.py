@@ -1,8 +1,8 @@
 """Array-level fast paths and detours that the ops call instead of a plain NumPy/CuPy expression.
 
-Each function returns what its one-line reference says; it only takes a faster road there. The ops name the reason where they call one. Read the
-ops first: the reference expression is in each docstring below, and the figures behind
-these choices are in ``docs/performance.md``.
+Each function returns what its one-line reference says; it only takes a faster road there.
+The ops name the reason where they call one. Read the ops first: the reference expression is
+in each docstring below, and the figures behind these choices are in ``docs/performance.md``.
 """
 from __future__ import annotations
 
@@ -78,13 +78,11 @@ def product(a, b, out_dtype=None):
     and rounded once, a transposed view passed as a flag instead of copied. CuPy's own matmul
     widens batched float16 to float32, refuses batched bfloat16, and copies every operand that
     is not C-contiguous."""
-    if type(a) is np.ndarray:  # NumPy: the common case
-        c = a @ b
-        return c if out_dtype is None or c.dtype == out_dtype else c.astype(out_dtype)
-    from ..cuda import gemm  # noqa: PLC0415
+    if type(a) is not np.ndarray:
+        from ..cuda import gemm  # noqa: PLC0415
 
-    if gemm.applies(a.dtype, b.dtype, out_dtype):
-        return gemm.matmul(a, b, out_dtype)
+        if gemm.applies(a.dtype, b.dtype, out_dtype):
+            return gemm.matmul(a, b, out_dtype)
     c = a @ b
     return c if out_dtype is None or c.dtype == out_dtype else c.astype(out_dtype)
 
