@@ -97,6 +97,11 @@ class ndarray:  # noqa: N801  (CuPy's name)
         mine = _module("cupy").__dict__.get(ufunc.__name__) or getattr(_module("cupy"), ufunc.__name__, None)
         if not isinstance(mine, Ufunc):
             return NotImplemented
+        if "out" in kwargs:  # NumPy passes out= as a tuple; CuPy unfolds it
+            out = kwargs["out"]
+            if len(out) != 1:
+                raise ValueError("The 'out' parameter must have exactly one array value")
+            kwargs["out"] = out[0]
         if method == "__call__":
             return mine(*inputs, **kwargs)
         if method == "at":

@@ -49,6 +49,19 @@ def test_a_numpy_operand_in_a_ufunc_is_refused_even_0d_but_not_in_a_comparison(c
     assert bool((logits == np.asarray(0.0)).all())          # comparisons take a 0-d array as its value
 
 
+def test_a_numpy_ufunc_with_out_on_device_arrays_writes_the_device_array(cp):
+    """NumPy hands ``out=`` to ``__array_ufunc__`` as a tuple; CuPy unfolds it (core.pyx), so
+    ``np.multiply(g, c, out=tmp)`` on device arrays runs CuPy's multiply into ``tmp``."""
+    g = cp.asarray(np.array([1.0, 2.0, 3.0], np.float32))
+    tmp = cp.empty_like(g)
+    assert np.multiply(g, 0.5, out=tmp) is tmp
+    assert cp.asnumpy(tmp).tolist() == [0.5, 1.0, 1.5]
+    np.sqrt(g, out=tmp)
+    assert np.allclose(cp.asnumpy(tmp), np.sqrt([1.0, 2.0, 3.0]))
+    with pytest.raises(TypeError, match="Output arguments must be cupy arrays"):
+        np.multiply(g, 0.5, out=np.empty(3, np.float32))
+
+
 def test_assigning_a_list_or_a_numpy_array_is_refused(cp):
     """Filling a device buffer of token ids from a Python list."""
     ids = cp.zeros(4, np.int64)
