@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import minitensor as mt
-import minitensor.functional as F
 from minitensor import nn
 
 from .attention import MultiHeadAttention
@@ -22,7 +21,7 @@ class PositionwiseFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: mt.Tensor) -> mt.Tensor:
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        return self.w_2(self.dropout(self.w_1(x, activation="relu")))  # max(0, x W_1 + b_1) W_2 + b_2
 
 
 class Residual(nn.Module):

@@ -136,7 +136,7 @@ def kernels_may_run(xp) -> bool:
     return _settings["emulate"] if xp is np else True
 
 
-KERNELS = ("layer_norm", "softmax", "flash_attention", "cross_entropy", "dropout", "adam", "loss_scale")
+KERNELS = ("layer_norm", "softmax", "flash_attention", "cross_entropy", "dropout", "adam", "loss_scale", "bias_relu")
 
 
 def launcher(name: str):

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import cuda
 from ..amp import autocast_dtype, cast_once
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
-from .elementwise import Cast
+from .elementwise import Cast, relu
 from .fastpaths import product, sum_rows
 
 
@@ -132,17 +133,31 @@ class Linear(Function):
         return [(1, rows, k, n)], [(1, rows, n, k)] * nx + [(1, n, rows, k) if transposed else (1, k, rows, n)] * nw
 
 
-def linear(x, weight, bias=None, transposed: bool = False) -> Tensor:
+ACTIVATIONS = (None, "relu")
+
+
+def linear(x, weight, bias=None, transposed: bool = False, activation: str | None = None) -> Tensor:
     """x @ weight + bias for x (..., in), weight (in, out), bias (out,) -> (..., out); with
     ``transposed``, x @ weight.T + bias for a weight stored (out, in), such as a tied
     embedding (V, d) used as the output layer: its gradient then needs no transposed copy.
+    ``activation="relu"`` gives max(0, x @ weight + bias) (the feed-forward layer's first half).
     Runs in 16-bit inside ``amp.autocast``: the input is cast, the weight is cast inside and the
     bias added as it is, so their gradients come out in float32 without a cast of their own."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
     x = as_tensor(x)
     weight, bias = as_tensor(weight, x), None if bias is None else as_tensor(bias, x)
     dt = autocast_dtype()
     if dt is None or weight.dtype.kind != "f":
-        return Linear.apply(x, weight, bias, transposed=transposed)
-    # the activation is a differentiable cast (once per block); the parameters stay themselves,
-    # cast inside and given their gradients in their own dtype
-    return Linear.apply(*_autocast(x), weight, bias, transposed=transposed, dtype=dt)
+        dt = None
+    else:
+        # the activation is a differentiable cast (once per block); the parameters stay themselves,
+        # cast inside and given their gradients in their own dtype
+        (x,) = _autocast(x)
+    if activation == "relu" and bias is not None and cuda.kernels_may_run(x.xp):
+        kernel = cuda.launcher("bias_relu")
+        if kernel.applies(dt or np.result_type(x.dtype, weight.dtype), weight.shape[0 if transposed else -1], bias):
+            y = Linear.apply(x, weight, None, transposed=transposed, dtype=dt)
+            return kernel.FusedBiasRelu.apply(y, bias)  # why: the bias and the max in one pass each way, no mask
+    y = Linear.apply(x, weight, bias, transposed=transposed, dtype=dt)
+    return relu(y) if activation == "relu" else y

@@ -17,6 +17,7 @@ from minitensor.cuda import cross_entropy as ce_kernels
 from minitensor.cuda import adam as adam_kernels
 from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import loss_scale as loss_scale_kernels
+from minitensor.cuda import bias_relu as bias_relu_kernels
 from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
@@ -456,14 +457,17 @@ def _small_cases(address_tables: bool = True):
     loss, ce_lse = ce_kernels.forward(logits, target, 0, 0.1)
     dlogits = ce_kernels.backward(logits, target, ce_lse, np.array([0.5, 0.0, 2.0]), 0.1)
     dropped = dropout_kernels.apply(x[:, :31], 0.3, 11, 5)          # n = 279: the last counter is partial
+    relu = bias_relu_kernels.forward(rng.standard_normal((70, 33)).astype(np.float32), w)  # 33 columns: 2 tiles
+    relu_grads = bias_relu_kernels.backward(relu[::-1].copy(), relu, np.float32)
+    kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped, relu) \
+        + tuple(relu_grads)
     if not address_tables:
-        return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped)
+        return kernels
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
     grads_, ms, vs = ([a + 1 for a in params], [np.zeros_like(a) for a in params], [np.zeros_like(a) for a in params])
     adam_kernels.step(params, grads_, ms, vs, 0.9, 0.98, 0.01, 1.0, 1e-9, 0.0)
     nonfinite = loss_scale_kernels.unscale(grads_, 0.5)
-    return (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped) \
-        + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2]) + tuple(grads_[:2]) + (nonfinite,)
+    return kernels + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2]) + tuple(grads_[:2]) + (nonfinite,)
 
 
 @pytest.mark.parametrize("check", ["race", "memory"])
@@ -474,6 +478,7 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("cross_entropy.cu", n) for n in ce_kernels.names("float")]
     items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
               ("loss_scale.cu", loss_scale_kernels.name("float"))]
+    items += [("bias_relu.cu", n) for n in bias_relu_kernels.names("float", "float")]
     emulator.precompile(items, check)
     with cuda.emulate(True, check=check):
         checked = _small_cases(address_tables=check != "memory")

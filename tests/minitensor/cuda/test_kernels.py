@@ -18,6 +18,7 @@ import minitensor.functional as F
 from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
 from minitensor.cuda import adam as adam_kernels
+from minitensor.cuda import bias_relu as bias_relu_kernels
 from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator
 from minitensor.cuda import flash_attention as flash_kernels
@@ -139,6 +140,7 @@ def _compile_for_the_emulator_in_parallel():
     items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]
     items += [("adam.cu", n) for n in adam_kernels.instantiations()]
     items += [("loss_scale.cu", n) for n in loss_scale_kernels.instantiations()]
+    items += [("bias_relu.cu", n) for n in bias_relu_kernels.instantiations()]
     emulator.precompile(sorted(set(items)))
 
 
@@ -599,3 +601,101 @@ def test_unscale_kernel_counts_each_nonfinite_entry_and_a_large_finite_sum_is_no
     assert int(mt.backend.to_numpy(loss_scale_kernels.unscale([big], 1.0))[0]) == 0
     two = dev.asarray(np.array([1.0, np.inf, -np.inf, 2.0], np.float32))
     assert int(mt.backend.to_numpy(loss_scale_kernels.unscale([two, big], 0.5))[0]) == 2
+
+
+# ---------------------------------------------------------------- bias + ReLU
+BIAS_RELU_SHAPES = [(1, 1), (3, 7), (9, 33), (130, 100), (2, 3, 70), (600, 40)]
+
+
+@pytest.mark.parametrize("shape", BIAS_RELU_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype, bias_dtype", [("float32", "float32"), ("float16", "float32"),
+                                               ("bfloat16", "float32"), ("bfloat16", "bfloat16"),
+                                               ("float64", "float64")])
+def test_bias_relu_kernels_match_the_reference(dev, shape, dtype, bias_dtype):
+    """max(0, p + b) as the product's own dtype rounds the float32 (float64) sum, bit for bit,
+    with a NaN kept; dp = dy ⊙ [y > 0] bit for bit; db = Σ_rows dp in the bias's dtype, to the
+    tolerance of a float32 sum (the last shape gives several row ranges to stage 2)."""
+    rng = _rng("bias relu", shape, dtype, bias_dtype)
+    dt, bt = _half(dtype), _half(bias_dtype)
+    cols = shape[-1]
+    p, dy = _randn(dev, rng, shape, dt), _randn(dev, rng, shape, dt)
+    b = _randn(dev, rng, (cols,), bt)
+    p.reshape(-1)[min(5, p.size - 1)] = np.nan
+    assert bias_relu_kernels.applies(dt, cols, b)
+    acc = np.float64 if dtype == "float64" else np.float32
+    want = np.maximum(mt.backend.to_numpy(p).astype(acc) + mt.backend.to_numpy(b).astype(acc), 0).astype(dt)
+    y = bias_relu_kernels.forward(p, b)
+    assert y is p and y.dtype == dt
+    np.testing.assert_array_equal(mt.backend.to_numpy(y).astype(np.float64), want.astype(np.float64))
+    dp, db = bias_relu_kernels.backward(dy, y, bt)
+    assert dp.dtype == dt and db.dtype == bt and db.shape == (cols,)
+    with np.errstate(invalid="ignore"):                                        # NaN > 0 is False
+        dp_ref = np.where(want > 0, mt.backend.to_numpy(dy), 0).astype(dt)
+    np.testing.assert_array_equal(mt.backend.to_numpy(dp).astype(np.float64), dp_ref.astype(np.float64))
+    db_ref = dp_ref.astype(np.float64).reshape(-1, cols).sum(axis=0)
+    assert _rel(db, db_ref) < (1e-12 if dtype == "float64" else TOL[bias_dtype])
+    again = bias_relu_kernels.backward(dy, y, bt)[1]
+    assert np.array_equal(mt.backend.to_numpy(again), mt.backend.to_numpy(db))      # a fixed order of sums
+
+
+def test_linear_relu_takes_the_fused_kernels_and_gradchecks_through_them(dev, monkeypatch):
+    """F.linear(activation="relu") runs the product without its bias, then one kernel each way
+    (kernels off: relu(linear(x, W, b)), the reference); both give the same values and
+    gradients, and a float64 gradcheck passes through the kernels."""
+    rng = _rng("linear relu")
+    calls = []
+    for name in ("forward", "backward"):
+        real = getattr(bias_relu_kernels, name)
+        monkeypatch.setattr(bias_relu_kernels, name, lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
+    x = mt.tensor(rng.standard_normal((2, 5, 6)), requires_grad=True, device=dev.device)
+    w = mt.tensor(rng.standard_normal((6, 9)), requires_grad=True, device=dev.device)
+    b = mt.tensor(rng.standard_normal(9), requires_grad=True, device=dev.device)
+    c = mt.tensor(rng.standard_normal((2, 5, 9)), device=dev.device)
+
+    def run():
+        for t in (x, w, b):
+            t.grad = None
+        y = F.linear(x, w, b, activation="relu")
+        (y * c).sum().backward()
+        return [mt.backend.to_numpy(a) for a in (y.data, x.grad.data, w.grad.data, b.grad.data)]
+
+    fused = run()
+    assert calls == ["forward", "backward"]
+    with cuda.use_kernels(False):
+        reference = run()
+    assert calls == ["forward", "backward"]
+    for a, r in zip(fused, reference):
+        np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-12)
+    assert 0 < (fused[0] > 0).mean() < 1                      # both sides of the kink are tested
+    assert mt.gradcheck(lambda u, v, e: F.linear(u, v, e, activation="relu"), [x, w, b])
+    with pytest.raises(ValueError, match="activation must be one of"):
+        F.linear(x, w, b, activation="gelu")
+
+
+def test_linear_relu_under_autocast_writes_16_bit_values_and_float32_parameter_gradients(dev):
+    """Inside amp.autocast(bfloat16) the fused route gives the reference's bfloat16 output bit
+    for bit (the float32 bias added to the product and rounded once, then the max) and float32
+    gradients for W and b."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = _rng("linear relu autocast")
+    x = mt.tensor(rng.standard_normal((7, 16)).astype(np.float32), device=dev.device)
+    w = mt.tensor(rng.standard_normal((16, 40)).astype(np.float32), requires_grad=True, device=dev.device)
+    b = mt.tensor(rng.standard_normal(40).astype(np.float32), requires_grad=True, device=dev.device)
+
+    def run():
+        w.grad = b.grad = None
+        with mt.amp.autocast("bfloat16"):
+            y = F.linear(x, w, b, activation="relu")
+        F.cast(y, np.float32).sum().backward()
+        return y, w.grad, b.grad
+
+    y, gw, gb = run()
+    with cuda.use_kernels(False):
+        y_ref, gw_ref, gb_ref = run()
+    assert y.dtype == y_ref.dtype and gw.dtype == np.float32 and gb.dtype == np.float32
+    if dev.gpu:                                 # (NumPy's bfloat16 product comes out in float32)
+        assert y.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(mt.backend.to_numpy(y.data).astype(np.float32),
+                                  mt.backend.to_numpy(y_ref.data).astype(np.float32))
+    np.testing.assert_allclose(mt.backend.to_numpy(gb.data), mt.backend.to_numpy(gb_ref.data), rtol=1e-6)
+    np.testing.assert_allclose(mt.backend.to_numpy(gw.data), mt.backend.to_numpy(gw_ref.data), rtol=1e-2, atol=1e-2)

@@ -1,8 +1,8 @@
 """One training step of the Transformer with the hand-written kernels on, run on the CPU
 emulator of CUDA, against the plain NumPy path: the same loss and the same gradients.
 
-This is the end-to-end check that the GPU routes (LayerNorm kernels, the fused attention
-softmax, flash attention) compute what the NumPy code computes inside a real model.
+This is the end-to-end check that the GPU routes (LayerNorm kernels, the feed-forward's bias
++ ReLU, the fused attention softmax, flash attention) compute what the NumPy code computes inside a real model.
 """
 import numpy as np
 import pytest
@@ -47,9 +47,10 @@ def test_one_emulated_kernel_step_matches_the_numpy_path(attention, dropout, mon
         loss_np, grads_np = _step(cfg, batch, emulate=False)
     finally:
         cuda.set_attention("auto")
-    # the kernel routes really ran: LayerNorm both ways, and the chosen attention kernels
-    assert any(e.startswith("layer_norm_forward<float") for e in ran)
-    assert any(e.startswith("layer_norm_backward<float") for e in ran)
+    # the kernel routes really ran: LayerNorm and the feed-forward's bias + ReLU both ways, and
+    # the chosen attention kernels
+    for kernel in ("layer_norm_forward", "layer_norm_backward", "bias_relu_forward", "bias_relu_backward"):
+        assert any(e.startswith(kernel + "<float") for e in ran), kernel
     wanted = ("flash_attention_forward<float", "flash_attention_backward_dq<float") if attention == "flash" else \
         ("attention_softmax_forward<float", "attention_softmax_backward<float")
     assert all(any(e.startswith(w) for e in ran) for w in wanted), ran

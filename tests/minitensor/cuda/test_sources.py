@@ -9,15 +9,14 @@ import subprocess
 
 import pytest
 
-from minitensor.cuda import adam, cross_entropy, dropout, flash_attention, layer_norm, loss_scale, softmax, sources
+from minitensor import cuda
+from minitensor.cuda import sources
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
 # each source's launcher, which lists the instantiations it can ask for (test_nvrtc.py compiles them too)
-LAUNCHERS = {"layer_norm.cu": layer_norm, "softmax.cu": softmax, "flash_attention.cu": flash_attention,
-             "cross_entropy.cu": cross_entropy, "dropout.cu": dropout, "adam.cu": adam,
-             "loss_scale.cu": loss_scale}
+LAUNCHERS = {cuda.launcher(name).SOURCE: cuda.launcher(name) for name in cuda.KERNELS}
 SMEM_LIMIT = 48 * 1024  # static shared memory per block without opting in
 
 
