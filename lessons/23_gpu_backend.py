@@ -11,7 +11,7 @@
 # replays the idea behind flash attention in NumPy (so it runs anywhere), and tries mixed
 # precision. Without a GPU the GPU-only parts say so and are skipped.
 #
-# **Teaches:** `to`, `DeviceError`, `emulator`, `emulate`, `use_kernels`, `apply_with_context`,
+# **Teaches:** `to`, `DeviceError`, `emulator`, `emulate`, `use_kernels`, `launches`,
 # `layer_norm_reference`, `masked_softmax_reference`, `amp`, `autocast`, `LossScaler`; devices,
 # GPU kernels, the CUDA emulator, online softmax, mixed precision, loss scaling.
 #
@@ -79,12 +79,13 @@ else:
 
 # %%
 source = (Path(mt.cuda.__file__).parent / "layer_norm.cu").read_text()
-start = source.index("template <typename T, int ITEMS>\n__global__ void layer_norm_forward")
+start = source.index("// One warp normalises one row")
 print(source[start:source.index("// Stage 1", start)])
 
 # %% [markdown]
-# The op decides which implementation runs (`minitensor/ops/norm.py`): on CuPy arrays, with
-# kernels on and a case the kernel covers, the kernel; otherwise the plain xp code, which is
+# `F.layer_norm` decides which implementation runs (`minitensor/ops/norm.py`): on CuPy arrays,
+# with kernels on and a case the kernel covers, the kernel's op (`FusedLayerNorm`, beside its
+# launcher in `minitensor/cuda/layer_norm.py`); otherwise the plain xp op `LayerNorm`, which is
 # also the reference the kernel is tested against. `MINITENSOR_KERNELS=0` (or
 # `with mt.cuda.use_kernels(False):`) turns the kernels off to compare.
 
@@ -106,7 +107,7 @@ from minitensor.cuda import emulator  # noqa: E402
 from minitensor.cuda import layer_norm as ln_kernel  # noqa: E402
 from minitensor.cuda import softmax as softmax_kernel  # noqa: E402
 from minitensor.ops.attention import masked_softmax_reference  # noqa: E402
-from minitensor.ops.norm import LayerNorm, layer_norm_reference  # noqa: E402
+from minitensor.ops.norm import layer_norm_reference  # noqa: E402
 
 EMULATOR, why_not = emulator.available()
 if EMULATOR:
@@ -133,10 +134,13 @@ if EMULATOR:
                     f"diagonal.")
 
     # the whole op, routed to the kernel: mt.cuda.emulate() (or MINITENSOR_CUDA=emulate)
+    forward_kernel = ln_kernel.names("float", 48)[0]
+    before = emulator.launches.get(forward_kernel, 0)
     with mt.cuda.emulate():
-        _, ctx = LayerNorm.apply_with_context(mt.tensor(x), mt.tensor(gamma), mt.tensor(beta), eps=1e-5)
-    print("LayerNorm op under mt.cuda.emulate() took the kernel:", ctx.kernel)
-    checks.agree(float(bool(ctx.kernel)), 1.0, "the LayerNorm op took the kernel under emulate()", atol=0)
+        F.layer_norm(mt.tensor(x), mt.tensor(gamma), mt.tensor(beta), eps=1e-5)
+    took = emulator.launches.get(forward_kernel, 0) - before
+    print(f"F.layer_norm under mt.cuda.emulate() launched {forward_kernel}: {took} time(s)")
+    checks.agree(float(took), 1.0, "the LayerNorm op took the kernel under emulate()", atol=0)
 
     # a classic bug, caught: the backward's __syncthreads removed, so warp 0 reads partial
     # sums the other warps have not written yet

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import minitensor as mt
+import minitensor.functional as F
 from minitensor import nn
 
 from .attention import MultiHeadAttention
@@ -40,7 +41,9 @@ class Residual(nn.Module):
     def forward(self, x: mt.Tensor, sublayer) -> mt.Tensor:
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+        # self.norm(x + self.dropout(sublayer(x))), in one kernel each way on the GPU
+        return F.dropout_add_layer_norm(sublayer(x), x, self.norm.weight, self.norm.bias, self.dropout.p,
+                                        self.training, self.norm.eps)
 
 
 class EncoderLayer(nn.Module):

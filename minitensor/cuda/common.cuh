@@ -127,3 +127,41 @@ __device__ __forceinline__ int tensor_of(const long long* starts, int tensors, l
     }
     return lo;
 }
+
+// ---------------------------------------------------------------- counter-based random bits
+// Philox4x32-10 (Salmon et al., 2011, "Parallel random numbers: as easy as 1, 2, 3"): four
+// 32-bit words from a 128-bit counter and a 64-bit key, the same on every device and in any
+// order of threads. The dropout kernels keep an entry when the word's top 24 bits are at least
+// the host's threshold = ceil(p * 2^24).
+__device__ __forceinline__ void philox_round(unsigned int c[4], const unsigned int k[2]) {
+    const unsigned long long p0 = 0xD2511F53ull * c[0];
+    const unsigned long long p1 = 0xCD9E8D57ull * c[2];
+    const unsigned int hi0 = static_cast<unsigned int>(p0 >> 32), lo0 = static_cast<unsigned int>(p0);
+    const unsigned int hi1 = static_cast<unsigned int>(p1 >> 32), lo1 = static_cast<unsigned int>(p1);
+    c[0] = hi1 ^ c[1] ^ k[0];
+    c[1] = lo1;
+    c[2] = hi0 ^ c[3] ^ k[1];
+    c[3] = lo0;
+}
+
+// Philox4x32-10 of the 128-bit counter c under the 64-bit key k, in place in c.
+__device__ __forceinline__ void philox4x32_10(unsigned int c[4], unsigned int k0, unsigned int k1) {
+    unsigned int k[2] = {k0, k1};
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r) {
+            k[0] += 0x9E3779B9u;
+            k[1] += 0xBB67AE85u;
+        }
+        philox_round(c, k);
+    }
+}
+
+// The four words at counter (ctr, 0) under key `seed`, into c.
+__device__ __forceinline__ void philox_at(unsigned int c[4], unsigned long long ctr, unsigned long long seed) {
+    c[0] = static_cast<unsigned int>(ctr);
+    c[1] = static_cast<unsigned int>(ctr >> 32);
+    c[2] = 0u;
+    c[3] = 0u;
+    philox4x32_10(c, static_cast<unsigned int>(seed), static_cast<unsigned int>(seed >> 32));
+}

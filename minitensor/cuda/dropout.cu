@@ -15,31 +15,8 @@
 // extra words are unused). Edge cases: p = 0 keeps everything (threshold 0); p = 1 is not
 // launched (the launcher writes zeros); x and y may be the same array (in place).
 // T is the storage type (float, f16, bf16, double); the scaling runs in Acc<T>::type.
+// Philox4x32-10 itself is in common.cuh (the fused LayerNorm draws its dropout with it too).
 #include "common.cuh"
-
-__device__ __forceinline__ void philox_round(unsigned int c[4], const unsigned int k[2]) {
-    const unsigned long long p0 = 0xD2511F53ull * c[0];
-    const unsigned long long p1 = 0xCD9E8D57ull * c[2];
-    const unsigned int hi0 = static_cast<unsigned int>(p0 >> 32), lo0 = static_cast<unsigned int>(p0);
-    const unsigned int hi1 = static_cast<unsigned int>(p1 >> 32), lo1 = static_cast<unsigned int>(p1);
-    c[0] = hi1 ^ c[1] ^ k[0];
-    c[1] = lo1;
-    c[2] = hi0 ^ c[3] ^ k[1];
-    c[3] = lo0;
-}
-
-// Philox4x32-10 of the 128-bit counter c under the 64-bit key k, in place in c.
-__device__ __forceinline__ void philox4x32_10(unsigned int c[4], unsigned int k0, unsigned int k1) {
-    unsigned int k[2] = {k0, k1};
-#pragma unroll
-    for (int r = 0; r < 10; ++r) {
-        if (r) {
-            k[0] += 0x9E3779B9u;
-            k[1] += 0xBB67AE85u;
-        }
-        philox_round(c, k);
-    }
-}
 
 // The four words for counter (lo, hi, 0, 0): exposed for the known-answer test.
 __global__ void philox_words(const unsigned int* __restrict__ counters, unsigned int* __restrict__ out,
@@ -59,9 +36,8 @@ __global__ void dropout_apply(const T* x, T* y, long long n, unsigned int thresh
     const A s = static_cast<A>(scale);
     for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < counters;
          q += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const unsigned long long ctr = offset + static_cast<unsigned long long>(q);
-        unsigned int c[4] = {static_cast<unsigned int>(ctr), static_cast<unsigned int>(ctr >> 32), 0u, 0u};
-        philox4x32_10(c, static_cast<unsigned int>(seed), static_cast<unsigned int>(seed >> 32));
+        unsigned int c[4];
+        philox_at(c, offset + static_cast<unsigned long long>(q), seed);
         for (int w = 0; w < 4; ++w) {
             const long long i = 4 * q + w;
             if (i < n) y[i] = (c[w] >> 8) >= threshold ? narrow<T>(widen(x[i]) * s) : narrow<T>(A(0));

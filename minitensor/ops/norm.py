@@ -1,16 +1,19 @@
 """Layer normalisation (Ba et al., 2016) over the last axis.
 
-Two implementations of one op: the plain xp code below (the reference, any device and dtype)
-and, on CuPy arrays (or NumPy arrays under ``minitensor.cuda.emulate``), the hand-written
-kernels of ``minitensor/cuda/layer_norm.cu`` when they apply (weight and bias given,
-D <= 1024, and kernels on: ``minitensor.cuda.use_kernels``).
+Two implementations of one op: :class:`LayerNorm`, the plain xp code below (the reference, any
+device and dtype), and, on CuPy arrays (or NumPy arrays under ``minitensor.cuda.emulate``),
+:class:`minitensor.cuda.layer_norm.FusedLayerNorm` on the hand-written kernels when they
+apply (weight and bias given, D <= 1024, and kernels on: ``minitensor.cuda.use_kernels``).
+:func:`layer_norm` chooses. :func:`dropout_add_layer_norm` is the post-norm sub-layer
+LayerNorm(x + Dropout(sub)), one kernel each way where the kernels run.
 """
 from __future__ import annotations
 
 from ..autograd import Function
 from ..errors import ShapeError
-from ..tensor import Tensor, as_tensor
+from ..tensor import Tensor, as_tensor, as_tensors
 from .. import cuda
+from .dropout import check_probability, dropout
 from .precision import compute_dtype
 from .fastpaths import sum_last
 
@@ -69,39 +72,30 @@ def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, T
     return gx, gw, gb
 
 
+def _check_parameters(x, weight, bias) -> None:
+    d = x.shape[-1]
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None and p.shape != (d,):
+            raise ShapeError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected ({d},) for input {tuple(x.shape)}")
+
+
 class LayerNorm(Function):
     """y = γ ⊙ x̂ + β with x̂ = (x - μ) · r, r = 1/√(σ² + eps), μ and σ² over the last axis.
 
     With ĝ = g ⊙ γ and means over the last axis (D entries):
         dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂))
         dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g
-    The xp path saves x̂ and r; the kernel path saves x with each row's mean and r.
     """
 
     @staticmethod
     def forward(ctx, x, weight=None, bias=None, eps=1e-5):
-        d = x.shape[-1]
-        for name, p in (("weight", weight), ("bias", bias)):
-            if p is not None and p.shape != (d,):
-                raise ShapeError(f"layer_norm: {name} has shape {tuple(p.shape)}, expected ({d},) for input {tuple(x.shape)}")
-        xp = ctx.xp
-        if cuda.kernels_may_run(xp):
-            kernel = cuda.launcher("layer_norm")
-            if kernel.applies(x, weight, bias):
-                y, mean, rstd = kernel.forward(x, weight, bias, eps)
-                ctx.kernel = True
-                ctx.save_for_backward(x, weight, mean, rstd)
-                return y
-        ctx.kernel = False
-        y, xhat, r = layer_norm_reference(xp, x, weight, bias, eps)
+        _check_parameters(x, weight, bias)
+        y, xhat, r = layer_norm_reference(ctx.xp, x, weight, bias, eps)
         ctx.save_for_backward(xhat, r, weight)
         return y
 
     @staticmethod
     def backward(ctx, grad):
-        if ctx.kernel:
-            x, weight, mean, rstd = ctx.saved
-            return cuda.launcher("layer_norm").backward(grad, x, weight, mean, rstd)
         xhat, r, weight = ctx.saved
         return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad)
 
@@ -111,4 +105,30 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     x = as_tensor(x)
     w = None if weight is None else as_tensor(weight, x)
     b = None if bias is None else as_tensor(bias, x)
+    _check_parameters(x, w, b)
+    if cuda.kernels_may_run(x.xp):
+        kernel = cuda.launcher("layer_norm")
+        if kernel.applies(x.data, None if w is None else w.data, None if b is None else b.data):
+            return kernel.FusedLayerNorm.apply(x, w, b, eps=eps)  # why: one read of x each way, on the GPU
     return LayerNorm.apply(x, w, b, eps=eps)
+
+
+def dropout_add_layer_norm(sub, x, weight, bias, p: float = 0.0, training: bool = True, eps: float = 1e-5) -> Tensor:
+    """LayerNorm(x + Dropout(sub)): the post-norm residual connection around a sub-layer whose
+    output is ``sub`` (Sections 3.1 and 5.4), with the LayerNorm's ``weight`` and ``bias``.
+    Where the kernels run, one kernel each way (the dropout mask drawn inside it and drawn again
+    by the backward); elsewhere, and for p = 1, the three ops."""
+    check_probability("dropout_add_layer_norm: p", p)
+    sub, x = as_tensors(sub, x)
+    w, b = as_tensor(weight, x), as_tensor(bias, x)
+    if sub.shape != x.shape:
+        raise ShapeError(f"dropout_add_layer_norm: the sub-layer's output has shape {tuple(sub.shape)}, "
+                         f"the residual {tuple(x.shape)}: they must be the same")
+    _check_parameters(x, w, b)
+    p = p if training else 0.0
+    if p < 1.0 and cuda.kernels_may_run(x.xp):
+        kernel = cuda.launcher("layer_norm")
+        if kernel.applies(x.data, w.data, b.data, sub.data):
+            # why: dropout, the residual sum and LayerNorm in one pass each way, no mask kept
+            return kernel.FusedDropoutAddLayerNorm.apply(sub, x, w, b, p=p, eps=eps)
+    return layer_norm(x + dropout(sub, p, training), w, b, eps)

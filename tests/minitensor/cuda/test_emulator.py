@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import minitensor as mt
+import minitensor.functional as F
 from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
 from minitensor.cuda import adam as adam_kernels
@@ -23,7 +24,6 @@ from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import softmax as softmax_kernels
 from minitensor.cuda.emulator import EmulatorError, compile_source
-from minitensor.ops.norm import LayerNorm
 
 from ...helpers import require
 
@@ -457,10 +457,13 @@ def _small_cases(address_tables: bool = True):
     loss, ce_lse = ce_kernels.forward(logits, target, 0, 0.1)
     dlogits = ce_kernels.backward(logits, target, ce_lse, np.array([0.5, 0.0, 2.0]), 0.1)
     dropped = dropout_kernels.apply(x[:, :31], 0.3, 11, 5)          # n = 279: the last counter is partial
+    sub = rng.standard_normal((9, 33)).astype(np.float32)
+    residual = ln_kernels.residual_forward(x, sub, w, b, 1e-5, 0.3, 21, 4)   # y, z, mean, rstd
+    residual_grads = ln_kernels.residual_backward(x, residual[1], w, residual[2], residual[3], np.float32, 0.3, 21, 4)
     relu = bias_relu_kernels.forward(rng.standard_normal((70, 33)).astype(np.float32), w)  # 33 columns: 2 tiles
     relu_grads = bias_relu_kernels.backward(relu[::-1].copy(), relu, np.float32)
     kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped, relu) \
-        + tuple(relu_grads)
+        + tuple(relu_grads) + tuple(residual) + tuple(residual_grads)
     if not address_tables:
         return kernels
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
@@ -479,6 +482,7 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
               ("loss_scale.cu", loss_scale_kernels.name("float"))]
     items += [("bias_relu.cu", n) for n in bias_relu_kernels.names("float", "float")]
+    items += [("layer_norm.cu", n) for n in ln_kernels.names("float", 33, "float")]
     emulator.precompile(items, check)
     with cuda.emulate(True, check=check):
         checked = _small_cases(address_tables=check != "memory")
@@ -489,28 +493,34 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
 
 
 # ---------------------------------------------------------------- the switch
+def _layer_norm_launches(x, w, b) -> int:
+    """How many times F.layer_norm launches the LayerNorm forward kernel."""
+    name = ln_kernels.names("float", x.shape[-1])[0]
+    before = emulator.launches.get(name, 0)
+    F.layer_norm(x, w, b)
+    return emulator.launches.get(name, 0) - before
+
+
 def test_emulate_routes_numpy_ops_through_the_kernels_and_restores_the_setting():
     x = mt.tensor(np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32))
     w, b = mt.ones(8), mt.zeros(8)
     assert not cuda.emulating()
     with cuda.emulate():
         assert cuda.emulating() and cuda.emulator_check() is None
-        _, ctx = LayerNorm.apply_with_context(x, w, b, eps=1e-5)
-        assert ctx.kernel
+        assert _layer_norm_launches(x, w, b) == 1
     assert not cuda.emulating()
-    _, ctx = LayerNorm.apply_with_context(x, w, b, eps=1e-5)
-    assert not ctx.kernel
+    assert _layer_norm_launches(x, w, b) == 0
     with pytest.raises(ValueError, match="check must be one of"):
         cuda.emulate(True, check="asan")
 
 
 def test_the_environment_variable_turns_the_emulator_on():
-    code = ("import numpy as np, minitensor as mt\nfrom minitensor.ops.norm import LayerNorm\n"
-            "_, ctx = LayerNorm.apply_with_context(mt.ones(2, 8), mt.ones(8), mt.zeros(8), eps=1e-5)\n"
-            "print(mt.cuda.emulating(), mt.cuda.emulator_check(), ctx.kernel)")
+    code = ("import minitensor as mt, minitensor.functional as F\nfrom minitensor.cuda import emulator\n"
+            "F.layer_norm(mt.ones(2, 8), mt.ones(8), mt.zeros(8))\n"
+            "print(mt.cuda.emulating(), mt.cuda.emulator_check(), sum(emulator.launches.values()))")
     env = {**os.environ, "MINITENSOR_CUDA": "emulate", "MINITENSOR_EMULATOR_CHECK": "race"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.split() == ["True", "race", "True"], out.stderr
+    assert out.stdout.split() == ["True", "race", "1"], out.stderr
     env["MINITENSOR_CUDA"] = "emulator"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert "MINITENSOR_CUDA must be 'emulate' or unset" in out.stderr

@@ -27,7 +27,8 @@ from minitensor.cuda import loss_scale as loss_scale_kernels
 from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, masked_softmax_reference
 from minitensor.ops.loss import _smoothed_nll
-from minitensor.ops.norm import LayerNorm, layer_norm_backward_reference, layer_norm_reference
+from minitensor.errors import ShapeError
+from minitensor.ops.norm import layer_norm_backward_reference, layer_norm_reference
 
 from ...helpers import require
 
@@ -133,6 +134,8 @@ def _compile_for_the_emulator_in_parallel():
         items += [("layer_norm.cu", n) for s in LN_SHAPES for n in ln_kernels.names(t, s[-1])]
         items += [("softmax.cu", n) for s in SOFTMAX_SHAPES + [(1, 2, 16, 600)] for n in softmax_kernels.names(t, s[-1])]
     items += [("layer_norm.cu", n) for d in (7, 33, 64) for n in ln_kernels.names("double", d)]
+    items += [("layer_norm.cu", n) for t, s in RESIDUAL_SUBS for d in (1, 7, 24, 33, 130, 512)
+              for n in ln_kernels.names(HALF_CTYPES.get(t, "double"), d, HALF_CTYPES.get(s, "double"))]
     items += [("softmax.cu", n) for n in softmax_kernels.names("double", 6)]
     items += [("flash_attention.cu", n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
@@ -183,18 +186,144 @@ def test_layer_norm_parameter_gradients_are_bitwise_deterministic(dev):
             assert np.array_equal(a, b_)
 
 
+def _counting(monkeypatch, module, *names) -> list:
+    """Record each call of the launcher functions ``names`` of ``module`` (in call order)."""
+    calls = []
+    for name in names:
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
+    return calls
+
+
 @pytest.mark.parametrize("shape", [(3, 7), (2, 5, 33), (4, 64)], ids=str)
-def test_layer_norm_op_takes_the_kernel_and_gradchecks_through_it(dev, shape):
+def test_layer_norm_op_takes_the_kernel_and_gradchecks_through_it(dev, shape, monkeypatch):
     rng = np.random.default_rng(1)
     x = mt.tensor(rng.standard_normal(shape), requires_grad=True, device=dev.device)
     w = mt.tensor(rng.uniform(0.5, 1.5, shape[-1]), requires_grad=True, device=dev.device)
     b = mt.tensor(rng.standard_normal(shape[-1]), requires_grad=True, device=dev.device)
-    _, ctx = LayerNorm.apply_with_context(x, w, b, eps=1e-5)
-    assert ctx.kernel
+    calls = _counting(monkeypatch, ln_kernels, "forward", "backward")
+    F.layer_norm(x, w, b).sum().backward()
+    assert calls == ["forward", "backward"]
     assert mt.gradcheck(lambda u, g, c: F.layer_norm(u, g, c), [x, w, b])
+    calls.clear()
     with cuda.use_kernels(False):
-        _, ctx = LayerNorm.apply_with_context(x, w, b, eps=1e-5)
-        assert not ctx.kernel
+        F.layer_norm(x, w, b).sum().backward()
+    assert calls == []
+
+
+# ---------------------------------------------------------------- dropout + residual + LayerNorm
+RESIDUAL_SUBS = [("float32", "float32"), ("float32", "bfloat16"), ("float32", "float16"), ("bfloat16", "bfloat16"),
+                 ("float64", "float64")]
+
+
+def _residual_mask(dev, shape, sub_dtype, p, seed, offset):
+    """The fused kernel's keep mask at (seed, offset), read off the kernel itself: with x = 0
+    and sub = 1, z = keep / (1-p)."""
+    dt = _half(sub_dtype)
+    zero = dev.asarray(np.zeros(shape, np.float64 if sub_dtype == "float64" else np.float32))
+    ones = dev.asarray(np.ones(shape)).astype(dt)
+    w = dev.asarray(np.ones(shape[-1], zero.dtype))
+    z = ln_kernels.residual_forward(zero, ones, w, w, 1e-5, p, seed, offset)[1]
+    return mt.backend.to_numpy(z) != 0
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (5, 33), (2, 9, 130), (17, 512)], ids=str)
+@pytest.mark.parametrize("dtype, sub_dtype", RESIDUAL_SUBS)
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_dropout_add_layer_norm_kernels_match_the_reference(dev, shape, dtype, sub_dtype, p):
+    """y = LayerNorm(x + dropout(sub)) and its three gradients against the float64 reference
+    with the kernel's own mask (read off the kernel, and the same on every call with the same
+    seed and offset): z bit for bit as the unfused ops round it, dx = dz, dsub = dz ⊙ keep/(1-p)."""
+    rng = _rng("residual ln", shape, dtype, sub_dtype, p)
+    dt, st = _half(dtype), _half(sub_dtype)
+    d = shape[-1]
+    x, sub = _randn(dev, rng, shape, dt, 2.0), _randn(dev, rng, shape, st, 2.0)
+    dy = _randn(dev, rng, shape, dt)
+    w, b = _randn(dev, rng, (d,), dt) + dt.type(1), _randn(dev, rng, (d,), dt)
+    assert ln_kernels.applies(x, w, b, sub)
+    seed, offset = 1234, 77
+    y, z, mean, rstd = ln_kernels.residual_forward(x, sub, w, b, 1e-5, p, seed, offset)
+    dx, dw, db, dsub = ln_kernels.residual_backward(dy, z, w, mean, rstd, st, p, seed, offset)
+    assert y.dtype == z.dtype == dx.dtype == dw.dtype == dt and dsub.dtype == st
+    keep = _residual_mask(dev, shape, sub_dtype, p, seed, offset)
+    if not p:
+        assert keep.all()
+    elif keep.size >= 100:
+        assert 0.5 < keep.mean() < 0.9
+    acc = np.float64 if dtype == "float64" else np.float32
+    host = {k: mt.backend.to_numpy(a) for k, a in dict(x=x, sub=sub, dy=dy, w=w, b=b).items()}
+    scale = acc(1 / (1 - p))
+    dropped = np.where(keep, host["sub"].astype(acc) * scale, 0).astype(st)       # dropout, rounded to sub's dtype
+    z_ref = (host["x"].astype(acc) + dropped.astype(acc)).astype(dt)             # the sum, rounded to x's
+    np.testing.assert_array_equal(mt.backend.to_numpy(z).astype(np.float64), z_ref.astype(np.float64))
+    z64, dy64, w64, b64 = (a.astype(np.float64) for a in (z_ref, host["dy"], host["w"], host["b"]))
+    y_ref, xhat, r = layer_norm_reference(np, z64, w64, b64, 1e-5)
+    dz_ref, dw_ref, db_ref = layer_norm_backward_reference(np, dy64, xhat, r, w64)
+    dsub_ref = np.where(keep, dz_ref / (1 - p), 0)
+    tol = 1e-12 if dtype == "float64" else TOL[dtype]
+    for out, ref in ((y, y_ref), (dx, dz_ref), (dw, dw_ref), (db, db_ref), (dsub, dsub_ref)):
+        assert _rel(out, ref) < max(tol, TOL.get(sub_dtype, 0) if out is dsub else 0)
+    again = ln_kernels.residual_backward(dy, z, w, mean, rstd, st, p, seed, offset)[3]
+    assert np.array_equal(mt.backend.to_numpy(again), mt.backend.to_numpy(dsub))   # the same mask again
+
+
+def test_dropout_add_layer_norm_masks_follow_seed_and_offset_and_keep_one_minus_p(dev):
+    """Another seed or offset gives another mask; the kept share over 64 x 512 entries is 1 - p
+    to within 4 standard deviations; columns and rows are not favoured (each lane draws its own
+    words)."""
+    shape, p = (64, 512), 0.25
+    a = _residual_mask(dev, shape, "float32", p, 5, 0)
+    assert np.array_equal(a, _residual_mask(dev, shape, "float32", p, 5, 0))
+    assert not np.array_equal(a, _residual_mask(dev, shape, "float32", p, 6, 0))
+    assert not np.array_equal(a, _residual_mask(dev, shape, "float32", p, 5, 1))
+    sd = np.sqrt(p * (1 - p) / a.size)
+    assert abs(a.mean() - (1 - p)) < 4 * sd
+    assert abs(a.mean(axis=0) - (1 - p)).max() < 5 * np.sqrt(p * (1 - p) / shape[0])
+    assert abs(a.mean(axis=1) - (1 - p)).max() < 5 * np.sqrt(p * (1 - p) / shape[1])
+
+
+def test_dropout_add_layer_norm_takes_the_kernels_and_gradchecks_through_them(dev, monkeypatch):
+    """F.dropout_add_layer_norm: one kernel each way where the kernels run; kernels off (or
+    evaluation, p = 0) the reference ops give the same values without dropout; with dropout, a
+    float64 gradcheck through the kernels (reseeded before each evaluation: the same mask)."""
+    rng = _rng("residual op")
+    shape = (2, 5, 24)
+    sub = mt.tensor(rng.standard_normal(shape), requires_grad=True, device=dev.device)
+    x = mt.tensor(rng.standard_normal(shape), requires_grad=True, device=dev.device)
+    w = mt.tensor(rng.uniform(0.5, 1.5, 24), requires_grad=True, device=dev.device)
+    b = mt.tensor(rng.standard_normal(24), requires_grad=True, device=dev.device)
+    c = mt.tensor(rng.standard_normal(shape), device=dev.device)
+    calls = _counting(monkeypatch, ln_kernels, "residual_forward", "residual_backward")
+
+    def run(p, training=True):
+        for t in (sub, x, w, b):
+            t.grad = None
+        y = F.dropout_add_layer_norm(sub, x, w, b, p, training)
+        (y * c).sum().backward()
+        return [mt.backend.to_numpy(a) for a in (y.data, sub.grad.data, x.grad.data, w.grad.data, b.grad.data)]
+
+    fused = run(0.0)
+    assert calls == ["residual_forward", "residual_backward"]
+    with cuda.use_kernels(False):
+        reference = run(0.0)
+    assert len(calls) == 2
+    for a, r in zip(fused, reference):
+        np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-12)
+    for a, r in zip(run(0.4, training=False), reference):                      # evaluation: no dropout
+        np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-12)
+    dropped = run(0.4)
+    kept = dropped[1] != 0                                                      # dsub is 0 where dropped
+    assert 0 < kept.mean() < 1
+    np.testing.assert_allclose(dropped[1][kept], dropped[2][kept] / 0.6, rtol=1e-12)  # dsub = dz / (1-p)
+
+    def reseeded(s, u, g, e):
+        mt.manual_seed(9)
+        return (F.dropout_add_layer_norm(s, u, g, e, 0.4) * c).sum()
+    assert mt.gradcheck(reseeded, [sub, x, w, b])
+    with pytest.raises(ShapeError, match="must be the same"):
+        F.dropout_add_layer_norm(sub[:, :2], x, w, b, 0.1)
+    with pytest.raises(ValueError, match="p must be in"):
+        F.dropout_add_layer_norm(sub, x, w, b, 1.5)
 
 
 # ---------------------------------------------------------------- attention masks
@@ -643,10 +772,7 @@ def test_linear_relu_takes_the_fused_kernels_and_gradchecks_through_them(dev, mo
     (kernels off: relu(linear(x, W, b)), the reference); both give the same values and
     gradients, and a float64 gradcheck passes through the kernels."""
     rng = _rng("linear relu")
-    calls = []
-    for name in ("forward", "backward"):
-        real = getattr(bias_relu_kernels, name)
-        monkeypatch.setattr(bias_relu_kernels, name, lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
+    calls = _counting(monkeypatch, bias_relu_kernels, "forward", "backward")
     x = mt.tensor(rng.standard_normal((2, 5, 6)), requires_grad=True, device=dev.device)
     w = mt.tensor(rng.standard_normal((6, 9)), requires_grad=True, device=dev.device)
     b = mt.tensor(rng.standard_normal(9), requires_grad=True, device=dev.device)

@@ -1,8 +1,8 @@
 """One training step of the Transformer with the hand-written kernels on, run on the CPU
 emulator of CUDA, against the plain NumPy path: the same loss and the same gradients.
 
-This is the end-to-end check that the GPU routes (LayerNorm kernels, the feed-forward's bias
-+ ReLU, the fused attention softmax, flash attention) compute what the NumPy code computes inside a real model.
+This is the end-to-end check that the GPU routes (LayerNorm kernels, dropout + residual +
+LayerNorm, the feed-forward's bias + ReLU, the fused attention softmax, flash attention) compute what the NumPy code computes inside a real model.
 """
 import numpy as np
 import pytest
@@ -36,6 +36,10 @@ def test_one_emulated_kernel_step_matches_the_numpy_path(attention, dropout, mon
     # both draw NumPy's, so that the masks agree and the other kernels are compared (the dropout
     # kernel is compared with its reference in test_kernels.py)
     monkeypatch.setattr(cuda.launcher("dropout"), "applies", lambda dtype, p: False)
+    ln = cuda.launcher("layer_norm")
+    if dropout:  # the fused dropout + residual + LayerNorm draws Philox's masks too: off here, on at p = 0
+        real_applies = ln.applies
+        monkeypatch.setattr(ln, "applies", lambda x, w, b, sub=None: sub is None and real_applies(x, w, b))
     cfg = TransformerConfig(vocab_size=37, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2, n_decoder_layers=2,
                             dropout=dropout, max_len=64)
     batch = translation_batch(np.random.default_rng(0))
@@ -49,7 +53,10 @@ def test_one_emulated_kernel_step_matches_the_numpy_path(attention, dropout, mon
         cuda.set_attention("auto")
     # the kernel routes really ran: LayerNorm and the feed-forward's bias + ReLU both ways, and
     # the chosen attention kernels
-    for kernel in ("layer_norm_forward", "layer_norm_backward", "bias_relu_forward", "bias_relu_backward"):
+    kernels = ["layer_norm_forward", "layer_norm_backward", "bias_relu_forward", "bias_relu_backward"]
+    if not dropout:  # the post-norm sub-layers' dropout + residual + LayerNorm, fused
+        kernels = ["residual_" + k for k in kernels[:2]] + kernels[2:]
+    for kernel in kernels:
         assert any(e.startswith(kernel + "<float") for e in ran), kernel
     wanted = ("flash_attention_forward<float", "flash_attention_backward_dq<float") if attention == "flash" else \
         ("attention_softmax_forward<float", "attention_softmax_backward<float")
