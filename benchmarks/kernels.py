@@ -4,6 +4,9 @@
 * LayerNorm, the fused attention softmax and the fused label-smoothed cross-entropy, forward
   and backward: GB/s (the fewest bytes each must move, over its time) as a fraction of that
   copy bandwidth, next to PyTorch's layer_norm, softmax and cross_entropy on the same shapes;
+* the step's products on cuBLAS against CuPy's matmul and torch.matmul;
+* the fused bias + ReLU and dropout + residual + LayerNorm at the base step's shapes, forward
+  + backward, against the unfused ops and PyTorch;
 * attention at sequence lengths 128 to 4096: the flash kernels, the fused-softmax path and
   the plain CuPy path, forward + backward, against PyTorch's scaled_dot_product_attention,
   with the peak extra memory of each;
@@ -38,14 +41,16 @@ class Sizes:
     attention_heads: int
     step: tuple            # (B, T, V) of the transformer-base step
     repeat: int            # timed calls per figure (attention: a fifth of it)
+    fused: list            # (rows, d_model, d_ff, sub-layer dtype) of the fused bias + ReLU and residual LayerNorm
 
 
 FULL = Sizes(256, [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"), (8192, 768, "float32")],
              [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"), (64, 8, 128, "float16")],
              [(25_600, 37_000, "float32"), (25_600, 37_000, "float16")],
-             (128, 256, 512, 1024, 2048, 4096), 16384, 8, (400, 64, 37000), 50)
+             (128, 256, 512, 1024, 2048, 4096), 16384, 8, (400, 64, 37000), 50,
+             [(25_600, 512, 2048, "float32"), (25_600, 512, 2048, "float16")])
 TINY = Sizes(1, [(16, 512, "float32"), (16, 512, "float16")], [(2, 2, 128, "float32"), (2, 2, 128, "float16")],
-             [(8, 300, "float32")], (128, 256), 256, 2, (2, 8, 64), 2)
+             [(8, 300, "float32")], (128, 256), 256, 2, (2, 8, 64), 2, [(24, 32, 64, "float32"), (24, 32, 64, "float16")])
 
 
 def gpu_ms(fn, repeat=50, warmup=5) -> float:
@@ -191,6 +196,74 @@ def cross_entropy_rows(sizes: Sizes, bw: float, torch_ok: bool) -> list[dict]:
     return rows
 
 
+def fused_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
+    """The base step's fused elementwise kernels at its shapes, forward + backward: the
+    feed-forward's bias + ReLU (rows x d_ff, the product and the bias gradient in the
+    sub-layer's dtype and float32) against the unfused CuPy ops it replaces and PyTorch's
+    relu(x + b); dropout (p 0.1) + residual + LayerNorm (a float32 residual stream, the
+    sub-layer's output in its dtype) against PyTorch's layer_norm(x + dropout(s))."""
+    import cupy as cp
+
+    from minitensor.cuda import bias_relu, layer_norm
+
+    rows = []
+    ms = lambda fn: gpu_ms(fn, repeat=sizes.repeat)  # noqa: E731
+    for n, d, d_ff, dtype in sizes.fused:
+        p16 = cp.random.standard_normal((n, d_ff), dtype=cp.float32).astype(dtype)
+        g16 = cp.random.standard_normal((n, d_ff), dtype=cp.float32).astype(dtype)
+        b = cp.random.standard_normal(d_ff, dtype=cp.float32)
+        y = bias_relu.forward(p16.copy(), b)
+
+        def unfused_relu():
+            h = p16 + b.astype(dtype)
+            out = cp.maximum(h, 0)
+            g = g16 * (out > 0)
+            return out, g.sum(axis=0, dtype=cp.float32)
+
+        r = {"op": "bias + ReLU", "shape": [n, d_ff], "dtype": dtype,
+             "forward_backward_ms": ms(lambda: bias_relu.forward(p16, b)) + ms(
+                 lambda: bias_relu.backward(g16, y, cp.float32)),
+             "cupy_unfused_ms": ms(unfused_relu)}
+        r["speed_vs_cupy_unfused"] = r["cupy_unfused_ms"] / r["forward_backward_ms"]
+        if torch_ok:
+            import torch
+
+            tp = torch.randn(n, d_ff, device="cuda", dtype=getattr(torch, dtype), requires_grad=True)
+            tb = torch.randn(d_ff, device="cuda", requires_grad=True)
+            tg = torch.randn_like(tp)
+            fwd = lambda: torch.relu(tp + tb).to(tp.dtype)  # noqa: E731
+            ty = fwd()
+            r["torch_forward_backward_ms"] = torch_ms(fwd, repeat=sizes.repeat) + torch_ms(
+                lambda: torch.autograd.grad(ty, (tp, tb), tg, retain_graph=True), repeat=sizes.repeat)
+            r["speed_vs_torch"] = r["torch_forward_backward_ms"] / r["forward_backward_ms"]
+        rows.append({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()})
+
+        x = cp.random.standard_normal((n, d), dtype=cp.float32)
+        sub = cp.random.standard_normal((n, d), dtype=cp.float32).astype(dtype)
+        dy = cp.random.standard_normal((n, d), dtype=cp.float32)
+        w, bias = cp.ones(d, cp.float32), cp.zeros(d, cp.float32)
+        _, z, mean, rstd = layer_norm.residual_forward(x, sub, w, bias, 1e-5, 0.1, 0, 0)
+        r = {"op": "dropout + residual + LayerNorm", "shape": [n, d], "dtype": dtype,
+             "forward_backward_ms": ms(lambda: layer_norm.residual_forward(x, sub, w, bias, 1e-5, 0.1, 0, 0)) + ms(
+                 lambda: layer_norm.residual_backward(dy, z, w, mean, rstd, sub.dtype, 0.1, 0, 0))}
+        if torch_ok:
+            import torch
+
+            tx = torch.randn(n, d, device="cuda", requires_grad=True)
+            ts = torch.randn(n, d, device="cuda", dtype=getattr(torch, dtype), requires_grad=True)
+            tw = torch.ones(d, device="cuda", requires_grad=True)
+            tbias = torch.zeros(d, device="cuda", requires_grad=True)
+            tdy = torch.randn_like(tx)
+            fwd = lambda: torch.nn.functional.layer_norm(  # noqa: E731
+                tx + torch.nn.functional.dropout(ts, 0.1), (d,), tw, tbias)
+            ty = fwd()
+            r["torch_forward_backward_ms"] = torch_ms(fwd, repeat=sizes.repeat) + torch_ms(
+                lambda: torch.autograd.grad(ty, (tx, ts, tw, tbias), tdy, retain_graph=True), repeat=sizes.repeat)
+            r["speed_vs_torch"] = r["torch_forward_backward_ms"] / r["forward_backward_ms"]
+        rows.append({key: (round(v, 4) if isinstance(v, float) else v) for key, v in r.items()})
+    return rows
+
+
 def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     """The step's products on cuBLAS directly (``fastpaths.product``) against CuPy's matmul (a
     bfloat16 batch through float32, as the ops did before) and torch.matmul: the attention
@@ -322,7 +395,7 @@ def main() -> None:
     p.add_argument("--out", help="also write the JSON here")
     p.add_argument("--skip-step", action="store_true", help="leave out the transformer-base step")
     p.add_argument("--only", default=None, help="a comma-separated list of the sections to run "
-                   "(layer_norm, attention_softmax, cross_entropy, products, attention, base_step); default: all")
+                   "(layer_norm, attention_softmax, cross_entropy, products, fused, attention, base_step); default: all")
     p.add_argument("--tiny", action="store_true", help="every shape cut down: checks that the script runs, "
                    "timings meaningless (CI runs it on the CuPy double)")
     a = p.parse_args()
@@ -340,6 +413,7 @@ def main() -> None:
                 "attention_softmax": lambda: softmax_rows(sizes, bw, torch_ok),
                 "cross_entropy": lambda: cross_entropy_rows(sizes, bw, torch_ok),
                 "products": lambda: product_rows(sizes, torch_ok),
+                "fused": lambda: fused_rows(sizes, torch_ok),
                 "attention": lambda: attention_rows(sizes, torch_ok),
                 "base_step": lambda: base_step_with_and_without_kernels(sizes)}
     chosen = list(sections) if a.only is None else a.only.split(",")

@@ -146,3 +146,6 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     assert {(r["product"], r["dtype"]) for r in kernels["products"]} == {
         (p, d) for p in ("attention scores", "projection") for d in ("float32", "float16", "bfloat16")}
     assert all(r["max_rel_error"] < 0.01 and r["cublas_ms"] > 0 for r in kernels["products"])
+    assert {(r["op"], r["dtype"]) for r in kernels["fused"]} == {
+        (op, d) for op in ("bias + ReLU", "dropout + residual + LayerNorm") for d in ("float32", "float16")}
+    assert all(r["forward_backward_ms"] > 0 for r in kernels["fused"])
