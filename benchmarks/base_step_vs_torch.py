@@ -96,7 +96,7 @@ def minitensor_step(args, data, precision: str):
         if dev == "cuda":
             mt.cuda.set_tf32(precision == "tf32")
         src, ti, to = inputs[i % len(inputs)]
-        with amp.autocast(half):
+        with amp.autocast(half, weights=model.parameters()):
             loss = label_smoothed_loss(model(src, ti), to, 0, 0.1, reduction="sum")
         opt.zero_grad()
         (loss * scaler.scale if scaler else loss).backward()

@@ -48,19 +48,42 @@ def autocast_dtype() -> np.dtype | None:
 
 class autocast(ContextDecorator):
     """Run matrix products in ``dtype`` ("float16" or "bfloat16") inside the block; ``dtype=None``
-    or ``enabled=False`` is a no-op, so one code path serves every precision."""
+    or ``enabled=False`` is a no-op, so one code path serves every precision.
 
-    def __init__(self, dtype: str | None = "float16", enabled: bool = True):
+    ``weights`` (e.g. ``model.parameters()``): the floating matrices among them are cast to
+    ``dtype`` on entering the block, all in one launch where the kernels run
+    (``minitensor/cuda/cast.cu``), and the products inside read those copies. Without it each
+    weight is cast at its first product in the block, one launch each; the values are the same.
+    """
+
+    def __init__(self, dtype: str | None = "float16", enabled: bool = True, weights=None):
         self.dtype = _dtype(dtype) if enabled and dtype is not None else None
+        self.weights = [] if weights is None else list(weights)
 
     def __enter__(self):
         self._prev = autocast_dtype(), getattr(_state, "casts", None)
         _state.dtype, _state.casts = self.dtype, {}
+        if self.dtype is not None and self.weights:
+            _state.casts.update(_weight_casts([w.data for w in self.weights], self.dtype))
         return self
 
     def __exit__(self, *exc):
         _state.dtype, _state.casts = self._prev
         return False
+
+
+def _weight_casts(arrays: list, dtype) -> dict:
+    """{id: (array, its copy in ``dtype``)} for the floating matrices among ``arrays``, in
+    cast_once's form, so that a product's ``cast_once`` finds them."""
+    arrays = [a for a in arrays if a.dtype.kind == "f" and a.ndim >= 2 and a.dtype != dtype]
+    if not arrays:
+        return {}
+    kernel = cuda.launcher("cast") if cuda.kernels_may_run(backend.array_module(arrays[0])) else None
+    if kernel is not None and kernel.applies(arrays, dtype):
+        copies = kernel.cast_all(arrays, dtype)  # why: every weight's copy in one launch, not one each
+    else:
+        copies = [a.astype(dtype) for a in arrays]
+    return {id(a): (a, c) for a, c in zip(arrays, copies)}
 
 
 def cast_once(tensor, cast):

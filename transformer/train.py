@@ -524,7 +524,7 @@ class Trainer:
         loss_sum, tokens = None, 0
         dev = self.s.device
         for b in batches:
-            with amp.autocast(self.amp_dtype):
+            with amp.autocast(self.amp_dtype, weights=self.model.parameters()):  # the 16-bit weights in one launch
                 loss = batch_loss(self.model, mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev),
                                   b.tgt_out, self.cfg.pad_id, self.s.smoothing, reduction="sum")
             if self.scaler:  # overflow is expected now and then: it is detected below, not warned about

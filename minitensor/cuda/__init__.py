@@ -136,7 +136,8 @@ def kernels_may_run(xp) -> bool:
     return _settings["emulate"] if xp is np else True
 
 
-KERNELS = ("layer_norm", "softmax", "flash_attention", "cross_entropy", "dropout", "adam", "loss_scale", "bias_relu")
+KERNELS = ("layer_norm", "softmax", "flash_attention", "cross_entropy", "dropout", "adam", "loss_scale", "bias_relu",
+           "cast")
 
 
 def launcher(name: str):

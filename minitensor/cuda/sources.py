@@ -7,7 +7,7 @@ from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
 SOURCES = ("layer_norm.cu", "softmax.cu", "flash_attention.cu", "cross_entropy.cu", "dropout.cu", "adam.cu",
-           "loss_scale.cu", "bias_relu.cu")
+           "loss_scale.cu", "bias_relu.cu", "cast.cu")
 _INCLUDE = '#include "common.cuh"'
 
 

@@ -45,7 +45,7 @@ def count_update(precision: str, batch: int = 2, length: int = 6) -> collections
     tgt_in, tgt_out = mt.tensor(tgt[:, :-1], device="cuda"), mt.tensor(tgt[:, 1:], device="cuda")
 
     def update():
-        with amp.autocast(half):
+        with amp.autocast(half, weights=model.parameters()):
             loss = label_smoothed_loss(model(src, tgt_in), tgt_out, 0, 0.1, reduction="sum")
         opt.zero_grad()
         (loss * scaler.scale if scaler else loss).backward()

@@ -19,6 +19,7 @@ from minitensor.cuda import adam as adam_kernels
 from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import loss_scale as loss_scale_kernels
 from minitensor.cuda import bias_relu as bias_relu_kernels
+from minitensor.cuda import cast as cast_kernels
 from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
@@ -470,7 +471,9 @@ def _small_cases(address_tables: bool = True):
     grads_, ms, vs = ([a + 1 for a in params], [np.zeros_like(a) for a in params], [np.zeros_like(a) for a in params])
     adam_kernels.step(params, grads_, ms, vs, 0.9, 0.98, 0.01, 1.0, 1e-9, 0.0)
     nonfinite = loss_scale_kernels.unscale(grads_, 0.5)
-    return kernels + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2]) + tuple(grads_[:2]) + (nonfinite,)
+    halves = cast_kernels.cast_all(params, np.float16)
+    return kernels + tuple(halves[:2]) + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2]) + tuple(grads_[:2]) \
+        + (nonfinite,)
 
 
 @pytest.mark.parametrize("check", ["race", "memory"])
@@ -482,6 +485,7 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
               ("loss_scale.cu", loss_scale_kernels.name("float"))]
     items += [("bias_relu.cu", n) for n in bias_relu_kernels.names("float", "float")]
+    items += [("cast.cu", cast_kernels.name("float", "f16"))]
     items += [("layer_norm.cu", n) for n in ln_kernels.names("float", 33, "float")]
     emulator.precompile(items, check)
     with cuda.emulate(True, check=check):

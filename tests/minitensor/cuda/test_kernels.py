@@ -19,6 +19,7 @@ from minitensor import cuda
 from minitensor.cuda import cross_entropy as ce_kernels
 from minitensor.cuda import adam as adam_kernels
 from minitensor.cuda import bias_relu as bias_relu_kernels
+from minitensor.cuda import cast as cast_kernels
 from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator
 from minitensor.cuda import flash_attention as flash_kernels
@@ -28,6 +29,7 @@ from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, masked_softmax_reference
 from minitensor.ops.loss import _smoothed_nll
 from minitensor.errors import ShapeError
+from minitensor.ops import linalg
 from minitensor.ops.norm import layer_norm_backward_reference, layer_norm_reference
 
 from ...helpers import require
@@ -144,6 +146,7 @@ def _compile_for_the_emulator_in_parallel():
     items += [("adam.cu", n) for n in adam_kernels.instantiations()]
     items += [("loss_scale.cu", n) for n in loss_scale_kernels.instantiations()]
     items += [("bias_relu.cu", n) for n in bias_relu_kernels.instantiations()]
+    items += [("cast.cu", n) for n in cast_kernels.instantiations()]
     emulator.precompile(sorted(set(items)))
 
 
@@ -825,3 +828,63 @@ def test_linear_relu_under_autocast_writes_16_bit_values_and_float32_parameter_g
                                   mt.backend.to_numpy(y_ref.data).astype(np.float32))
     np.testing.assert_allclose(mt.backend.to_numpy(gb.data), mt.backend.to_numpy(gb_ref.data), rtol=1e-6)
     np.testing.assert_allclose(mt.backend.to_numpy(gw.data), mt.backend.to_numpy(gw_ref.data), rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------- the 16-bit weights in one launch
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_casting_many_arrays_in_one_launch_rounds_as_astype_does(dev, dtype):
+    """Arrays of several shapes (an empty one among them) with ties, subnormals, overflow, inf
+    and NaN: the same bits as astype (NaN as NaN), in one launch."""
+    dt = _half(dtype)
+    rng = _rng("cast", dtype)
+    special = np.array([0.0, -0.0, 1.0, 1 + 2**-11, 1 + 3 * 2**-11, 1 + 2**-8, 1 + 3 * 2**-8, 2**-20, 2**-130,
+                        65520.0, 3e38, -np.inf, np.inf, np.nan], np.float32)
+    arrays = [dev.asarray(special.reshape(2, 7)), dev.asarray(np.zeros((0, 3), np.float32)),
+              dev.asarray(rng.standard_normal((33, 65)).astype(np.float32) * 100)]
+    assert cast_kernels.applies(arrays, dt)
+    assert not cast_kernels.applies(arrays + [arrays[2].T], dt)                 # not C-contiguous
+    before = dict(emulator.launches)
+    copies = cast_kernels.cast_all(arrays, dt)
+    if not dev.gpu:
+        assert sum(emulator.launches.values()) - sum(before.values()) == 1
+    for a, c in zip(arrays, copies):
+        with np.errstate(over="ignore"):                                       # 3e38 to float16: inf
+            want = mt.backend.to_numpy(a).astype(dt)
+        got = mt.backend.to_numpy(c)
+        assert got.dtype == dt and got.shape == want.shape
+        nan = np.isnan(want.astype(np.float32))
+        assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+        assert np.array_equal(got[~nan].view(np.uint16), want[~nan].view(np.uint16))
+
+
+def test_autocast_with_weights_casts_them_in_one_launch_and_changes_no_value(dev, monkeypatch):
+    """amp.autocast(weights=...) makes every floating matrix's 16-bit copy on entering, in one
+    launch; the products read those copies (no cast of their own), and the outputs and float32
+    gradients are the same bits as when each weight is cast at its first product."""
+    pytest.importorskip("ml_dtypes")
+    rng = _rng("autocast weights")
+    mt.manual_seed(0)
+    model = mt.nn.Sequential(mt.nn.Linear(16, 24), mt.nn.LayerNorm(24), mt.nn.Linear(24, 8)).to(dev.device)
+    x = mt.tensor(rng.standard_normal((5, 16)).astype(np.float32), device=dev.device)
+    casts = _counting(monkeypatch, cast_kernels, "cast_all")
+    made = []                                   # what the products cast themselves
+    real_cast_once = linalg.cast_once
+    monkeypatch.setattr(linalg, "cast_once", lambda t, cast: real_cast_once(t, lambda a: made.append(a) or cast(a)))
+    matrices = [p.data for p in model.parameters() if p.ndim == 2]
+
+    def run(weights):
+        for p in model.parameters():
+            p.grad = None
+        with mt.amp.autocast("bfloat16", weights=weights):
+            y = model(x)
+        F.cast(y, np.float32).sum().backward()
+        return [mt.backend.to_numpy(a).astype(np.float32) for a in [y.data] + [p.grad.data for p in model.parameters()]]
+
+    plain = run(None)
+    assert casts == [] and sum(any(m is w for m in made) for w in matrices) == 2
+    made.clear()
+    precast = run(model.parameters())
+    assert casts == ["cast_all"] and not any(m is w for m in made for w in matrices)
+    for a, b in zip(precast, plain):
+        np.testing.assert_array_equal(a, b)
+    assert all(p.grad.dtype == np.float32 for p in model.parameters())
