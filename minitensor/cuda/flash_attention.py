@@ -1,4 +1,5 @@
-"""Launcher for the FlashAttention-style kernels of ``flash_attention.cu``.
+"""Launcher for the FlashAttention-style kernels of ``flash_attention.cu``, and
+:class:`FlashAttention`, the attention op on this route.
 
 The plain xp reference is :class:`minitensor.ops.attention.ScaledDotProductAttention`'s own
 code (scores, softmax, weights); tests compare the two, and a float64 gradcheck goes through
@@ -8,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..autograd import Function
+from ..ops.attention import products
 from .build import array_module, as4d, ctype, kernel, mask_view
 
 SOURCE = "flash_attention.cu"
@@ -81,3 +84,27 @@ def backward(grad, q, k, v, out, lse, mask, scale: float):
     fn = kernel(SOURCE, dq_name, cp)
     fn((B * H, (Tq + BQq - 1) // BQq), (BQq,), (q, k, v, grad, lse, delta, dq) + m + tail)
     return dq, dk, dv
+
+
+class FlashAttention(Function):
+    """Equation 1, out = softmax(Q Kᵀ / √d_k + mask) V, without the Tq x Tk weights: the forward
+    keeps one log Σ exp per query, the backward recomputes the weights tile by tile from it
+    (Dao et al., 2022). No dropout on the weights (``dropout_p`` must be 0 or ``training``
+    False: :func:`minitensor.ops.attention.attention_op` sends dropout elsewhere)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False):
+        if training and dropout_p > 0:
+            raise ValueError("FlashAttention: no dropout on the weights (they are never formed)")
+        ctx.scale = 1.0 / (q.shape[-1] ** 0.5)
+        ctx.weights = None
+        out, lse = forward(q, k, v, mask, ctx.scale)
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, out, lse, mask = ctx.saved
+        return backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
+
+    products = staticmethod(products)

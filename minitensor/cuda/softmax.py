@@ -1,12 +1,14 @@
-"""Launcher for the fused scale + mask + softmax kernels of ``softmax.cu`` (attention scores).
+"""Launcher for the fused scale + mask + softmax kernels of ``softmax.cu`` (attention scores),
+and :class:`FusedSoftmaxAttention`, the attention op on this route.
 
-The plain xp reference is :func:`minitensor.ops.softmax.masked_softmax_reference` and the
+The plain xp reference is :func:`minitensor.ops.attention.masked_softmax_reference` and the
 backward in :class:`minitensor.ops.attention.ScaledDotProductAttention`; tests compare them.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..ops.attention import ScaledDotProductAttention
 from .build import array_module, as4d, ctype, items_per_lane, kernel, mask_view
 
 SOURCE = "softmax.cu"
@@ -58,3 +60,17 @@ def backward(probs, dprobs, scale: float):
     k(((rows + ROWS_PER_BLOCK - 1) // ROWS_PER_BLOCK,), (32 * ROWS_PER_BLOCK,),
       (probs, dprobs, dscores, np.int64(rows), np.int32(Tk), np.float64(scale)))
     return dscores
+
+
+class FusedSoftmaxAttention(ScaledDotProductAttention):
+    """:class:`minitensor.ops.attention.ScaledDotProductAttention` (equation 1, the same products
+    on cuBLAS) with its masked softmax and the softmax's backward on the kernels: the mask is
+    read through broadcast strides, never materialised, and each pass reads the scores once."""
+
+    @staticmethod
+    def softmax(xp, scores, mask):
+        return forward(scores, mask, 1.0)
+
+    @staticmethod
+    def softmax_backward(xp, p, gp, scale: float):
+        return backward(p, gp, scale)  # the kernel's scale turns d(scaled scores) into d(Q Kᵀ)

@@ -1,12 +1,14 @@
 """Scaled dot-product attention (Vaswani et al., 2017, Section 3.2.1, equation 1).
 
-Three routes to one op, all with the same results:
+Three ops for one formula, all with the same results; :func:`attention_op` chooses:
 
-* the plain xp code below (the reference: any device, dtype, shape and mask);
-* on CuPy arrays, the same products through cuBLAS around the fused mask + softmax kernel
-  of ``minitensor/cuda/softmax.cu`` (forward and backward);
-* on CuPy arrays, the FlashAttention-style kernels of ``minitensor/cuda/flash_attention.cu``,
-  which never store the Tq x Tk weights (float32/float64, head size <= 64, no dropout).
+* :class:`ScaledDotProductAttention`, the plain xp code below (the reference: any device,
+  dtype, shape and mask);
+* on CuPy arrays, :class:`minitensor.cuda.softmax.FusedSoftmaxAttention`: the same products
+  around the fused mask + softmax kernel of ``minitensor/cuda/softmax.cu`` (forward and backward);
+* on CuPy arrays, :class:`minitensor.cuda.flash_attention.FlashAttention`: the
+  FlashAttention-style kernels of ``minitensor/cuda/flash_attention.cu``, which never store
+  the Tq x Tk weights (float32/float64, head size <= 64, no dropout).
 
 Under ``minitensor.cuda.emulate`` the two kernel routes also take NumPy arrays, through the
 CPU emulator of ``minitensor/cuda/emulator.py``.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cuda
+from .. import backend, cuda
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_mask, as_tensor
@@ -58,15 +60,24 @@ def _check(q, k, v, mask, scores_shape):
             )
 
 
-def _route(xp, q, k, v, mask, scores_shape, dropping: bool, need_weights: bool) -> str:
-    """"flash", "fused" (kernel softmax between cuBLAS products) or "xp"."""
-    if not cuda.kernels_may_run(xp) or len(scores_shape) > 4:
-        return "xp"
-    mode = cuda.attention_mode()
-    if (not dropping and not need_weights and mode != "fused" and cuda.launcher("flash_attention").applies(q, k, v)
-            and (mode == "flash" or k.shape[-2] >= cuda.FLASH_MIN_KEYS)):
-        return "flash"
-    return "fused" if cuda.launcher("softmax").applies(q.dtype, scores_shape) else "xp"
+def scores_shape(q, k) -> tuple:
+    """(..., Tq, Tk): the shape of Q Kᵀ, leading axes broadcast."""
+    return tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + (q.shape[-2], k.shape[-2])
+
+
+def products(ctx, q, k, v, mask=None, **params):
+    """S = Q Kᵀ: (Tq, d) x (d, Tk); O = A V: (Tq, Tk) x (Tk, dv); backward dV = Aᵀ G,
+    dA = G Vᵀ, dQ = dS K, dK = dSᵀ Q (one each, as the backward computes them): the same
+    for every attention op (the profiler's FLOP count)."""
+    batch = int(np.prod(np.broadcast_shapes(q[:-2], k[:-2])))
+    (tq, d), tk, dv = q[-2:], k[-2], v[-1]
+    forward = [(batch, tq, d, tk), (batch, tq, tk, dv)]
+    if ctx.needs_input_grad is None:
+        return forward, []
+    nq, nk, nv = ctx.needs_input_grad[:3]
+    backward = ([(batch, tk, tq, dv)] * nv + [(batch, tq, dv, tk)] * (nq or nk) + [(batch, tq, tk, d)] * nq
+                + [(batch, tk, tq, d)] * nk)
+    return forward, backward
 
 
 class ScaledDotProductAttention(Function):
@@ -78,32 +89,34 @@ class ScaledDotProductAttention(Function):
     Backward, with P the weights, A = dropout(P) and G the output's cotangent:
         dV = Aᵀ G,  dA = G Vᵀ,  dP = dA ⊙ keep / (1-p_drop),
         dS = P ⊙ (dP - Σ_k dP ⊙ P) · 1/√d_k,  dQ = dS K,  dK = dSᵀ Q.
-    One op rather than five, so fused kernels can stand in for it on the GPU.
-    The weights P are kept on ``ctx.weights`` (None on the flash route, which never forms
-    them; ask for ``need_weights`` to keep them).
+    One op rather than five, so fused kernels can stand in for it on the GPU: the masked
+    softmax and its backward are the two methods ``softmax`` and ``softmax_backward``, which
+    the fused kernel's op overrides. The weights P are kept on ``ctx.weights``.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False, need_weights=False):
+    def softmax(xp, scores, mask):
+        """P = softmax(S + mask) over the last axis; the scores are a temporary."""
+        return masked_softmax_reference(xp, scores, mask, overwrite=True)
+
+    @staticmethod
+    def softmax_backward(xp, p, gp, scale: float):
+        """d(Q Kᵀ) = P ⊙ (dP - Σ_k dP ⊙ P) · scale."""
+        gs = softmax_backward(xp, p, gp)
+        gs *= gs.dtype.type(scale)
+        return gs
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False):
         xp = ctx.xp
-        scores_shape = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + (q.shape[-2], k.shape[-2])
-        _check(q, k, v, mask, scores_shape)
+        _check(q, k, v, mask, scores_shape(q, k))
         scale = 1.0 / (q.shape[-1] ** 0.5)
         dropping = training and dropout_p > 0
-        ctx.route = _route(xp, q, k, v, mask, scores_shape, dropping, need_weights)
         ctx.scale = scale
-        if ctx.route == "flash":
-            out, lse = cuda.launcher("flash_attention").forward(q, k, v, mask, scale)
-            ctx.weights = None
-            ctx.save_for_backward(q, k, v, out, lse, mask)
-            return out
-        # Both routes scale q (Tq x d) before the product: cheaper than scaling the scores
-        # (Tq x Tk), and in float16 the unscaled q·k overflows √d_k times sooner.
+        # scale q (Tq x d) before the product: cheaper than scaling the scores (Tq x Tk), and in
+        # float16 the unscaled q·k overflows √d_k times sooner
         scores = product(q * q.dtype.type(scale), k.swapaxes(-1, -2))
-        if ctx.route == "fused":
-            p = cuda.launcher("softmax").forward(scores, mask, 1.0)
-        else:
-            p = masked_softmax_reference(xp, scores, mask, overwrite=True)
+        p = ctx.fn.softmax(xp, scores, mask)
         keep = dropout_keep(xp, p.shape, dropout_p) if dropping else None
         a = dropped(p, keep, dropout_p) if dropping else p
         ctx.weights, ctx.dropout_p = p, dropout_p
@@ -113,37 +126,34 @@ class ScaledDotProductAttention(Function):
     @staticmethod
     def backward(ctx, grad):
         nq, nk, nv = ctx.needs_input_grad[:3]
-        if ctx.route == "flash":
-            q, k, v, out, lse, mask = ctx.saved
-            return cuda.launcher("flash_attention").backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
         q, k, v, p, keep = ctx.saved
         a = dropped(p, keep, ctx.dropout_p) if keep is not None else p
         gv = product(a.swapaxes(-1, -2), grad) if nv else None
         gp = product(grad, v.swapaxes(-1, -2))
         if keep is not None:
             dropped(gp, keep, ctx.dropout_p, in_place=True)
-        if ctx.route == "fused":  # the kernel's scale turns d(scaled scores) into d(Q Kᵀ)
-            gs = cuda.launcher("softmax").backward(p, gp, ctx.scale)
-        else:
-            gs = softmax_backward(ctx.xp, p, gp)  # P ⊙ (dP - Σ_k dP ⊙ P)
-            gs *= gs.dtype.type(ctx.scale)
+        gs = ctx.fn.softmax_backward(ctx.xp, p, gp, ctx.scale)
         gq = product(gs, k) if nq else None
         gk = product(gs.swapaxes(-1, -2), q) if nk else None
         return gq, gk, gv, None
 
-    @staticmethod
-    def products(ctx, q, k, v, mask=None, **params):
-        """S = Q Kᵀ: (Tq, d) x (d, Tk); O = A V: (Tq, Tk) x (Tk, dv); backward dV = Aᵀ G,
-        dA = G Vᵀ, dQ = dS K, dK = dSᵀ Q (one each, as the backward above computes them)."""
-        batch = int(np.prod(np.broadcast_shapes(q[:-2], k[:-2])))
-        (tq, d), tk, dv = q[-2:], k[-2], v[-1]
-        forward = [(batch, tq, d, tk), (batch, tq, tk, dv)]
-        if ctx.needs_input_grad is None:
-            return forward, []
-        nq, nk, nv = ctx.needs_input_grad[:3]
-        backward = ([(batch, tk, tq, dv)] * nv + [(batch, tq, dv, tk)] * (nq or nk) + [(batch, tq, tk, d)] * nq
-                    + [(batch, tk, tq, d)] * nk)
-        return forward, backward
+    products = staticmethod(products)
+
+
+def attention_op(q, k, v, dropout_p: float = 0.0, training: bool = False, need_weights: bool = False):
+    """The op that computes equation 1 for these arrays: the flash kernels' (no dropout, the
+    weights not asked for, and ``minitensor.cuda.attention_mode()`` "flash", or "auto" from
+    ``minitensor.cuda.FLASH_MIN_KEYS`` keys on), the fused softmax's, or the reference."""
+    shape = scores_shape(q, k)
+    if not cuda.kernels_may_run(backend.array_module(q)) or len(shape) > 4:
+        return ScaledDotProductAttention
+    mode = cuda.attention_mode()
+    flash = cuda.launcher("flash_attention")
+    if (not (training and dropout_p > 0) and not need_weights and mode != "fused" and flash.applies(q, k, v)
+            and (mode == "flash" or k.shape[-2] >= cuda.FLASH_MIN_KEYS)):
+        return flash.FlashAttention
+    fused = cuda.launcher("softmax")
+    return fused.FusedSoftmaxAttention if fused.applies(q.dtype, shape) else ScaledDotProductAttention
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, training: bool = False,
@@ -157,8 +167,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, tra
     q = as_tensor(q)
     k, v = as_tensor(k, q), as_tensor(v, q)
     m = None if mask is None else as_mask(mask, q, "scaled_dot_product_attention")
-    out, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, m, dropout_p=dropout_p, training=training,
-                                                            need_weights=return_weights)
+    _check(q, k, v, m, scores_shape(q, k))
+    op = attention_op(q.data, k.data, v.data, dropout_p, training, return_weights)
+    out, ctx = op.apply_with_context(q, k, v, m, dropout_p=dropout_p, training=training)
     if return_weights:
         return out, Tensor._wrap(ctx.weights)
     return out

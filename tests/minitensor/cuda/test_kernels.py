@@ -26,7 +26,7 @@ from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import loss_scale as loss_scale_kernels
 from minitensor.cuda import softmax as softmax_kernels
-from minitensor.ops.attention import ScaledDotProductAttention, masked_softmax_reference
+from minitensor.ops.attention import ScaledDotProductAttention, attention_op, masked_softmax_reference
 from minitensor.ops.loss import _smoothed_nll
 from minitensor.errors import ShapeError
 from minitensor.ops import linalg
@@ -123,6 +123,8 @@ LN_SHAPES = [(1, 1), (3, 7), (5, 31), (4, 32), (9, 33), (130, 100), (257, 512), 
 SOFTMAX_SHAPES = [(1, 1, 1, 1), (2, 3, 5, 7), (3, 2, 33, 31), (2, 4, 17, 100), (1, 2, 3, 2048)]
 FLASH_SHAPES = [(1, 1, 1, 1, 8), (2, 3, 5, 7, 16), (2, 2, 65, 33, 32), (1, 3, 130, 200, 64), (2, 1, 31, 97, 40)]
 HALF_CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16"}
+OPS = {"flash": flash_kernels.FlashAttention, "fused": softmax_kernels.FusedSoftmaxAttention,
+       "xp": ScaledDotProductAttention}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -377,12 +379,12 @@ def test_fused_route_scales_q_before_the_product_so_float16_scores_do_not_overfl
     with cuda.use_kernels(True):
         cuda.set_attention("fused")
         try:
-            out, ctx = ScaledDotProductAttention.apply_with_context(*args, need_weights=True)
+            assert attention_op(*(a.data for a in args), need_weights=True) is softmax_kernels.FusedSoftmaxAttention
+            out, weights = F.scaled_dot_product_attention(*args, return_weights=True)
         finally:
             cuda.set_attention("auto")
-    assert ctx.route == "fused"
     ref = masked_softmax_reference(np, (q / 8.0) @ k.swapaxes(-1, -2), None)
-    assert _rel(ctx.weights, ref) < 2e-2 and _rel(out.data, ref @ v) < 2e-2
+    assert _rel(weights.data, ref) < 2e-2 and _rel(out.data, ref @ v) < 2e-2
 
 
 # ---------------------------------------------------------------- flash attention
@@ -417,33 +419,40 @@ def test_attention_op_gradchecks_in_float64_through_each_kernel_route(dev, mode)
     mask = mt.tensor(_masks(rng, B, Tq, Tk)["both"], device=dev.device)
     cuda.set_attention(mode)
     try:
-        _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, mask)
-        assert ctx.route == mode
+        assert attention_op(q.data, k.data, v.data) is OPS[mode]
         assert mt.gradcheck(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, mask=mask), [q, k, v])
     finally:
         cuda.set_attention("auto")
 
 
 def test_attention_routes_follow_the_switches(dev, monkeypatch):
+    """attention_op's choice, and F.scaled_dot_product_attention taking the op chosen (its
+    launcher's forward runs)."""
     rng = np.random.default_rng(4)
     q, k, v = (mt.tensor(rng.standard_normal((1, 2, 600, 16)).astype(np.float32), device=dev.device)
                for _ in range(3))
-    _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
-    assert cuda.FLASH_MIN_KEYS > 600 and ctx.route == "fused"   # auto: shorter key sequences, the fused path
+    qkv = (q.data, k.data, v.data)
+    calls = []
+    for module, tag in ((flash_kernels, "flash"), (softmax_kernels, "fused")):
+        real = module.forward
+        monkeypatch.setattr(module, "forward", lambda *a, _real=real, _t=tag, **kw: calls.append(_t) or _real(*a, **kw))
+    assert cuda.FLASH_MIN_KEYS > 600 and attention_op(*qkv) is OPS["fused"]   # auto: shorter keys, the fused path
+    F.scaled_dot_product_attention(q, k, v)
+    assert calls == ["fused"]
     monkeypatch.setattr(cuda, "FLASH_MIN_KEYS", 600)
-    _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
-    assert ctx.route == "flash"              # auto: from FLASH_MIN_KEYS keys on, the flash kernels
-    _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, dropout_p=0.1, training=True)
-    assert ctx.route == "fused"              # dropout on the weights needs them formed
-    _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, need_weights=True)
-    assert ctx.route == "fused" and ctx.weights is not None
+    assert attention_op(*qkv) is OPS["flash"]         # auto: from FLASH_MIN_KEYS keys on, the flash kernels
+    F.scaled_dot_product_attention(q, k, v)
+    assert calls == ["fused", "flash"]
+    assert attention_op(*qkv, dropout_p=0.1, training=True) is OPS["fused"]    # dropout needs the weights formed
+    assert attention_op(*qkv, dropout_p=0.1, training=False) is OPS["flash"]   # (not in evaluation)
+    assert attention_op(*qkv, need_weights=True) is OPS["fused"]
+    _, weights = F.scaled_dot_product_attention(q, k, v, return_weights=True)
+    assert weights.shape == (1, 2, 600, 600) and calls[-1] == "fused"
     with cuda.use_kernels(False):
-        _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
-        assert ctx.route == "xp"
+        assert attention_op(*qkv) is OPS["xp"]
     if not dev.gpu:                          # and without the emulator NumPy arrays take the plain code
         with cuda.emulate(False):
-            _, ctx = ScaledDotProductAttention.apply_with_context(q, k, v)
-            assert ctx.route == "xp"
+            assert attention_op(*qkv) is OPS["xp"]
 
 
 def _attention_step_peak(dev, T: int, mode: str, heads: int, d: int) -> int:
