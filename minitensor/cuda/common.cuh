@@ -165,3 +165,123 @@ __device__ __forceinline__ void philox_at(unsigned int c[4], unsigned long long 
     c[3] = 0u;
     philox4x32_10(c, static_cast<unsigned int>(seed), static_cast<unsigned int>(seed >> 32));
 }
+
+// ---------------------------------------------------------------- tensor-core products (one warp)
+// D = A B + C on the tensor cores, through PTX's mma.sync rather than the WMMA API: mma.sync's
+// fragments have a documented register layout (PTX ISA, "Matrix fragments for mma.m16n8k16"
+// and "... mma.m16n8k8"), so a kernel can apply a softmax to the accumulator fragment in
+// registers, as FlashAttention-2 does, where WMMA's layout is opaque and would need a round
+// trip through shared memory; and the emulator below can model each lane's registers exactly.
+//
+// Lane l = 4g + t (g = l / 4, t = l % 4) holds, with a pair of 16-bit values per 32-bit
+// register (the lower index in the low half):
+//   m16n8k16 (f16, bf16): a[0] = A[g][2t, 2t+1]    a[1] = A[g+8][2t, 2t+1]
+//                         a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
+//                         b[0] = B[2t, 2t+1][g]    b[1] = B[2t+8, 2t+9][g]
+//   m16n8k8 (tf32, one value per register):
+//                         a[0] = A[g][t]  a[1] = A[g+8][t]  a[2] = A[g][t+4]  a[3] = A[g+8][t+4]
+//                         b[0] = B[t][g]  b[1] = B[t+4][g]
+//   C and D (float):      c[0], c[1] = C[g][2t, 2t+1]    c[2], c[3] = C[g+8][2t, 2t+1]
+// Every lane of the warp must call it together (mma.sync is ".aligned").
+//
+// On the CPU emulator the product is a model built from warp shuffles: each lane gathers the
+// rows of A and the columns of B its outputs need from the lanes that hold them (32 shuffles
+// for m16n8k16), then adds the products to C in float in the order k = 0, 1, ... A tensor core
+// adds them in an order of its own, so the two agree to float rounding, not bit for bit.
+#ifdef MT_EMULATOR
+template <typename T>
+__device__ __forceinline__ float half_at(unsigned int pair, int high) {
+    T h;
+    h.bits = static_cast<unsigned short>(high ? pair >> 16 : pair & 0xffffu);
+    return widen(h);
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float d[4], const unsigned int a[4], const unsigned int b[2],
+                                            const float c[4]) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    float arow[2][16], bcol[2][16];   // A's rows g and g + 8; B's columns 2t and 2t + 1
+    for (int src = 0; src < 4; ++src) {          // the lanes 4g + src hold A's rows g, g + 8
+        for (int r = 0; r < 4; ++r) {
+            const unsigned int v = __shfl_sync(MT_FULL_MASK, a[r], 4 * g + src);
+            const int row = r % 2, k = 2 * src + (r / 2) * 8;
+            arow[row][k] = half_at<T>(v, 0);
+            arow[row][k + 1] = half_at<T>(v, 1);
+        }
+        for (int j = 0; j < 2; ++j)              // the lanes 4n + src hold B's column n
+            for (int r = 0; r < 2; ++r) {
+                const unsigned int v = __shfl_sync(MT_FULL_MASK, b[r], 4 * (2 * t + j) + src);
+                const int k = 2 * src + r * 8;
+                bcol[j][k] = half_at<T>(v, 0);
+                bcol[j][k + 1] = half_at<T>(v, 1);
+            }
+    }
+    for (int i = 0; i < 4; ++i) {
+        float acc = c[i];
+        for (int k = 0; k < 16; ++k) acc += arow[i / 2][k] * bcol[i % 2][k];
+        d[i] = acc;
+    }
+}
+
+__device__ __forceinline__ void mma_16x8x8_tf32(float d[4], const unsigned int a[4], const unsigned int b[2],
+                                                const float c[4]) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    float arow[2][8], bcol[2][8];
+    for (int src = 0; src < 4; ++src) {
+        for (int r = 0; r < 4; ++r)
+            arow[r % 2][src + (r / 2) * 4] = __uint_as_float(__shfl_sync(MT_FULL_MASK, a[r], 4 * g + src));
+        for (int j = 0; j < 2; ++j)
+            for (int r = 0; r < 2; ++r)
+                bcol[j][src + r * 4] = __uint_as_float(__shfl_sync(MT_FULL_MASK, b[r], 4 * (2 * t + j) + src));
+    }
+    for (int i = 0; i < 4; ++i) {
+        float acc = c[i];
+        for (int k = 0; k < 8; ++k) acc += arow[i / 2][k] * bcol[i % 2][k];
+        d[i] = acc;
+    }
+}
+
+// float to TF32 (10 mantissa bits) as cvt.rna.tf32.f32 rounds: to nearest, ties away from zero
+__device__ __forceinline__ unsigned int to_tf32(float v) {
+    unsigned int u = __float_as_uint(v);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;  // inf and NaN as they are
+    return u;
+}
+#elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // tensor cores with bf16 and tf32: sm_80 and newer
+template <typename T>
+__device__ __forceinline__ void mma_16x8x16(float d[4], const unsigned int a[4], const unsigned int b[2],
+                                            const float c[4]);
+template <>
+__device__ __forceinline__ void mma_16x8x16<bf16>(float d[4], const unsigned int a[4], const unsigned int b[2],
+                                                  const float c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+template <>
+__device__ __forceinline__ void mma_16x8x16<f16>(float d[4], const unsigned int a[4], const unsigned int b[2],
+                                                 const float c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+__device__ __forceinline__ void mma_16x8x8_tf32(float d[4], const unsigned int a[4], const unsigned int b[2],
+                                                const float c[4]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%10, %11, %12, %13};"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
+                   "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+__device__ __forceinline__ unsigned int to_tf32(float v) {
+    unsigned int u;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(v));
+    return u;
+}
+#endif

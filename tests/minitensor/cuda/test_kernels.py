@@ -897,3 +897,88 @@ def test_autocast_with_weights_casts_them_in_one_launch_and_changes_no_value(dev
     for a, b in zip(precast, plain):
         np.testing.assert_array_equal(a, b)
     assert all(p.grad.dtype == np.float32 for p in model.parameters())
+
+
+# ---------------------------------------------------------------- tensor-core products (common.cuh)
+MMA_TILE = r"""
+#include "common.cuh"
+// one warp: D (16 x 8) = A (16 x 16) B (16 x 8) + C, all row-major in memory, through the
+// fragments common.cuh documents
+template <typename T>
+__global__ void mma_tile(const T* A, const T* B, const float* C, float* D) {
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    unsigned int a[4], b[2];
+    for (int r = 0; r < 4; ++r) {
+        const int row = g + (r % 2) * 8, col = 2 * t + (r / 2) * 8;
+        a[r] = A[row * 16 + col].bits | (static_cast<unsigned int>(A[row * 16 + col + 1].bits) << 16);
+    }
+    for (int r = 0; r < 2; ++r) {
+        const int k = 2 * t + r * 8;
+        b[r] = B[k * 8 + g].bits | (static_cast<unsigned int>(B[(k + 1) * 8 + g].bits) << 16);
+    }
+    float c[4], d[4];
+    for (int i = 0; i < 4; ++i) c[i] = C[(g + (i / 2) * 8) * 8 + 2 * t + i % 2];
+    mma_16x8x16<T>(d, a, b, c);
+    for (int i = 0; i < 4; ++i) D[(g + (i / 2) * 8) * 8 + 2 * t + i % 2] = d[i];
+}
+
+// D (16 x 8) = A (16 x 8) B (8 x 8) + C in TF32, the float inputs rounded by to_tf32
+__global__ void mma_tile_tf32(const float* A, const float* B, const float* C, float* D) {
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    unsigned int a[4], b[2];
+    for (int r = 0; r < 4; ++r) a[r] = to_tf32(A[(g + (r % 2) * 8) * 8 + t + (r / 2) * 4]);
+    for (int r = 0; r < 2; ++r) b[r] = to_tf32(B[(t + r * 4) * 8 + g]);
+    float c[4], d[4];
+    for (int i = 0; i < 4; ++i) c[i] = C[(g + (i / 2) * 8) * 8 + 2 * t + i % 2];
+    mma_16x8x8_tf32(d, a, b, c);
+    for (int i = 0; i < 4; ++i) D[(g + (i / 2) * 8) * 8 + 2 * t + i % 2] = d[i];
+}
+"""
+
+
+def _own_kernel(dev, text: str, expression: str):
+    """A kernel from CUDA text of the test's own: the emulator's build, or NVRTC's on the GPU."""
+    if not dev.gpu:
+        return emulator.compile_source(text, expression)
+    from minitensor.cuda import sources  # noqa: PLC0415
+
+    module = dev.xp.RawModule(code=sources.with_common(text), name_expressions=(expression,))
+    return module.get_function(expression)
+
+
+def _tf32(a):
+    """float32 to TF32 as cvt.rna.tf32.f32 rounds (to nearest, ties away from zero), in float32."""
+    u = np.asarray(a, np.float32).view(np.uint32)
+    return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "tf32"])
+@pytest.mark.parametrize("values", ["integers", "normal"])
+def test_one_warps_tensor_core_product_follows_the_documented_fragments(dev, dtype, values):
+    """mma_16x8x16 (f16, bf16) and mma_16x8x8_tf32 through the fragment layout common.cuh
+    documents: small integers give A B + C exactly (any order of the sums), normal values agree
+    with float64 to float32 rounding. The emulator's shuffle model and the GPU's mma.sync
+    instruction run the same test, so a layout the hardware reads differently fails there."""
+    rng = _rng("mma", dtype, values)
+    k = 8 if dtype == "tf32" else 16
+    draw = (lambda shape: rng.integers(-8, 9, shape).astype(np.float64)) if values == "integers" else \
+        (lambda shape: rng.standard_normal(shape))
+    a64, b64, c64 = draw((16, k)), draw((k, 8)), draw((16, 8))
+    if dtype == "tf32":
+        a, b = a64.astype(np.float32), b64.astype(np.float32)
+        exact_a, exact_b = _tf32(a).astype(np.float64), _tf32(b).astype(np.float64)
+        kernel = _own_kernel(dev, MMA_TILE, "mma_tile_tf32")
+    else:
+        dt = _half(dtype)
+        a, b = a64.astype(dt), b64.astype(dt)
+        exact_a, exact_b = a.astype(np.float64), b.astype(np.float64)
+        kernel = _own_kernel(dev, MMA_TILE, f"mma_tile<{HALF_CTYPES[dtype]}>")
+    c = c64.astype(np.float32)
+    d = dev.asarray(np.full((16, 8), np.nan, np.float32))
+    kernel((1,), (32,), tuple(dev.asarray(x) for x in (a, b, c)) + (d,))
+    want = exact_a @ exact_b + c.astype(np.float64)
+    got = mt.backend.to_numpy(d).astype(np.float64)
+    if values == "integers":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * (np.abs(exact_a) @ np.abs(exact_b)).max())

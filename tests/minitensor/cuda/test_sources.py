@@ -69,3 +69,24 @@ def test_source_compiles_for_sm90_within_limits(tmp_path, filename):
         if _first_template_argument(kernel_name) != "d":  # "d": double
             spills = [int(x) for x in re.findall(r"(\d+) bytes spill", line)]
             assert not any(spills), f"{kernel_name} spills registers: {line.strip()}"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_the_tensor_core_products_compile_to_mma_sync(tmp_path, arch):
+    """common.cuh's mma_16x8x16 (f16, bf16) and mma_16x8x8_tf32 are the PTX instructions
+    they name: ptxas accepts them for sm_80 and sm_90, and the cubin holds HMMA instructions
+    (test_kernels.py checks their fragments on a GPU against the emulator's model)."""
+    from .test_kernels import MMA_TILE  # noqa: PLC0415
+
+    text = sources.with_common(MMA_TILE) + (
+        "\nvoid instantiate_all() {\n    void* kernels[] = {(void*)&mma_tile<f16>, (void*)&mma_tile<bf16>, "
+        "(void*)&mma_tile_tf32};\n    (void)kernels;\n}\n")
+    src = tmp_path / "mma.cu"
+    src.write_text(text)
+    cubin = tmp_path / "mma.cubin"
+    out = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-o", str(cubin), str(src)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-4000:]
+    dump = shutil.which("cuobjdump")
+    if dump:
+        sass = subprocess.run([dump, "-sass", str(cubin)], capture_output=True, text=True).stdout
+        assert sass.count("HMMA") >= 3, sass[-2000:]
