@@ -147,10 +147,8 @@ def linear(x, weight, bias=None, transposed: bool = False, activation: str | Non
         raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
     x = as_tensor(x)
     weight, bias = as_tensor(weight, x), None if bias is None else as_tensor(bias, x)
-    dt = autocast_dtype()
-    if dt is None or weight.dtype.kind != "f":
-        dt = None
-    else:
+    dt = autocast_dtype() if weight.dtype.kind == "f" else None
+    if dt is not None:
         # the activation is a differentiable cast (once per block); the parameters stay themselves,
         # cast inside and given their gradients in their own dtype
         (x,) = _autocast(x)
