@@ -31,7 +31,7 @@ def applies(x, weight, bias, sub=None) -> bool:
     fused residual form x + dropout(sub), which needs sub of x's shape in a dtype of SUBS."""
     d = x.shape[-1] if x.ndim else 0
     t = ctype(x.dtype)
-    return (weight is not None and bias is not None and t is not None
+    return (weight is not None and bias is not None and t is not None and weight.shape == bias.shape == (d,)
             and weight.dtype == x.dtype and bias.dtype == x.dtype and x.size > 0 and d > 0
             and items_per_lane(d, MAX_ITEMS) is not None and (x.dtype != np.float64 or d <= MAX_D_FLOAT64)
             and (sub is None or (sub.shape == x.shape and ctype(sub.dtype) in SUBS[t])))

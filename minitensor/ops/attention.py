@@ -109,7 +109,6 @@ class ScaledDotProductAttention(Function):
     @staticmethod
     def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False):
         xp = ctx.xp
-        _check(q, k, v, mask, scores_shape(q, k))
         scale = 1.0 / (q.shape[-1] ** 0.5)
         dropping = training and dropout_p > 0
         ctx.scale = scale
