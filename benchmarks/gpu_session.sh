@@ -6,6 +6,7 @@
 #   DATA          the Multi30k folder (default ../shared/data/multi30k)
 #   MINUTES       multi30k-gpu's training budget in minutes (default: the preset's)
 #   WORKERS       pytest-xdist workers for the GPU tests (default: none, one process)
+#   TESTS_K       a pytest -k expression choosing among the GPU tests (default: all of them)
 #   KERNELS_ONLY  the sections of benchmarks/kernels.py to run, e.g. "products,cross_entropy" (default: all)
 #   TRAIN_ARGS    further `train` flags for multi30k-gpu, e.g. "--tf32 true" or "--precision bf16"
 #   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, KERNELS, STEP, PROFILE, TRAIN,
@@ -16,13 +17,14 @@ OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 what=${1:-all}
+export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"   # the checkout's packages, installed or not
 py=${PYTHON:-python}
 data=${DATA:-../shared/data/multi30k}
 # run NAME LIMIT_SECONDS COMMAND...: the step's exit status is printed, 124 when it was stopped
 run() { local name=$1 limit=$2; shift 2; echo "== $name (limit ${limit}s, 0: none)"; timeout -k 10 "$limit" "$@"; echo "rc=$?"; }
 
 if [[ $what == tests || $what == all ]]; then
-  run "GPU tests" "${LIMIT_TESTS:-0}" $py -m pytest -q -m gpu -p no:cacheprovider ${WORKERS:+-n $WORKERS} tests \
+  run "GPU tests" "${LIMIT_TESTS:-0}" $py -m pytest -q -rfE -m gpu -p no:cacheprovider ${WORKERS:+-n $WORKERS} ${TESTS_K:+-k "$TESTS_K"} tests \
       > "$OUT/gpu_tests.log" 2>&1
   tail -30 "$OUT/gpu_tests.log"
 fi

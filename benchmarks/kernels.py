@@ -39,6 +39,7 @@ class Sizes:
     attention_lengths: tuple
     attention_tokens: int  # B x T at every length
     attention_heads: int
+    attention_dtypes: tuple  # float32: the CUDA-core flash kernels; bfloat16: the tensor-core ones
     step: tuple            # (B, T, V) of the transformer-base step
     repeat: int            # timed calls per figure (attention: a fifth of it)
     fused: list            # (rows, d_model, d_ff, sub-layer dtype) of the fused bias + ReLU and residual LayerNorm
@@ -47,10 +48,10 @@ class Sizes:
 FULL = Sizes(256, [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"), (8192, 768, "float32")],
              [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"), (64, 8, 128, "float16")],
              [(25_600, 37_000, "float32"), (25_600, 37_000, "float16")],
-             (128, 256, 512, 1024, 2048, 4096), 16384, 8, (400, 64, 37000), 50,
+             (128, 256, 512, 1024, 2048, 4096), 16384, 8, ("float32", "bfloat16"), (400, 64, 37000), 50,
              [(25_600, 512, 2048, "float32"), (25_600, 512, 2048, "float16")])
 TINY = Sizes(1, [(16, 512, "float32"), (16, 512, "float16")], [(2, 2, 128, "float32"), (2, 2, 128, "float16")],
-             [(8, 300, "float32")], (128, 256), 256, 2, (2, 8, 64), 2, [(24, 32, 64, "float32"), (24, 32, 64, "float16")])
+             [(8, 300, "float32")], (64, 128), 128, 2, ("float32", "bfloat16"), (2, 8, 64), 2, [(24, 32, 64, "float32"), (24, 32, 64, "float16")])
 
 
 def gpu_ms(fn, repeat=50, warmup=5) -> float:
@@ -310,51 +311,54 @@ def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
 
 
 def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
+    """Attention forward + backward (no mask) on each route, against PyTorch's
+    scaled_dot_product_attention in the same dtype, with the extra memory of one step."""
     import cupy as cp
 
     rows = []
     H, d = sizes.attention_heads, 64
     repeat, warmup = max(1, sizes.repeat // 5), min(2, sizes.repeat)
-    for T in sizes.attention_lengths:
-        B = max(1, sizes.attention_tokens // T)  # the same number of tokens at every length
-        rng = np.random.default_rng(T)
-        q, k_, v = (mt.tensor(rng.standard_normal((B, H, T, d)).astype(np.float32), requires_grad=True, device="cuda")
-                    for _ in range(3))
-        g = mt.tensor(rng.standard_normal((B, H, T, d)).astype(np.float32), device="cuda")
-        r = {"batch": B, "heads": H, "T": T, "head_size": d}
+    for dtype in sizes.attention_dtypes:
+        for T in sizes.attention_lengths:
+            B = max(1, sizes.attention_tokens // T)  # the same number of tokens at every length
+            q, k_, v = (mt.tensor(cp.random.standard_normal((B, H, T, d), dtype=cp.float32).astype(dtype),
+                                  requires_grad=True) for _ in range(3))
+            g = mt.tensor(cp.random.standard_normal((B, H, T, d), dtype=cp.float32).astype(dtype))
+            r = {"dtype": dtype, "batch": B, "heads": H, "T": T, "head_size": d}
 
-        def step():
-            q.grad = k_.grad = v.grad = None
-            F.scaled_dot_product_attention(q, k_, v).backward(g)
+            def step():
+                q.grad = k_.grad = v.grad = None
+                F.scaled_dot_product_attention(q, k_, v).backward(g)
 
-        for route, mode, kernels_on in (("flash", "flash", True), ("fused", "fused", True),
-                                        ("plain_cupy", "auto", False)):
-            cuda.set_attention(mode)
-            with cuda.use_kernels(kernels_on):
-                r[f"{route}_ms"] = gpu_ms(step, repeat=repeat, warmup=warmup)
-                cp.get_default_memory_pool().free_all_blocks()
-                with cuda.PeakMemory() as mem:
-                    step()
-            r[f"{route}_extra_mib"] = round((mem.peak_bytes - mem.start_bytes) / 2**20, 1)
-        cuda.set_attention("auto")
-        if torch_ok:
-            import torch
+            for route, mode, kernels_on in (("flash", "flash", True), ("fused", "fused", True),
+                                            ("plain_cupy", "auto", False)):
+                cuda.set_attention(mode)
+                with cuda.use_kernels(kernels_on):
+                    r[f"{route}_ms"] = gpu_ms(step, repeat=repeat, warmup=warmup)
+                    cp.get_default_memory_pool().free_all_blocks()
+                    with cuda.PeakMemory() as mem:
+                        step()
+                r[f"{route}_extra_mib"] = round((mem.peak_bytes - mem.start_bytes) / 2**20, 1)
+            cuda.set_attention("auto")
+            if torch_ok:
+                import torch
 
-            tq, tk, tv = (torch.randn(B, H, T, d, device="cuda", requires_grad=True) for _ in range(3))
-            tg = torch.randn(B, H, T, d, device="cuda")
+                tq, tk, tv = (torch.randn(B, H, T, d, device="cuda", dtype=getattr(torch, dtype), requires_grad=True)
+                              for _ in range(3))
+                tg = torch.randn_like(tq)
 
-            def tstep():
-                tq.grad = tk.grad = tv.grad = None
-                torch.nn.functional.scaled_dot_product_attention(tq, tk, tv).backward(tg)
+                def tstep():
+                    tq.grad = tk.grad = tv.grad = None
+                    torch.nn.functional.scaled_dot_product_attention(tq, tk, tv).backward(tg)
 
-            r["torch_sdpa_ms"] = torch_ms(tstep, repeat=repeat, warmup=warmup)
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            tstep()
-            r["torch_sdpa_extra_mib"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
-            r["flash_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_ms"]
-        r["flash_speed_vs_fused"] = r["fused_ms"] / r["flash_ms"]
-        rows.append({key: (round(v, 3) if isinstance(v, float) else v) for key, v in r.items()})
+                r["torch_sdpa_ms"] = torch_ms(tstep, repeat=repeat, warmup=warmup)
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                tstep()
+                r["torch_sdpa_extra_mib"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
+                r["flash_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_ms"]
+            r["flash_speed_vs_fused"] = r["fused_ms"] / r["flash_ms"]
+            rows.append({key: (round(v, 3) if isinstance(v, float) else v) for key, v in r.items()})
     return rows
 
 

@@ -29,7 +29,8 @@ def _default_dtype(data):
 
 
 def _check_can_require_grad(dtype) -> None:
-    if np.dtype(dtype).kind not in "fc":
+    # (bfloat16, from ml_dtypes, is a floating type whose NumPy kind is "V")
+    if np.dtype(dtype).kind not in "fc" and np.dtype(dtype).name != "bfloat16":
         raise TypeError(f"only floating-point tensors can require gradients, this one is {np.dtype(dtype)}")
 
 

@@ -35,6 +35,12 @@ ATTENTION_MODES = ("auto", "flash", "fused")
 # H200 the fused path took half flash's time up to 2048 keys and about the same at 4096, where
 # its scores needed 8 GiB (docs/performance.md, "GPU: the first session").
 FLASH_MIN_KEYS = 4096
+# The tensor-core flash kernels (float16 and bfloat16 inputs, head size 32, 64 or 128) are taken up
+# to FLASH_TC_SHORT_KEYS keys and from FLASH_TC_MIN_KEYS on. On an H100 they beat cuBLAS plus the fused
+# softmax at 128 keys and at 4096, and in the transformer-base step at 64, where they also read the
+# heads in place; from 256 to 2048 keys the fused path was 1.4-1.7x faster (docs/performance.md).
+FLASH_TC_SHORT_KEYS = 128
+FLASH_TC_MIN_KEYS = 4096
 
 EMULATOR_CHECKS = (None, "race", "memory")
 
@@ -181,4 +187,5 @@ def tf32_enabled() -> bool:
 
 __all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
            "emulator_check", "kernels_may_run", "launcher", "KERNELS", "attention_mode",
-           "set_attention", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS"]
+           "set_attention", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS", "FLASH_TC_SHORT_KEYS",
+           "FLASH_TC_MIN_KEYS"]

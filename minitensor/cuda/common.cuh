@@ -166,6 +166,25 @@ __device__ __forceinline__ void philox_at(unsigned int c[4], unsigned long long 
     philox4x32_10(c, static_cast<unsigned int>(seed), static_cast<unsigned int>(seed >> 32));
 }
 
+// ---------------------------------------------------------------- 16-bit pairs, as fragments hold them
+// Two adjacent 16-bit values as one 32-bit register (the lower index in the low half), read from
+// memory (4-byte aligned: an even element index of an aligned row) or made from two floats.
+template <typename T>
+__device__ __forceinline__ unsigned int pair_at(const T* p) { return *reinterpret_cast<const unsigned int*>(p); }
+
+// one value of a pair, as float
+template <typename T>
+__device__ __forceinline__ float half_at(unsigned int pair, int high) {
+    T h;
+    h.bits = static_cast<unsigned short>(high ? pair >> 16 : pair & 0xffffu);
+    return widen(h);
+}
+
+template <typename T>
+__device__ __forceinline__ unsigned int pack_pair(float lo, float hi) {
+    return static_cast<unsigned int>(narrow<T>(lo).bits) | (static_cast<unsigned int>(narrow<T>(hi).bits) << 16);
+}
+
 // ---------------------------------------------------------------- tensor-core products (one warp)
 // D = A B + C on the tensor cores, through PTX's mma.sync rather than the WMMA API: mma.sync's
 // fragments have a documented register layout (PTX ISA, "Matrix fragments for mma.m16n8k16"
@@ -184,33 +203,31 @@ __device__ __forceinline__ void philox_at(unsigned int c[4], unsigned long long 
 //   C and D (float):      c[0], c[1] = C[g][2t, 2t+1]    c[2], c[3] = C[g+8][2t, 2t+1]
 // Every lane of the warp must call it together (mma.sync is ".aligned").
 //
-// On the CPU emulator the product is a model built from warp shuffles: each lane gathers the
-// rows of A and the columns of B its outputs need from the lanes that hold them (32 shuffles
-// for m16n8k16), then adds the products to C in float in the order k = 0, 1, ... A tensor core
+// On the CPU emulator the product is a model: the warp meets once (emulator.h's warp_gather, as
+// an .aligned instruction needs every lane), each lane reads the rows of A and the columns of B
+// its outputs need from the lanes that hold them, then adds the products to C in float in the
+// order k = 0, 1, ... A tensor core
 // adds them in an order of its own, so the two agree to float rounding, not bit for bit.
 #ifdef MT_EMULATOR
-template <typename T>
-__device__ __forceinline__ float half_at(unsigned int pair, int high) {
-    T h;
-    h.bits = static_cast<unsigned short>(high ? pair >> 16 : pair & 0xffffu);
-    return widen(h);
-}
 
 template <typename T>
 __device__ __forceinline__ void mma_16x8x16(float d[4], const unsigned int a[4], const unsigned int b[2],
                                             const float c[4]) {
     const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    const unsigned int mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    const unsigned int* all = ::mt_emu::warp_gather("mma.sync.m16n8k16", MT_FULL_MASK, mine, 6);
+    const int W = ::mt_emu::kGatherWords;           // lane l's words start at all[W * l]
     float arow[2][16], bcol[2][16];   // A's rows g and g + 8; B's columns 2t and 2t + 1
     for (int src = 0; src < 4; ++src) {          // the lanes 4g + src hold A's rows g, g + 8
         for (int r = 0; r < 4; ++r) {
-            const unsigned int v = __shfl_sync(MT_FULL_MASK, a[r], 4 * g + src);
+            const unsigned int v = all[W * (4 * g + src) + r];
             const int row = r % 2, k = 2 * src + (r / 2) * 8;
             arow[row][k] = half_at<T>(v, 0);
             arow[row][k + 1] = half_at<T>(v, 1);
         }
         for (int j = 0; j < 2; ++j)              // the lanes 4n + src hold B's column n
             for (int r = 0; r < 2; ++r) {
-                const unsigned int v = __shfl_sync(MT_FULL_MASK, b[r], 4 * (2 * t + j) + src);
+                const unsigned int v = all[W * (4 * (2 * t + j) + src) + 4 + r];
                 const int k = 2 * src + r * 8;
                 bcol[j][k] = half_at<T>(v, 0);
                 bcol[j][k + 1] = half_at<T>(v, 1);
@@ -226,13 +243,14 @@ __device__ __forceinline__ void mma_16x8x16(float d[4], const unsigned int a[4],
 __device__ __forceinline__ void mma_16x8x8_tf32(float d[4], const unsigned int a[4], const unsigned int b[2],
                                                 const float c[4]) {
     const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    const unsigned int mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+    const unsigned int* all = ::mt_emu::warp_gather("mma.sync.m16n8k8", MT_FULL_MASK, mine, 6);
+    const int W = ::mt_emu::kGatherWords;
     float arow[2][8], bcol[2][8];
     for (int src = 0; src < 4; ++src) {
-        for (int r = 0; r < 4; ++r)
-            arow[r % 2][src + (r / 2) * 4] = __uint_as_float(__shfl_sync(MT_FULL_MASK, a[r], 4 * g + src));
+        for (int r = 0; r < 4; ++r) arow[r % 2][src + (r / 2) * 4] = __uint_as_float(all[W * (4 * g + src) + r]);
         for (int j = 0; j < 2; ++j)
-            for (int r = 0; r < 2; ++r)
-                bcol[j][src + r * 4] = __uint_as_float(__shfl_sync(MT_FULL_MASK, b[r], 4 * (2 * t + j) + src));
+            for (int r = 0; r < 2; ++r) bcol[j][src + r * 4] = __uint_as_float(all[W * (4 * (2 * t + j) + src) + 4 + r]);
     }
     for (int i = 0; i < 4; ++i) {
         float acc = c[i];

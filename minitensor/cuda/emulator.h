@@ -69,6 +69,7 @@ struct uint3 { unsigned int x, y, z; };
 struct dim3 { unsigned int x, y, z; };
 
 constexpr int kWarp = 32;
+constexpr int kGatherWords = 8;   // the most 32-bit words a lane hands in to a warp gather
 constexpr int kMaxThreads = 1024;
 constexpr size_t kStackBytes = 256 * 1024;
 
@@ -81,6 +82,7 @@ struct Thread {
     int state;                 // Wait
     int src;                   // the lane it reads (shuffles)
     unsigned long long result; // what the warp operation gave it
+    unsigned gathered[kWarp * kGatherWords];  // what a warp gather gave it: lane l's words from l * kGatherWords
 #if defined(__SANITIZE_ADDRESS__)
     void* fake_stack;
 #endif
@@ -92,6 +94,7 @@ struct Warp {
     const char* op;
     unsigned long long gen;    // completed warp operations (the race tracker's intra-warp clock)
     unsigned long long bits[kWarp];
+    unsigned table[kWarp][kGatherWords];   // the words of a gather, lane by lane
 };
 
 // the launch configuration emulator.py passes in (ctypes mirrors this layout)
@@ -333,7 +336,7 @@ MT_RT inline void syncthreads() {
 }
 
 // ---------------------------------------------------------------- warp operations
-enum WarpOp { OP_SHFL, OP_VOTE, OP_SYNC };
+enum WarpOp { OP_SHFL, OP_VOTE, OP_SYNC, OP_GATHER };
 
 MT_RT inline unsigned lanes_in_warp(int warp) {
     const int n = rt.nthreads - warp * kWarp;
@@ -341,9 +344,11 @@ MT_RT inline unsigned lanes_in_warp(int warp) {
 }
 
 // Every lane named in `mask` meets here, hands in `bits`, and gets back the bits of lane
-// `src` (a shuffle) or the ballot of the predicates (a vote). The last lane to arrive
+// `src` (a shuffle) or the ballot of the predicates (a vote); in a gather, it hands in `nwords`
+// words and each lane gets a copy of every lane's (Thread::gathered). The last lane to arrive
 // completes the operation for all.
-MT_RT inline unsigned long long warp_meet(const char* op, WarpOp kind, unsigned mask, unsigned long long bits, int src) {
+MT_RT inline unsigned long long warp_meet(const char* op, WarpOp kind, unsigned mask, unsigned long long bits, int src,
+                                          const unsigned* words = nullptr, int nwords = 0) {
     Thread* t = rt.current;
     const int lane = t->id % kWarp, w = t->id / kWarp;
     Warp& warp = rt.warps[w];
@@ -362,6 +367,7 @@ MT_RT inline unsigned long long warp_meet(const char* op, WarpOp kind, unsigned 
     if (kind == OP_SHFL && !((mask >> src) & 1u))
         fail("%s: %s reads lane %d, which is not in the mask 0x%08x (its value is undefined)", where(), op, src, mask);
     warp.bits[lane] = bits;
+    if (kind == OP_GATHER) std::memcpy(warp.table[lane], words, sizeof(unsigned) * nwords);
     t->src = src;
     if (++warp.arrived == __builtin_popcount(mask)) {
         unsigned ballot = 0;
@@ -371,6 +377,7 @@ MT_RT inline unsigned long long warp_meet(const char* op, WarpOp kind, unsigned 
             if (!((mask >> l) & 1u)) continue;
             Thread& o = rt.threads[w * kWarp + l];
             o.result = kind == OP_SHFL ? warp.bits[o.src] : ballot;
+            if (kind == OP_GATHER) std::memcpy(o.gathered, warp.table, sizeof(warp.table));
             if (o.state == AT_WARP) o.state = RUNNABLE;
         }
         warp.arrived = 0;
@@ -380,6 +387,15 @@ MT_RT inline unsigned long long warp_meet(const char* op, WarpOp kind, unsigned 
     t->state = AT_WARP;
     yield();
     return t->result;
+}
+
+// All lanes of `mask` hand in `n` (<= kGatherWords) words each, in one meeting; the answer holds
+// lane l's words from index l * kGatherWords (valid until the caller's next gather). The model of
+// a warp-wide instruction such as mma.sync is built on it.
+MT_RT inline const unsigned* warp_gather(const char* op, unsigned mask, const unsigned* words, int n) {
+    if (n > kGatherWords) fail("%s: %s gathers %d words a lane, at most %d", where(), op, n, kGatherWords);
+    warp_meet(op, OP_GATHER, mask, 0, 0, words, n);
+    return rt.current->gathered;
 }
 
 template <typename T>

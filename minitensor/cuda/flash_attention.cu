@@ -256,3 +256,346 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
             if (c < d) out[c] = dq[c];
     }
 }
+
+// ================================================================ tensor-core kernels (f16, bf16)
+// The same algorithm in 16-bit storage, its products on the tensor cores (FlashAttention-2,
+// Dao, 2023): mma.sync m16n8k16 (common.cuh), inputs in f16 or bf16, sums in float32.
+//
+// Block: 4 warps (128 threads) and 64 rows (queries, or keys in the dK/dV pass), 16 per warp.
+// A warp's own rows of Q, dO, K or V stay in A fragments (registers) for the whole kernel; the
+// other side's rows are staged tile by tile in shared memory, row-major where they are the
+// product's B^T (Q K^T: b[0] = K[key g][2t, 2t+1] is one 32-bit read) and transposed where they
+// are its B (P V: b[0] = V[2t, 2t+1][dim g], a pair only in V^T). Each shared row is padded by
+// PAD values, so the 32 lanes' reads of a fragment fall in 32 different banks.
+//
+// Scores, probabilities and their gradients live in accumulator fragments: lane 4g + t holds
+// rows g and g + 8, columns 2t and 2t + 1 of every 8-column tile. That is the A fragment's layout
+// of the next product once two tiles' values are packed into 16-bit pairs, so P (and dS) go from
+// one product to the next without leaving registers. A row's max and sum meet in the 4 lanes of
+// its quad (two xor shuffles).
+//
+// Arrays are read through strides (in elements) for the batch, head and time axes, so q, k, v
+// may be views of (B, T, H, d) projections with no head copies: Q, O, dO and dQ share one set
+// (q_s*), K, V, dK and dV another (k_s*). The head size d is 32, 64 or 128 (no padding); every
+// row starts 4-byte aligned. The mask is read per score through MaskView; `causal` also forbids
+// key j > query i, and then the tiles wholly above the diagonal are skipped (not computed).
+// lse and delta are float32. The backward is two passes without atomics, as above: the result
+// is deterministic. A query with no allowed key gets O = 0, lse = +inf and zero gradients.
+#define MT_PAD 8
+
+struct AllowedKeys {   // may query i attend to key j?
+    MaskView mv;
+    int b, h, Tq, Tk, causal;
+    __device__ __forceinline__ bool operator()(int i, int j) const {
+        return i < Tq && j < Tk && (!causal || j <= i) && mv.allows(mv.row(b, h, i), j);
+    }
+};
+
+// The A fragments of the 16 x D rows [row0, row0 + 16) of a (rows x D) matrix with row stride
+// `stride`, zero past `rows`: f[kk] covers columns [16 kk, 16 kk + 16).
+template <typename T, int D>
+__device__ __forceinline__ void load_rows_a(unsigned int f[D / 16][4], const T* __restrict__ base,
+                                            long long stride, int row0, int rows) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int row = row0 + g + (r % 2) * 8, col = kk * 16 + 2 * t + (r / 2) * 8;
+            f[kk][r] = row < rows ? pair_at(base + row * stride + col) : 0u;
+        }
+}
+
+// Stage rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into shared memory,
+// zero past `rows`: row-major into s[R][D + MT_PAD] and/or transposed into tr[D][R + MT_PAD]
+// (either may be null). The block's 128 threads read consecutive pairs of a row (coalesced).
+template <typename T, int R, int D>
+__device__ __forceinline__ void stage_rows(T* s, T* tr, const T* __restrict__ base, long long stride,
+                                           int row0, int rows) {
+    for (int e = threadIdx.x; e < R * D / 2; e += 128) {
+        const int r = e / (D / 2), c = 2 * (e % (D / 2)), row = row0 + r;
+        const unsigned int v = row < rows ? pair_at(base + row * stride + c) : 0u;
+        if (s != nullptr) *reinterpret_cast<unsigned int*>(s + r * (D + MT_PAD) + c) = v;
+        if (tr != nullptr) {
+            tr[c * (R + MT_PAD) + r].bits = static_cast<unsigned short>(v & 0xffffu);
+            tr[(c + 1) * (R + MT_PAD) + r].bits = static_cast<unsigned short>(v >> 16);
+        }
+    }
+}
+
+// acc[nt] += A (16 x 16 KK) times the shared tile's rows [8 nt, 8 nt + 8) transposed: the B
+// fragment of tile nt, k-step kk, is b[r] = s[8 nt + g][16 kk + 2t + 8r, +1] (s has PITCH values
+// per row). With s row-major this is A S^T; with s a transposed tile it is A S.
+template <typename T, int NT, int KK, int PITCH>
+__device__ __forceinline__ void mma_rows(float acc[NT][4], const unsigned int a[KK][4], const T* s) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            const T* row = s + (nt * 8 + g) * PITCH + kk * 16 + 2 * t;
+            const unsigned int b[2] = {pair_at(row), pair_at(row + 8)};
+            mma_16x8x16<T>(acc[nt], a[kk], b, acc[nt]);
+        }
+}
+
+// The A fragments of a 16 x 8 NT accumulator (P or dS), packed into 16-bit pairs: the k-step
+// kb takes column tiles 2 kb and 2 kb + 1.
+template <typename T, int NT>
+__device__ __forceinline__ void pack_a(unsigned int a[NT / 2][4], const float acc[NT][4]) {
+#pragma unroll
+    for (int kb = 0; kb < NT / 2; ++kb) {
+        a[kb][0] = pack_pair<T>(acc[2 * kb][0], acc[2 * kb][1]);
+        a[kb][1] = pack_pair<T>(acc[2 * kb][2], acc[2 * kb][3]);
+        a[kb][2] = pack_pair<T>(acc[2 * kb + 1][0], acc[2 * kb + 1][1]);
+        a[kb][3] = pack_pair<T>(acc[2 * kb + 1][2], acc[2 * kb + 1][3]);
+    }
+}
+
+// The warp's 16 x D accumulator, times `scale`, as 16-bit rows [row0, row0 + 16) of out (rows
+// past `rows` are not written).
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(T* __restrict__ base, long long stride, int row0, int rows,
+                                           const float acc[D / 8][4], float scale) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + g + half * 8;
+        if (row >= rows) continue;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+            *reinterpret_cast<unsigned int*>(base + row * stride + dt * 8 + 2 * t) =
+                pack_pair<T>(acc[dt][2 * half] * scale, acc[dt][2 * half + 1] * scale);
+    }
+}
+
+// the quad's (4 lanes of one row's) sum and max
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(MT_FULL_MASK, v, 1);
+    return v + __shfl_xor_sync(MT_FULL_MASK, v, 2);
+}
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(MT_FULL_MASK, v, 1));
+    return fmaxf(v, __shfl_xor_sync(MT_FULL_MASK, v, 2));
+}
+
+// Forward: a block per (batch, head) pair and 64 queries, walking over tiles of BK keys.
+template <typename T, int D, int BK>
+__global__ void __launch_bounds__(128)
+flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                           T* __restrict__ O, float* __restrict__ LSE, const unsigned char* __restrict__ mask,
+                           long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
+                           int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
+                           long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
+    __shared__ T Ks[BK][D + MT_PAD];     // the tile's keys, row-major (for Q K^T)
+    __shared__ T Vt[D][BK + MT_PAD];     // its values, transposed (for P V)
+    const int n = blockIdx.x, b = n / H, h = n % H;
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    const int block_q0 = blockIdx.y * 64, q0 = block_q0 + (threadIdx.x / MT_WARP) * 16;
+    const AllowedKeys allowed{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal};
+    const long long q_off = b * q_sb + h * q_sh, k_off = b * k_sb + h * k_sh;
+
+    unsigned int qf[D / 16][4];
+    load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
+    float o[D / 8][4], m[2] = {-MT_INF, -MT_INF}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+
+    const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;   // causal: no key past the block's last query
+    for (int j0 = 0; j0 < k_end; j0 += BK) {
+        __syncthreads();                                      // the last tile's reads are done
+        stage_rows<T, BK, D>(&Ks[0][0], nullptr, K + k_off, k_st, j0, Tk);
+        stage_rows<T, BK, D>(nullptr, &Vt[0][0], V + k_off, k_st, j0, Tk);
+        __syncthreads();
+        float s[BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        mma_rows<T, BK / 8, D / 16, D + MT_PAD>(s, qf, &Ks[0][0]);      // S = Q K^T
+        float tile_max[2] = {-MT_INF, -MT_INF};
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + 2 * t + e % 2;
+                s[nt][e] = allowed(i, j) ? s[nt][e] * scale : -MT_INF;
+                tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+            }
+        float correction[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
+            correction[r] = m_new == -MT_INF ? 1.f : exp_(m[r] - m_new);   // 0 on the first allowed tile
+            l[r] *= correction[r];
+            m[r] = m_new;
+        }
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float p = m[e / 2] == -MT_INF ? 0.f : exp_(s[nt][e] - m[e / 2]);   // forbidden: 0
+                s[nt][e] = p;
+                l[e / 2] += p;
+            }
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e / 2];
+        unsigned int pf[BK / 16][4];
+        pack_a<T, BK / 8>(pf, s);
+        mma_rows<T, D / 8, BK / 16, BK + MT_PAD>(o, pf, &Vt[0][0]);   // O += P V
+    }
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] = quad_sum(l[r]);
+        inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
+        const int i = q0 + g + r * 8;
+        if (t == 0 && i < Tq) LSE[static_cast<long long>(n) * Tq + i] = l[r] > 0.f ? m[r] + log_(l[r]) : MT_INF;
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
+    store_rows<T, D>(O + q_off, q_st, q0, Tq, o, 1.f);
+}
+
+// dQ, and delta_i = dO_i . O_i for the dK/dV pass (which runs after this one): a block per
+// (batch, head) pair and 64 queries, walking over tiles of BK keys.
+template <typename T, int D, int BK>
+__global__ void __launch_bounds__(128)
+flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                               const T* __restrict__ O, const T* __restrict__ dO, const float* __restrict__ LSE,
+                               float* __restrict__ Delta, T* __restrict__ dQ, const unsigned char* __restrict__ mask,
+                               long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
+                               int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
+                               long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
+    __shared__ T Ks[BK][D + MT_PAD];     // keys, row-major (for Q K^T)
+    __shared__ T Kt[D][BK + MT_PAD];     // keys, transposed (for dS K)
+    __shared__ T Vs[BK][D + MT_PAD];     // values, row-major (for dO V^T)
+    const int n = blockIdx.x, b = n / H, h = n % H;
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    const int block_q0 = blockIdx.y * 64, q0 = block_q0 + (threadIdx.x / MT_WARP) * 16;
+    const AllowedKeys allowed{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal};
+    const long long q_off = b * q_sb + h * q_sh, k_off = b * k_sb + h * k_sh;
+
+    unsigned int qf[D / 16][4], dof[D / 16][4];
+    load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
+    load_rows_a<T, D>(dof, dO + q_off, q_st, q0, Tq);
+    float lse[2], delta[2];
+    {
+        unsigned int of[D / 16][4];     // delta from the same fragments: this lane's columns, then the quad
+        load_rows_a<T, D>(of, O + q_off, q_st, q0, Tq);
+        float part[2] = {0.f, 0.f};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int hi = 0; hi < 2; ++hi)
+                    part[r % 2] += half_at<T>(dof[kk][r], hi) * half_at<T>(of[kk][r], hi);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = q0 + g + r * 8;
+            delta[r] = quad_sum(part[r]);
+            lse[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
+            if (t == 0 && i < Tq) Delta[static_cast<long long>(n) * Tq + i] = delta[r];
+        }
+    }
+    float dq[D / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
+
+    const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;
+    for (int j0 = 0; j0 < k_end; j0 += BK) {
+        __syncthreads();
+        stage_rows<T, BK, D>(&Ks[0][0], &Kt[0][0], K + k_off, k_st, j0, Tk);
+        stage_rows<T, BK, D>(&Vs[0][0], nullptr, V + k_off, k_st, j0, Tk);
+        __syncthreads();
+        float s[BK / 8][4], dp[BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
+        mma_rows<T, BK / 8, D / 16, D + MT_PAD>(s, qf, &Ks[0][0]);     // S = Q K^T
+        mma_rows<T, BK / 8, D / 16, D + MT_PAD>(dp, dof, &Vs[0][0]);   // dP = dO V^T
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + 2 * t + e % 2;
+                const float p = allowed(i, j) ? exp_(s[nt][e] * scale - lse[e / 2]) : 0.f;
+                dp[nt][e] = p * (dp[nt][e] - delta[e / 2]);              // dS
+            }
+        unsigned int dsf[BK / 16][4];
+        pack_a<T, BK / 8>(dsf, dp);
+        mma_rows<T, D / 8, BK / 16, BK + MT_PAD>(dq, dsf, &Kt[0][0]);  // dQ += dS K
+    }
+    store_rows<T, D>(dQ + q_off, q_st, q0, Tq, dq, scale);
+}
+
+// dK and dV: a block per (batch, head) pair and 64 keys, walking over tiles of BQ queries. The
+// warp computes the transposed products (keys as rows): S^T = K Q^T, dP^T = V dO^T,
+// dV += P^T dO, dK += dS^T Q.
+template <typename T, int D, int BQ>
+__global__ void __launch_bounds__(128)
+flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                                 const T* __restrict__ dO, const float* __restrict__ LSE,
+                                 const float* __restrict__ Delta, T* __restrict__ dK, T* __restrict__ dV,
+                                 const unsigned char* __restrict__ mask, long long mask_sb, long long mask_sh,
+                                 long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
+                                 long long q_sb, long long q_sh, long long q_st,
+                                 long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
+    __shared__ T Qs[BQ][D + MT_PAD], Qt[D][BQ + MT_PAD];     // queries, row-major and transposed
+    __shared__ T dOs[BQ][D + MT_PAD], dOt[D][BQ + MT_PAD];   // their output gradients, likewise
+    __shared__ float lse_s[BQ], delta_s[BQ];
+    const int n = blockIdx.x, b = n / H, h = n % H;
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    const int block_k0 = blockIdx.y * 64, k0 = block_k0 + (threadIdx.x / MT_WARP) * 16;
+    const AllowedKeys allowed{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal};
+    const long long q_off = b * q_sb + h * q_sh, k_off = b * k_sb + h * k_sh;
+
+    unsigned int kf[D / 16][4], vf[D / 16][4];
+    load_rows_a<T, D>(kf, K + k_off, k_st, k0, Tk);
+    load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
+
+    const int i_begin = causal ? block_k0 / BQ * BQ : 0;   // causal: no query before the block's first key
+    for (int i0 = i_begin; i0 < Tq; i0 += BQ) {
+        __syncthreads();
+        stage_rows<T, BQ, D>(&Qs[0][0], &Qt[0][0], Q + q_off, q_st, i0, Tq);
+        stage_rows<T, BQ, D>(&dOs[0][0], &dOt[0][0], dO + q_off, q_st, i0, Tq);
+        for (int r = threadIdx.x; r < BQ; r += 128) {
+            const int i = i0 + r;
+            lse_s[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
+            delta_s[r] = i < Tq ? Delta[static_cast<long long>(n) * Tq + i] : 0.f;
+        }
+        __syncthreads();
+        float st[BQ / 8][4], dpt[BQ / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) st[nt][e] = dpt[nt][e] = 0.f;
+        mma_rows<T, BQ / 8, D / 16, D + MT_PAD>(st, kf, &Qs[0][0]);     // S^T = K Q^T
+        mma_rows<T, BQ / 8, D / 16, D + MT_PAD>(dpt, vf, &dOs[0][0]);   // dP^T = V dO^T
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int c = nt * 8 + 2 * t + e % 2, j = k0 + g + (e / 2) * 8;   // query i0 + c, key j
+                const float p = allowed(i0 + c, j) ? exp_(st[nt][e] * scale - lse_s[c]) : 0.f;
+                st[nt][e] = p;                                                // P^T
+                dpt[nt][e] = p * (dpt[nt][e] - delta_s[c]);                   // dS^T
+            }
+        unsigned int pf[BQ / 16][4], dsf[BQ / 16][4];
+        pack_a<T, BQ / 8>(pf, st);
+        pack_a<T, BQ / 8>(dsf, dpt);
+        mma_rows<T, D / 8, BQ / 16, BQ + MT_PAD>(dv, pf, &dOt[0][0]);   // dV += P^T dO
+        mma_rows<T, D / 8, BQ / 16, BQ + MT_PAD>(dk, dsf, &Qt[0][0]);   // dK += dS^T Q
+    }
+    store_rows<T, D>(dK + k_off, k_st, k0, Tk, dk, scale);
+    store_rows<T, D>(dV + k_off, k_st, k0, Tk, dv, 1.f);
+}

@@ -11,38 +11,59 @@ import numpy as np
 
 from ..autograd import Function
 from ..ops.attention import products
-from .build import array_module, as4d, ctype, kernel, mask_view
+from .build import address, array_module, as4d, ctype, kernel, mask_view
 
 SOURCE = "flash_attention.cu"
-# (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK) of the dQ pass: shared memory
-# under 48 KB and no register spills at D = 64 (nvcc -Xptxas -v; tests/minitensor/cuda/test_sources.py)
+# CUDA-core kernels (float32, float64): (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK)
+# of the dQ pass: shared memory under 48 KB and no register spills at D = 64 (nvcc -Xptxas -v;
+# tests/minitensor/cuda/test_sources.py)
 TILES = {"float": ((64, 32), (64, 16), (64, 16)), "double": ((32, 32), (32, 8), (32, 8))}
 HEAD_SIZES = {"float": (16, 32, 64), "double": (16, 32)}
+# tensor-core kernels (f16, bf16): 64 rows a block (4 warps of 16); per head size, the inner tile
+# (keys; queries in the dK/dV pass) of the forward, dK/dV and dQ kernels: the staged tiles under
+# 48 KB of shared memory and no register spills (test_sources.py)
+TC_TYPES = ("f16", "bf16")
+TC_TILES = {32: (64, 32, 64), 64: (64, 64, 64), 128: (32, 16, 32)}
+TC_ROWS = 64
 
 
 def padded_head_size(d: int, t: str) -> int | None:
+    if t in TC_TYPES:
+        return d if d in TC_TILES else None
     return next((D for D in HEAD_SIZES[t] if d <= D), None)
 
 
 def applies(q, k, v) -> bool:
-    """float32/float64 q, k, v of one shape (B, H, T, d) up to 4-D, d the same for v, d <= 64."""
+    """q, k, v of one kernel dtype and one shape (B, H, T, d) up to 4-D, d the same for v:
+    float32/float64 with d <= 64 (CUDA cores), float16/bfloat16 with d in 32, 64, 128 (tensor
+    cores)."""
     t = ctype(q.dtype)
-    return (t in TILES and k.dtype == q.dtype and v.dtype == q.dtype and 2 <= q.ndim <= 4
+    return ((t in TILES or t in TC_TYPES) and k.dtype == q.dtype and v.dtype == q.dtype and 2 <= q.ndim <= 4
             and k.ndim == q.ndim and v.ndim == q.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
             and k.shape[-1] == q.shape[-1] == v.shape[-1] and k.shape[-2] == v.shape[-2]
             and q.shape[-2] > 0 and k.shape[-2] > 0 and padded_head_size(q.shape[-1], t) is not None)
 
 
+def tensor_cores(q) -> bool:
+    """Whether arrays like ``q`` take the tensor-core kernels (16-bit storage)."""
+    return ctype(q.dtype) in TC_TYPES
+
+
 def names(t: str, d: int) -> tuple[str, str, str]:
     """The instantiations (forward, dK/dV, dQ) for type ``t`` and head size ``d``."""
     D = padded_head_size(d, t)
+    if t in TC_TYPES:
+        fk, bq, qk = TC_TILES[D]
+        return (f"flash_attention_tc_forward<{t}, {D}, {fk}>", f"flash_attention_tc_backward_dkdv<{t}, {D}, {bq}>",
+                f"flash_attention_tc_backward_dq<{t}, {D}, {qk}>")
     (fq, fk), (bk, bq), (qq, qk) = TILES[t]
     return (f"flash_attention_forward<{t}, {D}, {fq}, {fk}>", f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
             f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>")
 
 
 def instantiations() -> list[str]:
-    return [name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
+    return ([name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
+            + [name for t in TC_TYPES for D in TC_TILES for name in names(t, D)])
 
 
 def _dims(q, k):
@@ -50,12 +71,65 @@ def _dims(q, k):
     return B, H, Tq, k.shape[-2], d
 
 
-def forward(q, k, v, mask, scale: float):
-    """(out, lse): out like q; lse (..., Tq), +inf on rows with no allowed key."""
+# ---------------------------------------------------------------- tensor-core route (f16, bf16)
+def _strides4(a) -> tuple | None:
+    """(batch, head, time) strides in elements of ``a`` seen as (B, H, T, d), or None where the
+    tensor-core kernels cannot read it as it is: each row contiguous, every row 4-byte aligned."""
+    a4 = a.reshape(as4d(a.shape))
+    s = tuple(x // a.itemsize for x in a4.strides)
+    if a4.strides[-1] != a.itemsize or any(x % 2 for x in s[:3]) or address(a) % 4:
+        return None
+    return s[:3]
+
+
+def same_layout(a, b) -> bool:
+    """One shape and the same strides on every axis longer than 1 (an axis of one element has
+    no stride that matters)."""
+    return a.shape == b.shape and all(x == y for x, y, n in zip(a.strides, b.strides, a.shape) if n > 1)
+
+
+def _in_layout(a, ref):
+    """``a`` with ``ref``'s strides (a copy when they differ): the kernels read arrays of one
+    family (Q, O, dO, dQ; K, V, dK, dV) through one set of strides."""
+    if same_layout(a, ref):
+        return a
+    out = array_module(ref).empty_like(ref)
+    out[...] = a
+    return out
+
+
+def _family(first, *others):
+    """``first`` readable by the kernels (copied to C order where not), and ``others`` in its layout."""
+    if _strides4(first) is None:
+        first = array_module(first).ascontiguousarray(first)
+    return (first,) + tuple(_in_layout(a, first) for a in others)
+
+
+def _tc_args(cp, q, k, mask, causal: bool, scale: float) -> tuple:
+    """The arguments every tensor-core kernel ends with: mask view, sizes, both families' strides."""
+    B, H, Tq, Tk, _ = _dims(q, k)
+    return (mask_view(cp, mask, (B, H, Tq, Tk)) + (np.int32(H), np.int32(Tq), np.int32(Tk))
+            + tuple(np.int64(x) for x in _strides4(q) + _strides4(k)) + (np.int32(causal), np.float32(scale)))
+
+
+def forward(q, k, v, mask, scale: float, causal: bool = False):
+    """(out, lse): out like q (its strides, where the kernels can read q's); lse (..., Tq), in the
+    kernels' accumulation dtype, +inf on rows with no allowed key. ``causal`` forbids key j > query i
+    on top of ``mask`` (the tensor-core kernels then skip the tiles above the diagonal)."""
     cp = array_module(q)
-    q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
+    if t in TC_TYPES:
+        q, = _family(q)
+        k, v = _family(k, v)
+        out = cp.empty_like(q)
+        lse = cp.empty(q.shape[:-1], dtype=np.float32)
+        fn = kernel(SOURCE, names(t, d)[0], cp)
+        fn((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, k, mask, causal, scale))
+        return out, lse
+    if causal:
+        raise ValueError("flash_attention.forward: causal=True is for the tensor-core kernels; pass the triangle in mask")
+    q, k, v = (cp.ascontiguousarray(a) for a in (q, k, v))
     (BQ, BK), _, _ = TILES[t]
     out = cp.empty_like(q)
     lse = cp.empty(q.shape[:-1], dtype=q.dtype)
@@ -66,13 +140,23 @@ def forward(q, k, v, mask, scale: float):
     return out, lse
 
 
-def backward(grad, q, k, v, out, lse, mask, scale: float):
+def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False):
     """dq, dk, dv from the output's cotangent, recomputing the probabilities from lse."""
     cp = array_module(q)
-    q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
-    grad = cp.ascontiguousarray(grad, dtype=q.dtype)
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
+    if t in TC_TYPES:
+        q, out, grad = _family(q, out, grad.astype(q.dtype, copy=False))
+        k, v = _family(k, v)
+        dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(k)
+        delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
+        _, dkdv, dq_name = names(t, d)
+        tail = _tc_args(cp, q, k, mask, causal, scale)
+        kernel(SOURCE, dq_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, grad, lse, delta, dq) + tail)
+        kernel(SOURCE, dkdv, cp)((B * H, -(-Tk // TC_ROWS)), (128,), (q, k, v, grad, lse, delta, dk, dv) + tail)
+        return dq, dk, dv
+    q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
+    grad = cp.ascontiguousarray(grad, dtype=q.dtype)
     _, (BKk, BQk), (BQq, BKq) = TILES[t]
     _, dkdv, dq_name = names(t, d)
     delta = (grad * out).sum(axis=-1)                      # Σ_c dO_ic O_ic, one per query

@@ -88,3 +88,14 @@ def test_gradcheck_rejects_float32_inputs():
         mt.gradcheck(F.exp, [mt.tensor([1.0], requires_grad=True)])
     with pytest.raises(ValueError, match="nothing to check"):
         mt.gradcheck(F.exp, [leaf([1.0], grad=False)])
+
+
+def test_only_floating_tensors_require_gradients_bfloat16_among_them():
+    """bfloat16 (ml_dtypes' kind "V") is a floating type: a leaf of it may require a gradient;
+    an integer or bool tensor may not."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x = mt.tensor(np.ones(3, ml_dtypes.bfloat16), requires_grad=True)
+    assert x.requires_grad and x.dtype == ml_dtypes.bfloat16
+    for data in (np.ones(3, np.int64), np.ones(3, bool)):
+        with pytest.raises(TypeError, match="only floating-point tensors can require gradients"):
+            mt.tensor(data, requires_grad=True)

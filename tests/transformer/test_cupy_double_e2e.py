@@ -138,7 +138,8 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
         assert prec["wall_ms_per_step"] > 0 and "Linear" in {r["op"] for r in prec["rows"]}
     on_double("--tiny", "--out", str(tmp_path / "kernels.json"), script=REPO / "benchmarks" / "kernels.py")
     kernels = json.loads((tmp_path / "kernels.json").read_text())
-    assert [r["T"] for r in kernels["attention"]] == [128, 256]
+    assert [(r["dtype"], r["T"]) for r in kernels["attention"]] == [
+        (dtype, T) for dtype in ("float32", "bfloat16") for T in (64, 128)]
     assert all(r[f"{route}_ms"] > 0 for r in kernels["attention"] for route in ("flash", "fused", "plain_cupy"))
     assert {r["dtype"] for r in kernels["layer_norm"]} == {"float32", "float16"}
     assert [r["shape"] for r in kernels["cross_entropy"]] == [[8, 300]] and kernels["cross_entropy"][0]["forward_ms"] > 0

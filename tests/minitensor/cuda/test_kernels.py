@@ -128,10 +128,12 @@ OPS = {"flash": flash_kernels.FlashAttention, "fused": softmax_kernels.FusedSoft
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _compile_for_the_emulator_in_parallel():
+def _compile_for_the_emulator_in_parallel(request):
     """Build every instantiation these tests launch at once, a compiler per core (else the
-    first test to need each one builds it)."""
-    if not emulator.available()[0]:
+    first test to need each one builds it); not when only the GPU's cases run."""
+    emulated = any("emulator" in item.name for item in request.session.items
+                   if getattr(item, "module", None) is request.module)
+    if not emulator.available()[0] or not emulated:
         return
     items = []
     for t in HALF_CTYPES.values():
@@ -143,6 +145,8 @@ def _compile_for_the_emulator_in_parallel():
     items += [("softmax.cu", n) for n in softmax_kernels.names("double", 6)]
     items += [("flash_attention.cu", n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
+    items += [("flash_attention.cu", n) for t in flash_kernels.TC_TYPES for d in flash_kernels.TC_TILES
+              for n in flash_kernels.names(t, d)]
     items += [("cross_entropy.cu", n) for t in (*HALF_CTYPES.values(), "double") for n in ce_kernels.names(t)]
     items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]
     items += [("adam.cu", n) for n in adam_kernels.instantiations()]
@@ -410,6 +414,85 @@ def test_flash_attention_kernels_match_the_reference(dev, shape, mask_kind):
         assert _rel(got, ref) < 1e-4
 
 
+# (B, H, Tq, Tk, d): several key tiles, partial blocks of 64 rows, every head size, Tq != Tk
+TC_SHAPES = [(1, 2, 70, 150, 64), (2, 1, 33, 47, 32), (1, 1, 40, 70, 128), (1, 1, 130, 130, 64)]
+TC_TOL = {"float16": 2e-3, "bfloat16": 1.5e-2}   # P and dS are rounded to 16 bits before their products
+
+
+def _tc_inputs(dev, rng, shape, dtype, layout):
+    """q, k, v, g of ``shape`` in ``dtype``: (B, H, T, d) arrays, or views of (B, T, H, d) ones
+    (the projections' own layout, read through strides)."""
+    B, H, Tq, Tk, d = shape
+    dt = _half(dtype)
+    if layout == "bhtd":
+        return tuple(_randn(dev, rng, (B, H, T, d), dt) for T in (Tq, Tk, Tk, Tq))
+    return tuple(_randn(dev, rng, (B, T, H, d), dt).swapaxes(1, 2) for T in (Tq, Tk, Tk, Tq))
+
+
+def _attention_reference(xp, q, k, v, g, mask, scale):
+    """out, dq, dk, dv of equation 1 in float64, unfused, from the same (rounded) inputs."""
+    q64, k64, v64, g64 = (a.astype(np.float64) for a in (q, k, v, g))
+    p = masked_softmax_reference(xp, q64 @ k64.swapaxes(-1, -2), mask, scale)
+    gp = g64 @ v64.swapaxes(-1, -2)
+    gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True)) * scale
+    return p @ v64, gs @ k64, gs.swapaxes(-1, -2) @ q64, p.swapaxes(-1, -2) @ g64
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", TC_SHAPES, ids=str)
+@pytest.mark.parametrize("mask_kind", ["none", "both", "causal flag"])
+def test_tensor_core_flash_attention_matches_the_reference(dev, dtype, shape, mask_kind):
+    """The mma.sync kernels' output and gradients against float64 equation 1 on the same 16-bit
+    inputs: masks that leave rows with nothing allowed, and the causal flag (tiles above the
+    diagonal skipped) giving what the causal triangle as a mask gives; inputs in (B, H, T, d) and
+    as (B, T, H, d) views, which the kernels read in place and answer in the same layout."""
+    rng = _rng("tc", dtype, shape, mask_kind)
+    B, H, Tq, Tk, d = shape
+    layout = "bthd" if (Tq + d) % 2 else "bhtd"
+    q, k, v, g = _tc_inputs(dev, rng, shape, dtype, layout)
+    causal = mask_kind == "causal flag"
+    mask = None if mask_kind == "none" else _masks(rng, B, Tq, Tk)["both"] if not causal else (rng.random((B, 1, 1, Tk)) > 0.2)
+    mask_dev = None if mask is None else dev.asarray(mask)
+    scale = 1 / np.sqrt(d)
+    assert flash_kernels.applies(q, k, v)
+    out, lse = flash_kernels.forward(q, k, v, mask_dev, scale, causal=causal)
+    dq, dk, dv = flash_kernels.backward(g, q, k, v, out, lse, mask_dev, scale, causal=causal)
+    full = mask if not causal else mask & np.tril(np.ones((Tq, Tk), dtype=bool))
+    refs = _attention_reference(dev.xp, q, k, v, g, None if full is None else dev.asarray(full), scale)
+    assert out.dtype == q.dtype and lse.dtype == np.float32 and dq.dtype == dk.dtype == dv.dtype == q.dtype
+    assert all(flash_kernels.same_layout(a, b) for a, b in ((out, q), (dq, q), (dk, k), (dv, k)))
+    for got, ref in zip((out, dq, dk, dv), refs):
+        assert _rel(got, ref) < TC_TOL[dtype]
+
+
+def test_tensor_core_flash_attention_reads_each_family_through_one_set_of_strides(dev):
+    """k and v of different layouts, and a gradient of a third: the launcher brings each family
+    (Q, O, dO; K, V) to one layout before the launch, and the answer is the same."""
+    rng = _rng("tc layouts")
+    shape = (2, 2, 40, 40, 32)
+    q, k, v, g = _tc_inputs(dev, rng, shape, "float16", "bthd")
+    v_plain, g_plain = dev.xp.ascontiguousarray(v), dev.xp.ascontiguousarray(g)
+    out, lse = flash_kernels.forward(q, k, v_plain, None, 0.3)
+    grads = flash_kernels.backward(g_plain, q, k, v_plain, out, lse, None, 0.3)
+    refs = _attention_reference(dev.xp, q, k, v, g, None, 0.3)
+    for got, ref in zip((out,) + grads, refs):
+        assert _rel(got, ref) < TC_TOL["float16"]
+
+
+def test_tensor_core_flash_backward_is_bitwise_deterministic(dev):
+    """dQ, dK and dV come from two passes that each own their rows (no atomics): the same bits
+    on every call."""
+    rng = _rng("tc determinism")
+    shape = (4, 8, 512, 512, 64) if dev.gpu else (1, 2, 70, 130, 32)
+    q, k, v, g = _tc_inputs(dev, rng, shape, "bfloat16", "bthd")
+    out, lse = flash_kernels.forward(q, k, v, None, 0.125, causal=True)
+    first = [mt.backend.to_numpy(a) for a in flash_kernels.backward(g, q, k, v, out, lse, None, 0.125, causal=True)]
+    for _ in range(3 if dev.gpu else 1):
+        again = flash_kernels.backward(g, q, k, v, out, lse, None, 0.125, causal=True)
+        for a, b in zip(first, again):
+            assert np.array_equal(a.view(np.uint16), mt.backend.to_numpy(b).view(np.uint16))
+
+
 @pytest.mark.parametrize("mode", ["flash", "fused"])
 def test_attention_op_gradchecks_in_float64_through_each_kernel_route(dev, mode):
     rng = np.random.default_rng(3)
@@ -453,6 +536,35 @@ def test_attention_routes_follow_the_switches(dev, monkeypatch):
     if not dev.gpu:                          # and without the emulator NumPy arrays take the plain code
         with cuda.emulate(False):
             assert attention_op(*qkv) is OPS["xp"]
+
+
+def test_16_bit_attention_takes_the_tensor_core_kernels_by_their_own_threshold(dev, monkeypatch):
+    """bfloat16 q, k, v: "flash" runs the tensor-core kernels through F.scaled_dot_product_attention
+    (output and bfloat16 gradients as equation 1 gives them); "auto" takes them up to
+    FLASH_TC_SHORT_KEYS keys and from FLASH_TC_MIN_KEYS on, while float32 inputs keep FLASH_MIN_KEYS."""
+    rng = _rng("tc route")
+    bf16 = _half("bfloat16")
+    arrays = [_randn(dev, rng, (1, 2, 40, 32), bf16) for _ in range(4)]
+    q, k, v = (mt.tensor(a, requires_grad=True, device=dev.device) for a in arrays[:3])
+    calls = _counting(monkeypatch, flash_kernels, "forward", "backward")
+    cuda.set_attention("flash")
+    try:
+        out = F.scaled_dot_product_attention(q, k, v)
+        out.backward(mt.tensor(arrays[3], device=dev.device))
+    finally:
+        cuda.set_attention("auto")
+    assert calls == ["forward", "backward"]
+    refs = _attention_reference(dev.xp, *arrays, None, 1 / np.sqrt(32))
+    for got, ref in zip((out, q.grad, k.grad, v.grad), refs):
+        assert got.dtype == bf16 and _rel(got.data, ref) < TC_TOL["bfloat16"]
+    qkv = tuple(a for a in arrays[:3])
+    monkeypatch.setattr(cuda, "FLASH_MIN_KEYS", 10**6)
+    assert cuda.FLASH_TC_SHORT_KEYS >= 40 and attention_op(*qkv) is OPS["flash"]   # 40 keys: short
+    assert attention_op(*(a.astype(np.float32) for a in qkv)) is OPS["fused"]
+    monkeypatch.setattr(cuda, "FLASH_TC_SHORT_KEYS", 39)
+    assert attention_op(*qkv) is OPS["fused"]
+    monkeypatch.setattr(cuda, "FLASH_TC_MIN_KEYS", 40)
+    assert attention_op(*qkv) is OPS["flash"]
 
 
 def _attention_step_peak(dev, T: int, mode: str, heads: int, d: int) -> int:
