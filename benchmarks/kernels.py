@@ -20,7 +20,7 @@ emulated (CI runs it on the CuPy double, tests/cupy_double); its timings mean no
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from harness import environment, write_results
@@ -312,7 +312,8 @@ def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
 
 def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     """Attention forward + backward (no mask) on each route, against PyTorch's
-    scaled_dot_product_attention in the same dtype, with the extra memory of one step."""
+    scaled_dot_product_attention in the same dtype, with the extra memory of one step; the flash
+    kernels' forward and PyTorch's alone too."""
     import cupy as cp
 
     rows = []
@@ -330,11 +331,17 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 q.grad = k_.grad = v.grad = None
                 F.scaled_dot_product_attention(q, k_, v).backward(g)
 
+            def forward():
+                with mt.no_grad():
+                    F.scaled_dot_product_attention(q, k_, v)
+
             for route, mode, kernels_on in (("flash", "flash", True), ("fused", "fused", True),
                                             ("plain_cupy", "auto", False)):
                 cuda.set_attention(mode)
                 with cuda.use_kernels(kernels_on):
                     r[f"{route}_ms"] = gpu_ms(step, repeat=repeat, warmup=warmup)
+                    if route == "flash":   # the forward alone, so that the backward's share is known
+                        r["flash_forward_ms"] = gpu_ms(forward, repeat=repeat, warmup=warmup)
                     cp.get_default_memory_pool().free_all_blocks()
                     with cuda.PeakMemory() as mem:
                         step()
@@ -352,6 +359,9 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                     torch.nn.functional.scaled_dot_product_attention(tq, tk, tv).backward(tg)
 
                 r["torch_sdpa_ms"] = torch_ms(tstep, repeat=repeat, warmup=warmup)
+                with torch.no_grad():
+                    r["torch_sdpa_forward_ms"] = torch_ms(
+                        lambda: torch.nn.functional.scaled_dot_product_attention(tq, tk, tv), repeat=repeat, warmup=warmup)
                 torch.cuda.reset_peak_memory_stats()
                 base = torch.cuda.memory_allocated()
                 tstep()
@@ -400,10 +410,14 @@ def main() -> None:
     p.add_argument("--skip-step", action="store_true", help="leave out the transformer-base step")
     p.add_argument("--only", default=None, help="a comma-separated list of the sections to run "
                    "(layer_norm, attention_softmax, cross_entropy, products, fused, attention, base_step); default: all")
+    p.add_argument("--attention-dtypes", default=None,
+                   help="the attention section's dtypes, comma-separated (default: float32,bfloat16)")
     p.add_argument("--tiny", action="store_true", help="every shape cut down: checks that the script runs, "
                    "timings meaningless (CI runs it on the CuPy double)")
     a = p.parse_args()
     sizes = TINY if a.tiny else FULL
+    if a.attention_dtypes:
+        sizes = replace(sizes, attention_dtypes=tuple(a.attention_dtypes.split(",")))
     if not cuda.is_available():
         raise SystemExit("benchmarks/kernels.py needs a CUDA GPU and CuPy")
     try:

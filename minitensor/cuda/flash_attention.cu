@@ -1,5 +1,6 @@
 // Fused attention in the FlashAttention style (Dao et al., 2022; FlashAttention-2's loop
-// order), forward and backward, in float32 (and float64, for checking).
+// order), forward and backward: on the CUDA cores in float32 (and float64, for checking), and
+// on the tensor cores in float16 and bfloat16 (the second half of this file).
 //
 //   O = softmax(scale * Q K^T + mask) V   for Q (N, Tq, d), K and V (N, Tk, d), N = B * H.
 //
@@ -291,6 +292,26 @@ struct AllowedKeys {   // may query i attend to key j?
     }
 };
 
+// Where a thread of a tensor-core block stands: the (batch, head) pair n = blockIdx.x, the lane's
+// g and t, the block's first row (blockIdx.y * 64) and its warp's (16 per warp), both families'
+// offsets for this (batch, head), and the mask.
+struct TcPlace {
+    int n, g, t, block_row0, row0;
+    long long q_off, k_off;
+    AllowedKeys allowed;
+};
+
+__device__ __forceinline__ TcPlace tc_place(const unsigned char* mask, long long mask_sb, long long mask_sh,
+                                            long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
+                                            long long q_sb, long long q_sh, long long k_sb, long long k_sh,
+                                            int causal) {
+    const int n = blockIdx.x, b = n / H, h = n % H, lane = threadIdx.x % MT_WARP;
+    const int block_row0 = blockIdx.y * 64;
+    return TcPlace{n, lane / 4, lane % 4, block_row0, block_row0 + static_cast<int>(threadIdx.x / MT_WARP) * 16,
+                   b * q_sb + h * q_sh, b * k_sb + h * k_sh,
+                   AllowedKeys{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal}};
+}
+
 // The A fragments of the 16 x D rows [row0, row0 + 16) of a (rows x D) matrix with row stride
 // `stride`, zero past `rows`: f[kk] covers columns [16 kk, 16 kk + 16).
 template <typename T, int D>
@@ -389,11 +410,10 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     __shared__ T Ks[BK][D + MT_PAD];     // the tile's keys, row-major (for Q K^T)
     __shared__ T Vt[D][BK + MT_PAD];     // its values, transposed (for P V)
-    const int n = blockIdx.x, b = n / H, h = n % H;
-    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-    const int block_q0 = blockIdx.y * 64, q0 = block_q0 + (threadIdx.x / MT_WARP) * 16;
-    const AllowedKeys allowed{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal};
-    const long long q_off = b * q_sb + h * q_sh, k_off = b * k_sb + h * k_sh;
+    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
+    const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
+    const AllowedKeys& allowed = at.allowed;
+    const long long q_off = at.q_off, k_off = at.k_off;
 
     unsigned int qf[D / 16][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
@@ -472,11 +492,10 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
     __shared__ T Ks[BK][D + MT_PAD];     // keys, row-major (for Q K^T)
     __shared__ T Kt[D][BK + MT_PAD];     // keys, transposed (for dS K)
     __shared__ T Vs[BK][D + MT_PAD];     // values, row-major (for dO V^T)
-    const int n = blockIdx.x, b = n / H, h = n % H;
-    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-    const int block_q0 = blockIdx.y * 64, q0 = block_q0 + (threadIdx.x / MT_WARP) * 16;
-    const AllowedKeys allowed{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal};
-    const long long q_off = b * q_sb + h * q_sh, k_off = b * k_sb + h * k_sh;
+    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
+    const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
+    const AllowedKeys& allowed = at.allowed;
+    const long long q_off = at.q_off, k_off = at.k_off;
 
     unsigned int qf[D / 16][4], dof[D / 16][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
@@ -548,11 +567,10 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
     __shared__ T Qs[BQ][D + MT_PAD], Qt[D][BQ + MT_PAD];     // queries, row-major and transposed
     __shared__ T dOs[BQ][D + MT_PAD], dOt[D][BQ + MT_PAD];   // their output gradients, likewise
     __shared__ float lse_s[BQ], delta_s[BQ];
-    const int n = blockIdx.x, b = n / H, h = n % H;
-    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-    const int block_k0 = blockIdx.y * 64, k0 = block_k0 + (threadIdx.x / MT_WARP) * 16;
-    const AllowedKeys allowed{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal};
-    const long long q_off = b * q_sb + h * q_sh, k_off = b * k_sb + h * k_sh;
+    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
+    const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
+    const AllowedKeys& allowed = at.allowed;
+    const long long q_off = at.q_off, k_off = at.k_off;
 
     unsigned int kf[D / 16][4], vf[D / 16][4];
     load_rows_a<T, D>(kf, K + k_off, k_st, k0, Tk);

@@ -1,5 +1,6 @@
-"""Launcher for the FlashAttention-style kernels of ``flash_attention.cu``, and
-:class:`FlashAttention`, the attention op on this route.
+"""Launcher for the FlashAttention-style kernels of ``flash_attention.cu`` (CUDA cores for
+float32 and float64, tensor cores for float16 and bfloat16), and :class:`FlashAttention`, the
+attention op on this route.
 
 The plain xp reference is :class:`minitensor.ops.attention.ScaledDotProductAttention`'s own
 code (scores, softmax, weights); tests compare the two, and a float64 gradcheck goes through
