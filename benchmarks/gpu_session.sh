@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in the order a GPU session should run it (each step's log goes
-# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|kernels|step|profile|multi30k|lesson|all]
+# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|kernels|step|profile|multi30k|lesson|goals|all]
+#
+# `goals` measures what the speed goals are about, and nothing else: the kernels' sections for
+# attention, the cross-entropy, the fused elementwise kernels and the products, then the base
+# step in the four precisions, PyTorch beside each (about 2.5 minutes on an H100, measured in parts).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k)
@@ -47,12 +51,15 @@ if [[ $what == cli || $what == all ]]; then
   } > "$OUT/cli.log" 2>&1
   grep -E "^\\$|rc=|error:|stopped|BLEU" "$OUT/cli.log"
 fi
-if [[ $what == kernels || $what == all ]]; then
+if [[ $what == goals ]]; then
+  KERNELS_ONLY=${KERNELS_ONLY:-attention,cross_entropy,fused,products}
+fi
+if [[ $what == kernels || $what == goals || $what == all ]]; then
   run "kernels vs PyTorch" "${LIMIT_KERNELS:-0}" $py benchmarks/kernels.py ${KERNELS_ONLY:+--only $KERNELS_ONLY} \
       --out "$OUT/kernels.json" > "$OUT/kernels.log" 2>&1
   tail -5 "$OUT/kernels.log"
 fi
-if [[ $what == step || $what == all ]]; then
+if [[ $what == step || $what == goals || $what == all ]]; then
   (cd benchmarks && run "base step vs PyTorch" "${LIMIT_STEP:-0}" $py base_step_vs_torch.py --device cuda --batch 400 \
       --length 64 --steps 10 --warmup 3 --precisions fp32,tf32,fp16,bf16 --out "$OUT/base_step.json" > "$OUT/base_step.log" 2>&1)
   tail -5 "$OUT/base_step.log"
