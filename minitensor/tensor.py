@@ -13,6 +13,7 @@ import numpy as np
 
 from . import backend
 from .errors import GraphError, ShapeError
+from .ops.precision import is_half
 from .random import generator
 
 
@@ -29,8 +30,7 @@ def _default_dtype(data):
 
 
 def _check_can_require_grad(dtype) -> None:
-    # (bfloat16, from ml_dtypes, is a floating type whose NumPy kind is "V")
-    if np.dtype(dtype).kind not in "fc" and np.dtype(dtype).name != "bfloat16":
+    if np.dtype(dtype).kind not in "fc" and not is_half(dtype):   # (bfloat16's NumPy kind is "V")
         raise TypeError(f"only floating-point tensors can require gradients, this one is {np.dtype(dtype)}")
 
 

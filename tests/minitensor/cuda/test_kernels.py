@@ -392,6 +392,15 @@ def test_fused_route_scales_q_before_the_product_so_float16_scores_do_not_overfl
 
 
 # ---------------------------------------------------------------- flash attention
+def _attention_reference(xp, q, k, v, g, mask, scale):
+    """out, dq, dk, dv of equation 1 in float64, unfused, from the same (rounded) inputs."""
+    q64, k64, v64, g64 = (a.astype(np.float64) for a in (q, k, v, g))
+    p = masked_softmax_reference(xp, q64 @ k64.swapaxes(-1, -2), mask, scale)
+    gp = g64 @ v64.swapaxes(-1, -2)
+    gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True)) * scale
+    return p @ v64, gs @ k64, gs.swapaxes(-1, -2) @ q64, p.swapaxes(-1, -2) @ g64
+
+
 @pytest.mark.parametrize("shape", FLASH_SHAPES, ids=str)
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "causal", "both"])
 def test_flash_attention_kernels_match_the_reference(dev, shape, mask_kind):
@@ -405,12 +414,7 @@ def test_flash_attention_kernels_match_the_reference(dev, shape, mask_kind):
     assert flash_kernels.applies(q, k, v)
     out, lse = flash_kernels.forward(q, k, v, mask, scale)
     dq, dk, dv = flash_kernels.backward(g, q, k, v, out, lse, mask, scale)
-    # reference: float64, unfused
-    q64, k64, v64, g64 = (a.astype(np.float64) for a in (q, k, v, g))
-    p = masked_softmax_reference(dev.xp, q64 @ k64.swapaxes(-1, -2), mask, scale)
-    gp = g64 @ v64.swapaxes(-1, -2)
-    gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True)) * scale
-    for got, ref in ((out, p @ v64), (dq, gs @ k64), (dk, gs.swapaxes(-1, -2) @ q64), (dv, p.swapaxes(-1, -2) @ g64)):
+    for got, ref in zip((out, dq, dk, dv), _attention_reference(dev.xp, q, k, v, g, mask, scale)):
         assert _rel(got, ref) < 1e-4
 
 
@@ -427,15 +431,6 @@ def _tc_inputs(dev, rng, shape, dtype, layout):
     if layout == "bhtd":
         return tuple(_randn(dev, rng, (B, H, T, d), dt) for T in (Tq, Tk, Tk, Tq))
     return tuple(_randn(dev, rng, (B, T, H, d), dt).swapaxes(1, 2) for T in (Tq, Tk, Tk, Tq))
-
-
-def _attention_reference(xp, q, k, v, g, mask, scale):
-    """out, dq, dk, dv of equation 1 in float64, unfused, from the same (rounded) inputs."""
-    q64, k64, v64, g64 = (a.astype(np.float64) for a in (q, k, v, g))
-    p = masked_softmax_reference(xp, q64 @ k64.swapaxes(-1, -2), mask, scale)
-    gp = g64 @ v64.swapaxes(-1, -2)
-    gs = p * (gp - (gp * p).sum(axis=-1, keepdims=True)) * scale
-    return p @ v64, gs @ k64, gs.swapaxes(-1, -2) @ q64, p.swapaxes(-1, -2) @ g64
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
