@@ -4,7 +4,8 @@
 #
 # `goals` measures what the speed goals are about, and nothing else: the kernels' sections for
 # attention, the cross-entropy, the fused elementwise kernels and the products, then the base
-# step in the four precisions, PyTorch beside each (about 2.5 minutes on an H100, measured in parts).
+# step in the four precisions, PyTorch beside each, and the TF32 step once more with attention on
+# the fused path, auto's alternative (about 3 minutes on an H100, measured in parts).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k)
@@ -63,6 +64,12 @@ if [[ $what == step || $what == goals || $what == all ]]; then
   (cd benchmarks && run "base step vs PyTorch" "${LIMIT_STEP:-0}" $py base_step_vs_torch.py --device cuda --batch 400 \
       --length 64 --steps 10 --warmup 3 --precisions fp32,tf32,fp16,bf16 --out "$OUT/base_step.json" > "$OUT/base_step.log" 2>&1)
   tail -5 "$OUT/base_step.log"
+fi
+if [[ $what == goals ]]; then
+  (cd benchmarks && MINITENSOR_ATTENTION=fused run "base step vs PyTorch, TF32, fused attention" "${LIMIT_STEP:-0}" $py \
+      base_step_vs_torch.py --device cuda --batch 400 --length 64 --steps 10 --warmup 3 --precisions tf32 \
+      --out "$OUT/base_step_tf32_fused.json" > "$OUT/base_step_tf32_fused.log" 2>&1)
+  tail -3 "$OUT/base_step_tf32_fused.log"
 fi
 if [[ $what == profile || $what == all ]]; then
   (cd benchmarks && run "step profile per precision" "${LIMIT_PROFILE:-0}" $py precision_profile.py --device cuda \

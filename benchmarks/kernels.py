@@ -39,7 +39,7 @@ class Sizes:
     attention_lengths: tuple
     attention_tokens: int  # B x T at every length
     attention_heads: int
-    attention_dtypes: tuple  # float32: the CUDA-core flash kernels; bfloat16: the tensor-core ones
+    attention_dtypes: tuple  # float32: the CUDA-core flash kernels; bfloat16, tf32 (float32 in TF32): the tensor-core ones
     step: tuple            # (B, T, V) of the transformer-base step
     repeat: int            # timed calls per figure (attention: a fifth of it)
     fused: list            # (rows, d_model, d_ff, sub-layer dtype) of the fused bias + ReLU and residual LayerNorm
@@ -48,10 +48,10 @@ class Sizes:
 FULL = Sizes(256, [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"), (8192, 768, "float32")],
              [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"), (64, 8, 128, "float16")],
              [(25_600, 37_000, "float32"), (25_600, 37_000, "float16")],
-             (128, 256, 512, 1024, 2048, 4096), 16384, 8, ("float32", "bfloat16"), (400, 64, 37000), 50,
+             (128, 256, 512, 1024, 2048, 4096), 16384, 8, ("float32", "bfloat16", "tf32"), (400, 64, 37000), 50,
              [(25_600, 512, 2048, "float32"), (25_600, 512, 2048, "float16")])
 TINY = Sizes(1, [(16, 512, "float32"), (16, 512, "float16")], [(2, 2, 128, "float32"), (2, 2, 128, "float16")],
-             [(8, 300, "float32")], (64, 128), 128, 2, ("float32", "bfloat16"), (2, 8, 64), 2, [(24, 32, 64, "float32"), (24, 32, 64, "float16")])
+             [(8, 300, "float32")], (64, 128), 128, 2, ("float32", "bfloat16", "tf32"), (2, 8, 64), 2, [(24, 32, 64, "float32"), (24, 32, 64, "float16")])
 
 
 def gpu_ms(fn, repeat=50, warmup=5) -> float:
@@ -313,19 +313,21 @@ def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
 def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     """Attention forward + backward (no mask) on each route, against PyTorch's
     scaled_dot_product_attention in the same dtype, with the extra memory of one step; the flash
-    kernels' forward and PyTorch's alone too."""
+    kernels' forward and PyTorch's alone too. "tf32" is float32 with TF32 allowed on both sides."""
     import cupy as cp
 
     rows = []
     H, d = sizes.attention_heads, 64
     repeat, warmup = max(1, sizes.repeat // 5), min(2, sizes.repeat)
-    for dtype in sizes.attention_dtypes:
+    for name in sizes.attention_dtypes:
+        dtype = "float32" if name == "tf32" else name
+        cuda.set_tf32(name == "tf32")
         for T in sizes.attention_lengths:
             B = max(1, sizes.attention_tokens // T)  # the same number of tokens at every length
             q, k_, v = (mt.tensor(cp.random.standard_normal((B, H, T, d), dtype=cp.float32).astype(dtype),
                                   requires_grad=True) for _ in range(3))
             g = mt.tensor(cp.random.standard_normal((B, H, T, d), dtype=cp.float32).astype(dtype))
-            r = {"dtype": dtype, "batch": B, "heads": H, "T": T, "head_size": d}
+            r = {"dtype": name, "batch": B, "heads": H, "T": T, "head_size": d}
 
             def step():
                 q.grad = k_.grad = v.grad = None
@@ -350,6 +352,7 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
             if torch_ok:
                 import torch
 
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = name == "tf32"
                 tq, tk, tv = (torch.randn(B, H, T, d, device="cuda", dtype=getattr(torch, dtype), requires_grad=True)
                               for _ in range(3))
                 tg = torch.randn_like(tq)
@@ -369,6 +372,7 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 r["flash_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_ms"]
             r["flash_speed_vs_fused"] = r["fused_ms"] / r["flash_ms"]
             rows.append({key: (round(v, 3) if isinstance(v, float) else v) for key, v in r.items()})
+    cuda.set_tf32(False)
     return rows
 
 
@@ -411,7 +415,8 @@ def main() -> None:
     p.add_argument("--only", default=None, help="a comma-separated list of the sections to run "
                    "(layer_norm, attention_softmax, cross_entropy, products, fused, attention, base_step); default: all")
     p.add_argument("--attention-dtypes", default=None,
-                   help="the attention section's dtypes, comma-separated (default: float32,bfloat16)")
+                   help="the attention section's dtypes, comma-separated: float32, bfloat16, float16, tf32 "
+                   "(float32 with TF32 allowed; default: float32,bfloat16,tf32)")
     p.add_argument("--tiny", action="store_true", help="every shape cut down: checks that the script runs, "
                    "timings meaningless (CI runs it on the CuPy double)")
     a = p.parse_args()

@@ -211,10 +211,10 @@ show(fig, "23", "attention_memory.png")
 # %% [markdown]
 # On the GPU, `flash_attention.cu` does the same in CUDA (one thread per query, key tiles in
 # shared memory) and its backward recomputes the weights from lse. For float16 and bfloat16
-# inputs the file has a second version on the tensor cores, where a warp of 32 threads computes
-# a 16 x 8 block of scores in one `mma.sync` instruction and keeps the probabilities in
-# registers for the next product (FlashAttention-2's layout). Let us time the three float32
-# routes and measure their memory.
+# inputs, and for float32 in TF32, the file has a second version on the tensor cores, where a
+# warp of 32 threads computes a 16 x 8 block of scores in one `mma.sync` instruction and keeps
+# the probabilities in registers for the next product (FlashAttention-2's layout). Let us time
+# the three float32 routes and measure their memory.
 
 # %%
 if GPU:

@@ -35,10 +35,12 @@ ATTENTION_MODES = ("auto", "flash", "fused")
 # H200 the fused path took half flash's time up to 2048 keys and about the same at 4096, where
 # its scores needed 8 GiB (docs/performance.md, "GPU: the first session").
 FLASH_MIN_KEYS = 4096
-# The tensor-core flash kernels (float16 and bfloat16 inputs, head size 32, 64 or 128) are taken up
-# to FLASH_TC_SHORT_KEYS keys and from FLASH_TC_MIN_KEYS on. On an H100 they beat cuBLAS plus the fused
-# softmax at 128 keys and at 4096, and in the transformer-base step at 64, where they also read the
-# heads in place; from 256 to 2048 keys the fused path was 1.4-1.7x faster (docs/performance.md).
+# The tensor-core flash kernels (float16 and bfloat16 inputs, head size 32, 64 or 128; float32 in TF32
+# while set_tf32 is on, head size 32 or 64) are taken up to FLASH_TC_SHORT_KEYS keys and from
+# FLASH_TC_MIN_KEYS on. On an H100 the 16-bit ones beat cuBLAS plus the fused softmax at 128 keys and
+# at 4096, and in the transformer-base step at 64, where they also read the heads in place; from 256
+# to 2048 keys the fused path was 1.4-1.7x faster (docs/performance.md). The TF32 ones follow the
+# same rule until they are timed themselves.
 FLASH_TC_SHORT_KEYS = 128
 FLASH_TC_MIN_KEYS = 4096
 

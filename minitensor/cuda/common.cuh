@@ -208,7 +208,9 @@ __device__ __forceinline__ unsigned int pack_pair(float lo, float hi) {
 // its outputs need from the lanes that hold them, then adds the products to C in float in the
 // order k = 0, 1, ... A tensor core
 // adds them in an order of its own, so the two agree to float rounding, not bit for bit.
+// MT_HAS_TENSOR_CORES is defined where these products exist: the emulator, and sm_80 and newer.
 #ifdef MT_EMULATOR
+#define MT_HAS_TENSOR_CORES 1
 
 template <typename T>
 __device__ __forceinline__ void mma_16x8x16(float d[4], const unsigned int a[4], const unsigned int b[2],
@@ -266,6 +268,7 @@ __device__ __forceinline__ unsigned int to_tf32(float v) {
     return u;
 }
 #elif !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // tensor cores with bf16 and tf32: sm_80 and newer
+#define MT_HAS_TENSOR_CORES 1
 template <typename T>
 __device__ __forceinline__ void mma_16x8x16(float d[4], const unsigned int a[4], const unsigned int b[2],
                                             const float c[4]);

@@ -258,22 +258,23 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
     }
 }
 
-// ================================================================ tensor-core kernels (f16, bf16)
-// The same algorithm in 16-bit storage, its products on the tensor cores (FlashAttention-2,
-// Dao, 2023): mma.sync m16n8k16 (common.cuh), inputs in f16 or bf16, sums in float32.
+// ================================================================ tensor-core kernels (f16, bf16, tf32)
+// The same algorithm with its products on the tensor cores (FlashAttention-2, Dao, 2023), sums in
+// float32: mma.sync m16n8k16 on f16 or bf16 storage, and m16n8k8 in TF32 on float32 storage (the
+// inputs rounded to TF32's 10 mantissa bits as they are read, as cuBLAS does in TF32 mode).
+// TcMath<T> below holds everything that differs between the two; the kernels are written once.
 //
 // Block: 4 warps (128 threads) and 64 rows (queries, or keys in the dK/dV pass), 16 per warp.
 // A warp's own rows of Q, dO, K or V stay in A fragments (registers) for the whole kernel; the
 // other side's rows are staged tile by tile in shared memory, row-major where they are the
-// product's B^T (Q K^T: b[0] = K[key g][2t, 2t+1] is one 32-bit read) and transposed where they
-// are its B (P V: b[0] = V[2t, 2t+1][dim g], a pair only in V^T). Each shared row is padded by
-// PAD values, so the 32 lanes' reads of a fragment fall in 32 different banks.
+// product's B^T (Q K^T: B's column n is key n's row) and transposed where they are its B (P V:
+// B's column n is value column n, a row only in V^T). Each shared row is padded by 16 bytes, so
+// the 32 lanes' reads of a fragment fall in 32 different banks.
 //
 // Scores, probabilities and their gradients live in accumulator fragments: lane 4g + t holds
-// rows g and g + 8, columns 2t and 2t + 1 of every 8-column tile. That is the A fragment's layout
-// of the next product once two tiles' values are packed into 16-bit pairs, so P (and dS) go from
-// one product to the next without leaving registers. A row's max and sum meet in the 4 lanes of
-// its quad (two xor shuffles).
+// rows g and g + 8 and two columns of every 8-column tile. Those are the A fragment's entries of
+// the next product (P V, dS K, ...), so P and dS go from one product to the next without leaving
+// registers. A row's max and sum meet in the 4 lanes of its quad (two xor shuffles).
 //
 // Arrays are read through strides (in elements) for the batch, head and time axes, so q, k, v
 // may be views of (B, T, H, d) projections with no head copies: Q, O, dO and dQ share one set
@@ -282,7 +283,73 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // key j > query i, and then the tiles wholly above the diagonal are skipped (not computed).
 // lse and delta are float32. The backward is two passes without atomics, as above: the result
 // is deterministic. A query with no allowed key gets O = 0, lse = +inf and zero gradients.
-#define MT_PAD 8
+
+// TcMath<T>: how T-storage rows feed one warp's mma.sync (the fragments are common.cuh's).
+// KS is a k-step's width; a 32-bit register holds 4 / sizeof(T) values.
+//
+// An accumulator tile's position 2t + e (e = 0, 1) in lane 4g + t is column col(t, e) of the
+// matrix. For 16-bit storage that is 2t + e, the positions as they are. m16n8k8's A fragment
+// wants columns t and t + 4 of a lane instead, so in TF32 every product's 8 output columns are
+// permuted: B's column n is read from row b_row(n) of its 8-row tile (n / 2 + 4 (n % 2)), and
+// position 2t + e then holds column t + 4e, exactly what the next product's A fragment takes.
+// The permutation is one of each tile's columns, so masks, row maxima and stores only need col().
+template <typename T>
+struct TcMath {   // f16, bf16: m16n8k16, a pair of values per register
+    static constexpr int KS = 16, PAD = 8;
+    __device__ static __forceinline__ int col(int t, int e) { return 2 * t + e; }
+    __device__ static __forceinline__ int b_row(int n) { return n; }
+    // A fragment register r of a 16-row block: p is its row g + 8 (r % 2) at the k-step's first column
+    __device__ static __forceinline__ unsigned int a_reg(const T* p, int t, int r) { return pair_at(p + 2 * t + (r / 2) * 8); }
+    // B fragment register r from a staged row (values already as the tensor cores take them)
+    __device__ static __forceinline__ unsigned int b_reg(const T* p, int t, int r) { return pair_at(p + 2 * t + 8 * r); }
+    __device__ static __forceinline__ void mma(float acc[4], const unsigned int a[4], const unsigned int b[2]) {
+        mma_16x8x16<T>(acc, a, b, acc);
+    }
+    // the A fragment of one k-step from the accumulators of its KS / 8 = 2 column tiles
+    __device__ static __forceinline__ void pack(unsigned int a[4], const float (*acc)[4]) {
+        a[0] = pack_pair<T>(acc[0][0], acc[0][1]);
+        a[1] = pack_pair<T>(acc[0][2], acc[0][3]);
+        a[2] = pack_pair<T>(acc[1][0], acc[1][1]);
+        a[3] = pack_pair<T>(acc[1][2], acc[1][3]);
+    }
+    // one 32-bit word of a row (4-byte aligned), as staged; and its value v
+    __device__ static __forceinline__ unsigned int word(const T* p) { return pair_at(p); }
+    __device__ static __forceinline__ T part(unsigned int w, int v) {
+        T h;
+        h.bits = static_cast<unsigned short>(v ? w >> 16 : w & 0xffffu);
+        return h;
+    }
+    // positions 2t + e, e = 0, 1 of an output tile: p is the tile's first column
+    __device__ static __forceinline__ void store(T* p, int t, float v0, float v1) {
+        *reinterpret_cast<unsigned int*>(p + 2 * t) = pack_pair<T>(v0, v1);
+    }
+};
+
+#ifdef MT_HAS_TENSOR_CORES
+template <>
+struct TcMath<float> {   // TF32: m16n8k8, one value per register, every value rounded by to_tf32
+    static constexpr int KS = 8, PAD = 4;
+    __device__ static __forceinline__ int col(int t, int e) { return t + 4 * e; }
+    __device__ static __forceinline__ int b_row(int n) { return n / 2 + 4 * (n % 2); }
+    __device__ static __forceinline__ unsigned int a_reg(const float* p, int t, int r) { return to_tf32(p[t + (r / 2) * 4]); }
+    __device__ static __forceinline__ unsigned int b_reg(const float* p, int t, int r) { return __float_as_uint(p[t + 4 * r]); }
+    __device__ static __forceinline__ void mma(float acc[4], const unsigned int a[4], const unsigned int b[2]) {
+        mma_16x8x8_tf32(acc, a, b, acc);
+    }
+    __device__ static __forceinline__ void pack(unsigned int a[4], const float (*acc)[4]) {
+        a[0] = to_tf32(acc[0][0]);   // A[g][t]
+        a[1] = to_tf32(acc[0][2]);   // A[g + 8][t]
+        a[2] = to_tf32(acc[0][1]);   // A[g][t + 4]
+        a[3] = to_tf32(acc[0][3]);   // A[g + 8][t + 4]
+    }
+    __device__ static __forceinline__ unsigned int word(const float* p) { return to_tf32(*p); }
+    __device__ static __forceinline__ float part(unsigned int w, int) { return __uint_as_float(w); }
+    __device__ static __forceinline__ void store(float* p, int t, float v0, float v1) {
+        p[t] = v0;
+        p[t + 4] = v1;
+    }
+};
+#endif
 
 struct AllowedKeys {   // may query i attend to key j?
     MaskView mv;
@@ -312,84 +379,6 @@ __device__ __forceinline__ TcPlace tc_place(const unsigned char* mask, long long
                    AllowedKeys{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal}};
 }
 
-// The A fragments of the 16 x D rows [row0, row0 + 16) of a (rows x D) matrix with row stride
-// `stride`, zero past `rows`: f[kk] covers columns [16 kk, 16 kk + 16).
-template <typename T, int D>
-__device__ __forceinline__ void load_rows_a(unsigned int f[D / 16][4], const T* __restrict__ base,
-                                            long long stride, int row0, int rows) {
-    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int row = row0 + g + (r % 2) * 8, col = kk * 16 + 2 * t + (r / 2) * 8;
-            f[kk][r] = row < rows ? pair_at(base + row * stride + col) : 0u;
-        }
-}
-
-// Stage rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into shared memory,
-// zero past `rows`: row-major into s[R][D + MT_PAD] and/or transposed into tr[D][R + MT_PAD]
-// (either may be null). The block's 128 threads read consecutive pairs of a row (coalesced).
-template <typename T, int R, int D>
-__device__ __forceinline__ void stage_rows(T* s, T* tr, const T* __restrict__ base, long long stride,
-                                           int row0, int rows) {
-    for (int e = threadIdx.x; e < R * D / 2; e += 128) {
-        const int r = e / (D / 2), c = 2 * (e % (D / 2)), row = row0 + r;
-        const unsigned int v = row < rows ? pair_at(base + row * stride + c) : 0u;
-        if (s != nullptr) *reinterpret_cast<unsigned int*>(s + r * (D + MT_PAD) + c) = v;
-        if (tr != nullptr) {
-            tr[c * (R + MT_PAD) + r].bits = static_cast<unsigned short>(v & 0xffffu);
-            tr[(c + 1) * (R + MT_PAD) + r].bits = static_cast<unsigned short>(v >> 16);
-        }
-    }
-}
-
-// acc[nt] += A (16 x 16 KK) times the shared tile's rows [8 nt, 8 nt + 8) transposed: the B
-// fragment of tile nt, k-step kk, is b[r] = s[8 nt + g][16 kk + 2t + 8r, +1] (s has PITCH values
-// per row). With s row-major this is A S^T; with s a transposed tile it is A S.
-template <typename T, int NT, int KK, int PITCH>
-__device__ __forceinline__ void mma_rows(float acc[NT][4], const unsigned int a[KK][4], const T* s) {
-    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int kk = 0; kk < KK; ++kk) {
-            const T* row = s + (nt * 8 + g) * PITCH + kk * 16 + 2 * t;
-            const unsigned int b[2] = {pair_at(row), pair_at(row + 8)};
-            mma_16x8x16<T>(acc[nt], a[kk], b, acc[nt]);
-        }
-}
-
-// The A fragments of a 16 x 8 NT accumulator (P or dS), packed into 16-bit pairs: the k-step
-// kb takes column tiles 2 kb and 2 kb + 1.
-template <typename T, int NT>
-__device__ __forceinline__ void pack_a(unsigned int a[NT / 2][4], const float acc[NT][4]) {
-#pragma unroll
-    for (int kb = 0; kb < NT / 2; ++kb) {
-        a[kb][0] = pack_pair<T>(acc[2 * kb][0], acc[2 * kb][1]);
-        a[kb][1] = pack_pair<T>(acc[2 * kb][2], acc[2 * kb][3]);
-        a[kb][2] = pack_pair<T>(acc[2 * kb + 1][0], acc[2 * kb + 1][1]);
-        a[kb][3] = pack_pair<T>(acc[2 * kb + 1][2], acc[2 * kb + 1][3]);
-    }
-}
-
-// The warp's 16 x D accumulator, times `scale`, as 16-bit rows [row0, row0 + 16) of out (rows
-// past `rows` are not written).
-template <typename T, int D>
-__device__ __forceinline__ void store_rows(T* __restrict__ base, long long stride, int row0, int rows,
-                                           const float acc[D / 8][4], float scale) {
-    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int row = row0 + g + half * 8;
-        if (row >= rows) continue;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt)
-            *reinterpret_cast<unsigned int*>(base + row * stride + dt * 8 + 2 * t) =
-                pack_pair<T>(acc[dt][2 * half] * scale, acc[dt][2 * half + 1] * scale);
-    }
-}
-
 // the quad's (4 lanes of one row's) sum and max
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(MT_FULL_MASK, v, 1);
@@ -400,6 +389,99 @@ __device__ __forceinline__ float quad_max(float v) {
     return fmaxf(v, __shfl_xor_sync(MT_FULL_MASK, v, 2));
 }
 
+// The A fragments of the 16 x D rows [row0, row0 + 16) of a (rows x D) matrix with row stride
+// `stride`, zero past `rows`: f[kk] covers columns [KS kk, KS kk + KS).
+template <typename T, int D>
+__device__ __forceinline__ void load_rows_a(unsigned int f[D / TcMath<T>::KS][4], const T* __restrict__ base,
+                                            long long stride, int row0, int rows) {
+    constexpr int KS = TcMath<T>::KS;
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int kk = 0; kk < D / KS; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int row = row0 + g + (r % 2) * 8;
+            f[kk][r] = row < rows ? TcMath<T>::a_reg(base + row * stride + kk * KS, t, r) : 0u;
+        }
+}
+
+// Σ_c a_ic b_ic of the lane's rows g and g + 8 of the warp's block (each summed over its quad),
+// in float from the stored values: delta = dO . O.
+template <typename T, int D>
+__device__ __forceinline__ void row_dots(float out[2], const T* __restrict__ a, const T* __restrict__ b,
+                                         long long stride, int row0, int rows) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = row0 + g + r * 8;
+        float part = 0.f;
+        if (row < rows)
+#pragma unroll
+            for (int c = t; c < D; c += 4) part += widen(a[row * stride + c]) * widen(b[row * stride + c]);
+        out[r] = quad_sum(part);
+    }
+}
+
+// Stage rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into shared memory,
+// zero past `rows`, as the tensor cores take them (TF32: rounded): row-major into s[R][D + PAD]
+// and/or transposed into tr[D][R + PAD] (either may be null). The block's 128 threads read
+// consecutive 32-bit words of a row (coalesced).
+template <typename T, int R, int D>
+__device__ __forceinline__ void stage_rows(T* s, T* tr, const T* __restrict__ base, long long stride,
+                                           int row0, int rows) {
+    constexpr int V = 4 / sizeof(T), PAD = TcMath<T>::PAD;   // values per word
+    for (int e = threadIdx.x; e < R * D / V; e += 128) {
+        const int r = e / (D / V), c = V * (e % (D / V)), row = row0 + r;
+        const unsigned int w = row < rows ? TcMath<T>::word(base + row * stride + c) : 0u;
+        if (s != nullptr) *reinterpret_cast<unsigned int*>(s + r * (D + PAD) + c) = w;
+        if (tr != nullptr)
+#pragma unroll
+            for (int v = 0; v < V; ++v) tr[(c + v) * (R + PAD) + r] = TcMath<T>::part(w, v);
+    }
+}
+
+// acc[nt] += A (16 x KS KK) times the shared tile's rows [8 nt, 8 nt + 8) transposed: B's column n
+// of tile nt is the staged row 8 nt + b_row(n) (s has PITCH values per row). With s row-major
+// this is A S^T; with s a transposed tile it is A S.
+template <typename T, int NT, int KK, int PITCH>
+__device__ __forceinline__ void mma_rows(float acc[NT][4], const unsigned int a[KK][4], const T* s) {
+    constexpr int KS = TcMath<T>::KS;
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int kk = 0; kk < KK; ++kk) {
+            const T* row = s + (nt * 8 + TcMath<T>::b_row(g)) * PITCH + kk * KS;
+            const unsigned int b[2] = {TcMath<T>::b_reg(row, t, 0), TcMath<T>::b_reg(row, t, 1)};
+            TcMath<T>::mma(acc[nt], a[kk], b);
+        }
+}
+
+// The A fragments of a 16 x 8 NT accumulator (P or dS): k-step kb from column tiles
+// [kb KS / 8, (kb + 1) KS / 8).
+template <typename T, int NT>
+__device__ __forceinline__ void pack_a(unsigned int a[NT * 8 / TcMath<T>::KS][4], const float acc[NT][4]) {
+    constexpr int TILES = TcMath<T>::KS / 8;
+#pragma unroll
+    for (int kb = 0; kb < NT / TILES; ++kb) TcMath<T>::pack(a[kb], acc + kb * TILES);
+}
+
+// The warp's 16 x D accumulator, times `scale`, as rows [row0, row0 + 16) of out (rows past
+// `rows` are not written).
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(T* __restrict__ base, long long stride, int row0, int rows,
+                                           const float acc[D / 8][4], float scale) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = row0 + g + half * 8;
+        if (row >= rows) continue;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+            TcMath<T>::store(base + row * stride + dt * 8, t, acc[dt][2 * half] * scale, acc[dt][2 * half + 1] * scale);
+    }
+}
+
 // Forward: a block per (batch, head) pair and 64 queries, walking over tiles of BK keys.
 template <typename T, int D, int BK>
 __global__ void __launch_bounds__(128)
@@ -408,14 +490,15 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
                            int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                            long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
-    __shared__ T Ks[BK][D + MT_PAD];     // the tile's keys, row-major (for Q K^T)
-    __shared__ T Vt[D][BK + MT_PAD];     // its values, transposed (for P V)
+    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
+    __shared__ T Ks[BK][D + PAD];     // the tile's keys, row-major (for Q K^T)
+    __shared__ T Vt[D][BK + PAD];     // its values, transposed (for P V)
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, k_off = at.k_off;
 
-    unsigned int qf[D / 16][4];
+    unsigned int qf[D / KS][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
     float o[D / 8][4], m[2] = {-MT_INF, -MT_INF}, l[2] = {0.f, 0.f};
 #pragma unroll
@@ -430,13 +513,13 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         float s[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        mma_rows<T, BK / 8, D / 16, D + MT_PAD>(s, qf, &Ks[0][0]);      // S = Q K^T
+        mma_rows<T, BK / 8, D / KS, D + PAD>(s, qf, &Ks[0][0]);      // S = Q K^T
         float tile_max[2] = {-MT_INF, -MT_INF};
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + 2 * t + e % 2;
+                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + TcMath<T>::col(t, e % 2);
                 s[nt][e] = allowed(i, j) ? s[nt][e] * scale : -MT_INF;
                 tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
             }
@@ -460,9 +543,9 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         for (int dt = 0; dt < D / 8; ++dt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e / 2];
-        unsigned int pf[BK / 16][4];
+        unsigned int pf[BK / KS][4];
         pack_a<T, BK / 8>(pf, s);
-        mma_rows<T, D / 8, BK / 16, BK + MT_PAD>(o, pf, &Vt[0][0]);   // O += P V
+        mma_rows<T, D / 8, BK / KS, BK + PAD>(o, pf, &Vt[0][0]);   // O += P V
     }
     float inv[2];
 #pragma unroll
@@ -489,36 +572,25 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                                long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
                                int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                                long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
-    __shared__ T Ks[BK][D + MT_PAD];     // keys, row-major (for Q K^T)
-    __shared__ T Kt[D][BK + MT_PAD];     // keys, transposed (for dS K)
-    __shared__ T Vs[BK][D + MT_PAD];     // values, row-major (for dO V^T)
+    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
+    __shared__ T Ks[BK][D + PAD];     // keys, row-major (for Q K^T)
+    __shared__ T Kt[D][BK + PAD];     // keys, transposed (for dS K)
+    __shared__ T Vs[BK][D + PAD];     // values, row-major (for dO V^T)
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, k_off = at.k_off;
 
-    unsigned int qf[D / 16][4], dof[D / 16][4];
+    unsigned int qf[D / KS][4], dof[D / KS][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
     load_rows_a<T, D>(dof, dO + q_off, q_st, q0, Tq);
     float lse[2], delta[2];
-    {
-        unsigned int of[D / 16][4];     // delta from the same fragments: this lane's columns, then the quad
-        load_rows_a<T, D>(of, O + q_off, q_st, q0, Tq);
-        float part[2] = {0.f, 0.f};
+    row_dots<T, D>(delta, dO + q_off, O + q_off, q_st, q0, Tq);
 #pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
-#pragma unroll
-            for (int r = 0; r < 4; ++r)
-#pragma unroll
-                for (int hi = 0; hi < 2; ++hi)
-                    part[r % 2] += half_at<T>(dof[kk][r], hi) * half_at<T>(of[kk][r], hi);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int i = q0 + g + r * 8;
-            delta[r] = quad_sum(part[r]);
-            lse[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
-            if (t == 0 && i < Tq) Delta[static_cast<long long>(n) * Tq + i] = delta[r];
-        }
+    for (int r = 0; r < 2; ++r) {
+        const int i = q0 + g + r * 8;
+        lse[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
+        if (t == 0 && i < Tq) Delta[static_cast<long long>(n) * Tq + i] = delta[r];
     }
     float dq[D / 8][4];
 #pragma unroll
@@ -535,19 +607,19 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
-        mma_rows<T, BK / 8, D / 16, D + MT_PAD>(s, qf, &Ks[0][0]);     // S = Q K^T
-        mma_rows<T, BK / 8, D / 16, D + MT_PAD>(dp, dof, &Vs[0][0]);   // dP = dO V^T
+        mma_rows<T, BK / 8, D / KS, D + PAD>(s, qf, &Ks[0][0]);     // S = Q K^T
+        mma_rows<T, BK / 8, D / KS, D + PAD>(dp, dof, &Vs[0][0]);   // dP = dO V^T
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + 2 * t + e % 2;
+                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + TcMath<T>::col(t, e % 2);
                 const float p = allowed(i, j) ? exp_(s[nt][e] * scale - lse[e / 2]) : 0.f;
                 dp[nt][e] = p * (dp[nt][e] - delta[e / 2]);              // dS
             }
-        unsigned int dsf[BK / 16][4];
+        unsigned int dsf[BK / KS][4];
         pack_a<T, BK / 8>(dsf, dp);
-        mma_rows<T, D / 8, BK / 16, BK + MT_PAD>(dq, dsf, &Kt[0][0]);  // dQ += dS K
+        mma_rows<T, D / 8, BK / KS, BK + PAD>(dq, dsf, &Kt[0][0]);  // dQ += dS K
     }
     store_rows<T, D>(dQ + q_off, q_st, q0, Tq, dq, scale);
 }
@@ -564,15 +636,16 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                                  long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
                                  long long q_sb, long long q_sh, long long q_st,
                                  long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
-    __shared__ T Qs[BQ][D + MT_PAD], Qt[D][BQ + MT_PAD];     // queries, row-major and transposed
-    __shared__ T dOs[BQ][D + MT_PAD], dOt[D][BQ + MT_PAD];   // their output gradients, likewise
+    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
+    __shared__ T Qs[BQ][D + PAD], Qt[D][BQ + PAD];     // queries, row-major and transposed
+    __shared__ T dOs[BQ][D + PAD], dOt[D][BQ + PAD];   // their output gradients, likewise
     __shared__ float lse_s[BQ], delta_s[BQ];
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, k_off = at.k_off;
 
-    unsigned int kf[D / 16][4], vf[D / 16][4];
+    unsigned int kf[D / KS][4], vf[D / KS][4];
     load_rows_a<T, D>(kf, K + k_off, k_st, k0, Tk);
     load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
     float dk[D / 8][4], dv[D / 8][4];
@@ -597,22 +670,22 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[nt][e] = dpt[nt][e] = 0.f;
-        mma_rows<T, BQ / 8, D / 16, D + MT_PAD>(st, kf, &Qs[0][0]);     // S^T = K Q^T
-        mma_rows<T, BQ / 8, D / 16, D + MT_PAD>(dpt, vf, &dOs[0][0]);   // dP^T = V dO^T
+        mma_rows<T, BQ / 8, D / KS, D + PAD>(st, kf, &Qs[0][0]);     // S^T = K Q^T
+        mma_rows<T, BQ / 8, D / KS, D + PAD>(dpt, vf, &dOs[0][0]);   // dP^T = V dO^T
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int c = nt * 8 + 2 * t + e % 2, j = k0 + g + (e / 2) * 8;   // query i0 + c, key j
+                const int c = nt * 8 + TcMath<T>::col(t, e % 2), j = k0 + g + (e / 2) * 8;   // query i0 + c, key j
                 const float p = allowed(i0 + c, j) ? exp_(st[nt][e] * scale - lse_s[c]) : 0.f;
                 st[nt][e] = p;                                                // P^T
                 dpt[nt][e] = p * (dpt[nt][e] - delta_s[c]);                   // dS^T
             }
-        unsigned int pf[BQ / 16][4], dsf[BQ / 16][4];
+        unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);
         pack_a<T, BQ / 8>(dsf, dpt);
-        mma_rows<T, D / 8, BQ / 16, BQ + MT_PAD>(dv, pf, &dOt[0][0]);   // dV += P^T dO
-        mma_rows<T, D / 8, BQ / 16, BQ + MT_PAD>(dk, dsf, &Qt[0][0]);   // dK += dS^T Q
+        mma_rows<T, D / 8, BQ / KS, BQ + PAD>(dv, pf, &dOt[0][0]);   // dV += P^T dO
+        mma_rows<T, D / 8, BQ / KS, BQ + PAD>(dk, dsf, &Qt[0][0]);   // dK += dS^T Q
     }
     store_rows<T, D>(dK + k_off, k_st, k0, Tk, dk, scale);
     store_rows<T, D>(dV + k_off, k_st, k0, Tk, dv, 1.f);

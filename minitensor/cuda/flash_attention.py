@@ -1,6 +1,7 @@
 """Launcher for the FlashAttention-style kernels of ``flash_attention.cu`` (CUDA cores for
-float32 and float64, tensor cores for float16 and bfloat16), and :class:`FlashAttention`, the
-attention op on this route.
+float32 and float64, tensor cores for float16 and bfloat16, and for float32 in TF32 where
+:func:`minitensor.cuda.set_tf32` allows it), and :class:`FlashAttention`, the attention op on
+this route.
 
 The plain xp reference is :class:`minitensor.ops.attention.ScaledDotProductAttention`'s own
 code (scores, softmax, weights); tests compare the two, and a float64 gradcheck goes through
@@ -12,6 +13,7 @@ import numpy as np
 
 from ..autograd import Function
 from ..ops.attention import products
+from . import tf32_enabled
 from .build import address, array_module, as4d, ctype, kernel, mask_view
 
 SOURCE = "flash_attention.cu"
@@ -20,51 +22,68 @@ SOURCE = "flash_attention.cu"
 # tests/minitensor/cuda/test_sources.py)
 TILES = {"float": ((64, 32), (64, 16), (64, 16)), "double": ((32, 32), (32, 8), (32, 8))}
 HEAD_SIZES = {"float": (16, 32, 64), "double": (16, 32)}
-# tensor-core kernels (f16, bf16): 64 rows a block (4 warps of 16); per head size, the inner tile
-# (keys; queries in the dK/dV pass) of the forward, dK/dV and dQ kernels: the staged tiles under
-# 48 KB of shared memory and no register spills (test_sources.py)
+# tensor-core kernels: 64 rows a block (4 warps of 16); per head size, the inner tile (keys;
+# queries in the dK/dV pass) of the forward, dK/dV and dQ kernels: the staged tiles under 48 KB of
+# shared memory and no register spills (test_sources.py). f16 and bf16 always take them; float32
+# takes them in TF32 (``tf32=True``), where its values are twice as wide: smaller tiles, and no
+# head size 128 (its dK/dV pass would spill).
 TC_TYPES = ("f16", "bf16")
 TC_TILES = {32: (64, 32, 64), 64: (64, 64, 64), 128: (32, 16, 32)}
+TF32_TILES = {32: (64, 64, 64), 64: (64, 32, 32)}
 TC_ROWS = 64
 
 
-def padded_head_size(d: int, t: str) -> int | None:
+def _tc_tiles(t: str, tf32: bool) -> dict | None:
+    """The tensor-core tiles that arrays of kernel type ``t`` take, or None (CUDA cores)."""
+    return TC_TILES if t in TC_TYPES else TF32_TILES if tf32 and t == "float" else None
+
+
+def padded_head_size(d: int, t: str, tf32: bool = False) -> int | None:
+    """The head size the kernels run at: d itself on the tensor cores, d rounded up to one of
+    HEAD_SIZES on the CUDA cores; None where no kernel takes d."""
+    tiles = _tc_tiles(t, tf32)
+    if tiles is not None and d in tiles:
+        return d
     if t in TC_TYPES:
-        return d if d in TC_TILES else None
+        return None
     return next((D for D in HEAD_SIZES[t] if d <= D), None)
 
 
-def applies(q, k, v) -> bool:
+def applies(q, k, v, tf32: bool = False) -> bool:
     """q, k, v of one kernel dtype and one shape (B, H, T, d) up to 4-D, d the same for v:
-    float32/float64 with d <= 64 (CUDA cores), float16/bfloat16 with d in 32, 64, 128 (tensor
-    cores)."""
+    float32/float64 with d <= 64 (CUDA cores; float32 with ``tf32`` and d 32 or 64: tensor cores),
+    float16/bfloat16 with d in 32, 64, 128 (tensor cores)."""
     t = ctype(q.dtype)
     return ((t in TILES or t in TC_TYPES) and k.dtype == q.dtype and v.dtype == q.dtype and 2 <= q.ndim <= 4
             and k.ndim == q.ndim and v.ndim == q.ndim and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]
             and k.shape[-1] == q.shape[-1] == v.shape[-1] and k.shape[-2] == v.shape[-2]
-            and q.shape[-2] > 0 and k.shape[-2] > 0 and padded_head_size(q.shape[-1], t) is not None)
+            and q.shape[-2] > 0 and k.shape[-2] > 0 and padded_head_size(q.shape[-1], t, tf32) is not None)
 
 
-def tensor_cores(q) -> bool:
-    """Whether arrays like ``q`` take the tensor-core kernels (16-bit storage)."""
-    return ctype(q.dtype) in TC_TYPES
+def tensor_cores(q, tf32: bool = False) -> bool:
+    """Whether arrays like ``q`` take the tensor-core kernels: 16-bit storage, or float32 in TF32
+    (``tf32``) with head size 32 or 64."""
+    tiles = _tc_tiles(ctype(q.dtype), tf32)
+    return tiles is not None and q.shape[-1] in tiles
 
 
-def names(t: str, d: int) -> tuple[str, str, str]:
-    """The instantiations (forward, dK/dV, dQ) for type ``t`` and head size ``d``."""
-    D = padded_head_size(d, t)
-    if t in TC_TYPES:
-        fk, bq, qk = TC_TILES[D]
+def names(t: str, d: int, tf32: bool = False) -> tuple[str, str, str]:
+    """The instantiations (forward, dK/dV, dQ) for type ``t`` and head size ``d`` (float32 in TF32:
+    ``t`` "float" with ``tf32``)."""
+    D = padded_head_size(d, t, tf32)
+    if D is not None and _tc_tiles(t, tf32) is not None and D in _tc_tiles(t, tf32):
+        fk, bq, qk = _tc_tiles(t, tf32)[D]
         return (f"flash_attention_tc_forward<{t}, {D}, {fk}>", f"flash_attention_tc_backward_dkdv<{t}, {D}, {bq}>",
                 f"flash_attention_tc_backward_dq<{t}, {D}, {qk}>")
-    (fq, fk), (bk, bq), (qq, qk) = TILES[t]
+    (fq, fk), (bk, bq), (qk_, qk) = TILES[t]
     return (f"flash_attention_forward<{t}, {D}, {fq}, {fk}>", f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
-            f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>")
+            f"flash_attention_backward_dq<{t}, {D}, {qk_}, {qk}>")
 
 
 def instantiations() -> list[str]:
     return ([name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
-            + [name for t in TC_TYPES for D in TC_TILES for name in names(t, D)])
+            + [name for t in TC_TYPES for D in TC_TILES for name in names(t, D)]
+            + [name for D in TF32_TILES for name in names("float", D, tf32=True)])
 
 
 def _dims(q, k):
@@ -72,13 +91,13 @@ def _dims(q, k):
     return B, H, Tq, k.shape[-2], d
 
 
-# ---------------------------------------------------------------- tensor-core route (f16, bf16)
+# ---------------------------------------------------------------- tensor-core route (f16, bf16, tf32)
 def _strides4(a) -> tuple | None:
     """(batch, head, time) strides in elements of ``a`` seen as (B, H, T, d), or None where the
     tensor-core kernels cannot read it as it is: each row contiguous, every row 4-byte aligned."""
     a4 = a.reshape(as4d(a.shape))
     s = tuple(x // a.itemsize for x in a4.strides)
-    if a4.strides[-1] != a.itemsize or any(x % 2 for x in s[:3]) or address(a) % 4:
+    if a4.strides[-1] != a.itemsize or any(x * a.itemsize % 4 for x in s[:3]) or address(a) % 4:
         return None
     return s[:3]
 
@@ -113,19 +132,20 @@ def _tc_args(cp, q, k, mask, causal: bool, scale: float) -> tuple:
             + tuple(np.int64(x) for x in _strides4(q) + _strides4(k)) + (np.int32(causal), np.float32(scale)))
 
 
-def forward(q, k, v, mask, scale: float, causal: bool = False):
+def forward(q, k, v, mask, scale: float, causal: bool = False, tf32: bool = False):
     """(out, lse): out like q (its strides, where the kernels can read q's); lse (..., Tq), in the
     kernels' accumulation dtype, +inf on rows with no allowed key. ``causal`` forbids key j > query i
-    on top of ``mask`` (the tensor-core kernels then skip the tiles above the diagonal)."""
+    on top of ``mask`` (the tensor-core kernels then skip the tiles above the diagonal). ``tf32``:
+    float32 on the tensor cores (see :func:`tensor_cores`)."""
     cp = array_module(q)
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
-    if t in TC_TYPES:
+    if tensor_cores(q, tf32):
         q, = _family(q)
         k, v = _family(k, v)
         out = cp.empty_like(q)
         lse = cp.empty(q.shape[:-1], dtype=np.float32)
-        fn = kernel(SOURCE, names(t, d)[0], cp)
+        fn = kernel(SOURCE, names(t, d, tf32)[0], cp)
         fn((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, k, mask, causal, scale))
         return out, lse
     if causal:
@@ -141,17 +161,17 @@ def forward(q, k, v, mask, scale: float, causal: bool = False):
     return out, lse
 
 
-def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False):
+def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, tf32: bool = False):
     """dq, dk, dv from the output's cotangent, recomputing the probabilities from lse."""
     cp = array_module(q)
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
-    if t in TC_TYPES:
+    if tensor_cores(q, tf32):
         q, out, grad = _family(q, out, grad.astype(q.dtype, copy=False))
         k, v = _family(k, v)
         dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(k)
         delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
-        _, dkdv, dq_name = names(t, d)
+        _, dkdv, dq_name = names(t, d, tf32)
         tail = _tc_args(cp, q, k, mask, causal, scale)
         kernel(SOURCE, dq_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, grad, lse, delta, dq) + tail)
         kernel(SOURCE, dkdv, cp)((B * H, -(-Tk // TC_ROWS)), (128,), (q, k, v, grad, lse, delta, dk, dv) + tail)
@@ -175,21 +195,30 @@ class FlashAttention(Function):
     """Equation 1, out = softmax(Q Kᵀ / √d_k + mask) V, without the Tq x Tk weights: the forward
     keeps one log Σ exp per query, the backward recomputes the weights tile by tile from it
     (Dao et al., 2022). No dropout on the weights (``dropout_p`` must be 0 or ``training``
-    False: :func:`minitensor.ops.attention.attention_op` sends dropout elsewhere)."""
+    False: :func:`minitensor.ops.attention.attention_op` sends dropout elsewhere). float32 runs
+    in TF32 on the tensor cores when ``tf32`` is true, by default when
+    :func:`minitensor.cuda.set_tf32` is on."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False):
+    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False, tf32=None):
         if training and dropout_p > 0:
             raise ValueError("FlashAttention: no dropout on the weights (they are never formed)")
         ctx.scale = 1.0 / (q.shape[-1] ** 0.5)
         ctx.weights = None
-        out, lse = forward(q, k, v, mask, ctx.scale)
+        ctx.tf32 = tf32_route(q) if tf32 is None else tf32
+        out, lse = forward(q, k, v, mask, ctx.scale, tf32=ctx.tf32)
         ctx.save_for_backward(q, k, v, out, lse, mask)
         return out
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, out, lse, mask = ctx.saved
-        return backward(grad, q, k, v, out, lse, mask, ctx.scale) + (None,)
+        return backward(grad, q, k, v, out, lse, mask, ctx.scale, tf32=ctx.tf32) + (None,)
 
     products = staticmethod(products)
+
+
+def tf32_route(q) -> bool:
+    """Whether float32 arrays like ``q`` run in TF32 here: :func:`minitensor.cuda.set_tf32` is on
+    (it is a switch of CuPy's, so never on NumPy arrays, where the emulator runs)."""
+    return q.dtype == np.float32 and array_module(q) is not np and tf32_enabled()

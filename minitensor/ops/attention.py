@@ -143,16 +143,16 @@ def attention_op(q, k, v, dropout_p: float = 0.0, training: bool = False, need_w
     """The op that computes equation 1 for these arrays: the flash kernels' (no dropout, the
     weights not asked for, and ``minitensor.cuda.attention_mode()`` "flash", or "auto" from
     ``minitensor.cuda.FLASH_MIN_KEYS`` keys on; the tensor-core kernels of 16-bit inputs up to
-    ``FLASH_TC_SHORT_KEYS`` keys and from ``FLASH_TC_MIN_KEYS`` on), the fused softmax's, or the
-    reference."""
+    ``FLASH_TC_SHORT_KEYS`` keys and from ``FLASH_TC_MIN_KEYS`` on, as are float32's in TF32), the
+    fused softmax's, or the reference."""
     shape = scores_shape(q, k)
     if not cuda.kernels_may_run(backend.array_module(q)) or len(shape) > 4:
         return ScaledDotProductAttention
     mode = cuda.attention_mode()
     flash = cuda.launcher("flash_attention")
     keys = k.shape[-2]
-    wins = (keys <= cuda.FLASH_TC_SHORT_KEYS or keys >= cuda.FLASH_TC_MIN_KEYS) if flash.tensor_cores(q) \
-        else keys >= cuda.FLASH_MIN_KEYS
+    wins = (keys <= cuda.FLASH_TC_SHORT_KEYS or keys >= cuda.FLASH_TC_MIN_KEYS) \
+        if flash.tensor_cores(q, flash.tf32_route(q)) else keys >= cuda.FLASH_MIN_KEYS
     if (not (training and dropout_p > 0) and not need_weights and mode != "fused" and flash.applies(q, k, v)
             and (mode == "flash" or wins)):
         return flash.FlashAttention

@@ -139,7 +139,7 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     on_double("--tiny", "--out", str(tmp_path / "kernels.json"), script=REPO / "benchmarks" / "kernels.py")
     kernels = json.loads((tmp_path / "kernels.json").read_text())
     assert [(r["dtype"], r["T"]) for r in kernels["attention"]] == [
-        (dtype, T) for dtype in ("float32", "bfloat16") for T in (64, 128)]
+        (dtype, T) for dtype in ("float32", "bfloat16", "tf32") for T in (64, 128)]
     assert all(r[f"{route}_ms"] > 0 for r in kernels["attention"] for route in ("flash", "fused", "plain_cupy"))
     assert {r["dtype"] for r in kernels["layer_norm"]} == {"float32", "float16"}
     assert [r["shape"] for r in kernels["cross_entropy"]] == [[8, 300]] and kernels["cross_entropy"][0]["forward_ms"] > 0

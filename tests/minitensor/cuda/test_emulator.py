@@ -467,8 +467,13 @@ def _small_cases(address_tables: bool = True):
     hq = rng.standard_normal((1, 70, 2, 32)).astype(np.float16).swapaxes(1, 2)
     tc_out, tc_lse = flash_kernels.forward(hq, hq, hq, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2, causal=True)
     tc_grads = flash_kernels.backward(hq, hq, hq, hq, tc_out, tc_lse, None, 0.2, causal=True)
+    # and in TF32, float32 on the tensor cores, with the padding mask as a bool mask
+    fq = hq.astype(np.float32)
+    tf_out, tf_lse = flash_kernels.forward(fq, fq, fq, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2, tf32=True)
+    tf_grads = flash_kernels.backward(fq, fq, fq, fq, tf_out, tf_lse, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2,
+                                      tf32=True)
     kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped, relu) \
-        + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads)
+        + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads) + (tf_out, tf_lse) + tuple(tf_grads)
     if not address_tables:
         return kernels
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
@@ -484,7 +489,8 @@ def _small_cases(address_tables: bool = True):
 def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items = [("layer_norm.cu", n) for n in ln_kernels.names("float", 33)]
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
-    items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24) + flash_kernels.names("f16", 32)]
+    items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24) + flash_kernels.names("f16", 32)
+              + flash_kernels.names("float", 32, tf32=True)]
     items += [("cross_entropy.cu", n) for n in ce_kernels.names("float")]
     items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
               ("loss_scale.cu", loss_scale_kernels.name("float"))]

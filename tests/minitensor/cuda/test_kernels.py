@@ -147,6 +147,7 @@ def _compile_for_the_emulator_in_parallel(request):
     items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
     items += [("flash_attention.cu", n) for t in flash_kernels.TC_TYPES for d in flash_kernels.TC_TILES
               for n in flash_kernels.names(t, d)]
+    items += [("flash_attention.cu", n) for d in flash_kernels.TF32_TILES for n in flash_kernels.names("float", d, True)]
     items += [("cross_entropy.cu", n) for t in (*HALF_CTYPES.values(), "double") for n in ce_kernels.names(t)]
     items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]
     items += [("adam.cu", n) for n in adam_kernels.instantiations()]
@@ -195,12 +196,14 @@ def test_layer_norm_parameter_gradients_are_bitwise_deterministic(dev):
             assert np.array_equal(a, b_)
 
 
-def _counting(monkeypatch, module, *names) -> list:
-    """Record each call of the launcher functions ``names`` of ``module`` (in call order)."""
+def _counting(monkeypatch, module, *names, keyword: str | None = None) -> list:
+    """Record each call of the launcher functions ``names`` of ``module`` (in call order): its
+    name, or the value it was given for ``keyword``."""
     calls = []
     for name in names:
         real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, _real=real, _n=name, **k: calls.append(_n) or _real(*a, **k))
+        monkeypatch.setattr(module, name, lambda *a, _real=real, _n=name, **k:
+                            calls.append(_n if keyword is None else k.get(keyword)) or _real(*a, **k))
     return calls
 
 
@@ -420,44 +423,71 @@ def test_flash_attention_kernels_match_the_reference(dev, shape, mask_kind):
 
 # (B, H, Tq, Tk, d): several key tiles, partial blocks of 64 rows, every head size, Tq != Tk
 TC_SHAPES = [(1, 2, 70, 150, 64), (2, 1, 33, 47, 32), (1, 1, 40, 70, 128), (1, 1, 130, 130, 64)]
-TC_TOL = {"float16": 2e-3, "bfloat16": 1.5e-2}   # P and dS are rounded to 16 bits before their products
+# P and dS are rounded to 16 bits (to TF32's 10-bit mantissa) before their products
+TC_TOL = {"float16": 2e-3, "bfloat16": 1.5e-2, "tf32": 2e-3}
+# "tf32": float32 storage on the tensor cores in TF32, head sizes 32 and 64
+TC_CASES = [(dtype, shape) for dtype in TC_TOL for shape in TC_SHAPES
+            if dtype != "tf32" or shape[-1] in flash_kernels.TF32_TILES]
 
 
 def _tc_inputs(dev, rng, shape, dtype, layout):
-    """q, k, v, g of ``shape`` in ``dtype``: (B, H, T, d) arrays, or views of (B, T, H, d) ones
-    (the projections' own layout, read through strides)."""
+    """q, k, v, g of ``shape`` in ``dtype`` ("tf32": float32): (B, H, T, d) arrays, or views of
+    (B, T, H, d) ones (the projections' own layout, read through strides)."""
     B, H, Tq, Tk, d = shape
-    dt = _half(dtype)
+    dt = np.dtype(np.float32) if dtype == "tf32" else _half(dtype)
     if layout == "bhtd":
         return tuple(_randn(dev, rng, (B, H, T, d), dt) for T in (Tq, Tk, Tk, Tq))
     return tuple(_randn(dev, rng, (B, T, H, d), dt).swapaxes(1, 2) for T in (Tq, Tk, Tk, Tq))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("shape", TC_SHAPES, ids=str)
-@pytest.mark.parametrize("mask_kind", ["none", "both", "causal flag"])
+def _tc_mask(rng, B, Tq, Tk):
+    """(B, 1, Tq, Tk): each score allowed at random (so a wrong column order in a fragment shows),
+    the last query row of the first sequence allowed nothing."""
+    mask = rng.random((B, 1, Tq, Tk)) > 0.3
+    mask[0, 0, -1, :] = False
+    return mask
+
+
+@pytest.mark.parametrize(("dtype", "shape"), TC_CASES, ids=str)
+@pytest.mark.parametrize("mask_kind", ["none", "random", "causal flag"])
 def test_tensor_core_flash_attention_matches_the_reference(dev, dtype, shape, mask_kind):
     """The mma.sync kernels' output and gradients against float64 equation 1 on the same 16-bit
-    inputs: masks that leave rows with nothing allowed, and the causal flag (tiles above the
-    diagonal skipped) giving what the causal triangle as a mask gives; inputs in (B, H, T, d) and
-    as (B, T, H, d) views, which the kernels read in place and answer in the same layout."""
+    (or float32, in TF32) inputs: a mask with rows that allow nothing, and the causal flag (tiles
+    above the diagonal skipped) giving what the causal triangle as a mask gives; inputs in
+    (B, H, T, d) and as (B, T, H, d) views, which the kernels read in place and answer in the
+    same layout."""
     rng = _rng("tc", dtype, shape, mask_kind)
     B, H, Tq, Tk, d = shape
     layout = "bthd" if (Tq + d) % 2 else "bhtd"
     q, k, v, g = _tc_inputs(dev, rng, shape, dtype, layout)
-    causal = mask_kind == "causal flag"
-    mask = None if mask_kind == "none" else _masks(rng, B, Tq, Tk)["both"] if not causal else (rng.random((B, 1, 1, Tk)) > 0.2)
+    causal, tf32 = mask_kind == "causal flag", dtype == "tf32"
+    mask = {"none": None, "random": _tc_mask(rng, B, Tq, Tk), "causal flag": rng.random((B, 1, 1, Tk)) > 0.2}[mask_kind]
     mask_dev = None if mask is None else dev.asarray(mask)
     scale = 1 / np.sqrt(d)
-    assert flash_kernels.applies(q, k, v)
-    out, lse = flash_kernels.forward(q, k, v, mask_dev, scale, causal=causal)
-    dq, dk, dv = flash_kernels.backward(g, q, k, v, out, lse, mask_dev, scale, causal=causal)
+    assert flash_kernels.applies(q, k, v, tf32) and flash_kernels.tensor_cores(q, tf32)
+    out, lse = flash_kernels.forward(q, k, v, mask_dev, scale, causal=causal, tf32=tf32)
+    dq, dk, dv = flash_kernels.backward(g, q, k, v, out, lse, mask_dev, scale, causal=causal, tf32=tf32)
     full = mask if not causal else mask & np.tril(np.ones((Tq, Tk), dtype=bool))
     refs = _attention_reference(dev.xp, q, k, v, g, None if full is None else dev.asarray(full), scale)
     assert out.dtype == q.dtype and lse.dtype == np.float32 and dq.dtype == dk.dtype == dv.dtype == q.dtype
     assert all(flash_kernels.same_layout(a, b) for a, b in ((out, q), (dq, q), (dk, k), (dv, k)))
     for got, ref in zip((out, dq, dk, dv), refs):
         assert _rel(got, ref) < TC_TOL[dtype]
+
+
+def test_tf32_attention_is_float32_rounded_to_tf32_where_the_cuda_cores_keep_float32(dev):
+    """The TF32 kernels' error against float64 is TF32's (inputs and P rounded to 10 mantissa
+    bits: ~1e-4 relative), far above the float32 CUDA-core kernels' (~1e-7) on the same inputs,
+    and well under the 16-bit kernels' bound: they do run on the tensor cores, in TF32."""
+    rng = _rng("tf32 vs float32")
+    q, k, v, g = _tc_inputs(dev, rng, (2, 2, 50, 70, 64), "tf32", "bhtd")
+    refs = _attention_reference(dev.xp, q, k, v, g, None, 0.125)
+    errors = {}
+    for tf32 in (True, False):
+        out, lse = flash_kernels.forward(q, k, v, None, 0.125, tf32=tf32)
+        grads = flash_kernels.backward(g, q, k, v, out, lse, None, 0.125, tf32=tf32)
+        errors[tf32] = max(_rel(a, r) for a, r in zip((out,) + grads, refs))
+    assert errors[False] < 1e-5 < 5e-5 < errors[True] < TC_TOL["tf32"], errors
 
 
 def test_tensor_core_flash_attention_reads_each_family_through_one_set_of_strides(dev):
@@ -474,18 +504,22 @@ def test_tensor_core_flash_attention_reads_each_family_through_one_set_of_stride
         assert _rel(got, ref) < TC_TOL["float16"]
 
 
-def test_tensor_core_flash_backward_is_bitwise_deterministic(dev):
+@pytest.mark.parametrize("dtype", ["bfloat16", "tf32"])
+def test_tensor_core_flash_backward_is_bitwise_deterministic(dev, dtype):
     """dQ, dK and dV come from two passes that each own their rows (no atomics): the same bits
     on every call."""
-    rng = _rng("tc determinism")
+    rng = _rng("tc determinism", dtype)
     shape = (4, 8, 512, 512, 64) if dev.gpu else (1, 2, 70, 130, 32)
-    q, k, v, g = _tc_inputs(dev, rng, shape, "bfloat16", "bthd")
-    out, lse = flash_kernels.forward(q, k, v, None, 0.125, causal=True)
-    first = [mt.backend.to_numpy(a) for a in flash_kernels.backward(g, q, k, v, out, lse, None, 0.125, causal=True)]
+    tf32 = dtype == "tf32"
+    q, k, v, g = _tc_inputs(dev, rng, shape, dtype, "bthd")
+    out, lse = flash_kernels.forward(q, k, v, None, 0.125, causal=True, tf32=tf32)
+    first = [mt.backend.to_numpy(a) for a in flash_kernels.backward(g, q, k, v, out, lse, None, 0.125, causal=True,
+                                                                    tf32=tf32)]
     for _ in range(3 if dev.gpu else 1):
-        again = flash_kernels.backward(g, q, k, v, out, lse, None, 0.125, causal=True)
+        again = flash_kernels.backward(g, q, k, v, out, lse, None, 0.125, causal=True, tf32=tf32)
         for a, b in zip(first, again):
-            assert np.array_equal(a.view(np.uint16), mt.backend.to_numpy(b).view(np.uint16))
+            bits = np.uint32 if tf32 else np.uint16
+            assert np.array_equal(a.view(bits), mt.backend.to_numpy(b).view(bits))
 
 
 @pytest.mark.parametrize("mode", ["flash", "fused"])
@@ -560,6 +594,35 @@ def test_16_bit_attention_takes_the_tensor_core_kernels_by_their_own_threshold(d
     assert attention_op(*qkv) is OPS["fused"]
     monkeypatch.setattr(cuda, "FLASH_TC_MIN_KEYS", 40)
     assert attention_op(*qkv) is OPS["flash"]
+
+
+def test_float32_attention_takes_the_tf32_kernels_while_tf32_is_on(dev, monkeypatch):
+    """With ``cuda.set_tf32(True)``, float32 attention of head size 32 or 64 is routed as 16-bit
+    attention is (tensor-core kernels, here at 40 keys), runs in TF32 forward and backward, and
+    gives equation 1 to TF32's accuracy; head size 128, TF32 off, and NumPy arrays (where the
+    switch does not exist) keep the float32 routes."""
+    rng = _rng("tf32 route")
+    arrays = [_randn(dev, rng, (1, 2, 40, 32), np.float32) for _ in range(4)]
+    q, k, v = (mt.tensor(a, requires_grad=True, device=dev.device) for a in arrays[:3])
+    monkeypatch.setattr(cuda, "FLASH_MIN_KEYS", 10**6)
+    qkv, wide = tuple(arrays[:3]), tuple(_randn(dev, rng, (1, 2, 40, 128), np.float32) for _ in range(3))
+    if not dev.gpu:
+        assert not flash_kernels.tf32_route(qkv[0]) and attention_op(*qkv) is OPS["fused"]
+        return
+    tf32 = _counting(monkeypatch, flash_kernels, "forward", "backward", keyword="tf32")
+    cuda.set_tf32(True)
+    try:
+        assert flash_kernels.tf32_route(qkv[0]) and attention_op(*qkv) is OPS["flash"]
+        assert attention_op(*wide) is OPS["fused"]
+        out = F.scaled_dot_product_attention(q, k, v)
+        out.backward(mt.tensor(arrays[3], device=dev.device))
+    finally:
+        cuda.set_tf32(False)
+    assert tf32 == [True, True]
+    refs = _attention_reference(dev.xp, *arrays, None, 1 / np.sqrt(32))
+    for got, ref in zip((out, q.grad, k.grad, v.grad), refs):
+        assert got.dtype == np.float32 and _rel(got.data, ref) < TC_TOL["tf32"]
+    assert not flash_kernels.tf32_route(qkv[0]) and attention_op(*qkv) is OPS["fused"]
 
 
 def _attention_step_peak(dev, T: int, mode: str, heads: int, d: int) -> int:

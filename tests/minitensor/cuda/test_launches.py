@@ -8,12 +8,13 @@ The counts before the cuBLAS products, the casts made once, dropout's own kernel
 scaler's unscale and the 16-bit weights in one launch each, the fused bias + ReLU and the fused
 dropout + residual + LayerNorm (the same double): fp32 and tf32 1691, bf16 2565, fp16 3147;
 after: 1066, 1132 and 1138; with 16-bit attention on the tensor-core flash kernels, which read
-the heads in place, bf16 808 and fp16 814 (docs/performance.md, "Launches per update")."""
+the heads in place, bf16 808 and fp16 814; with TF32 attention on them too, tf32 742
+(docs/performance.md, "Launches per update")."""
 import pytest
 
 from tests.cupy_double.launches import count_update
 
-BOUND = {"fp32": 1100, "tf32": 1100, "bf16": 840, "fp16": 840}
+BOUND = {"fp32": 1100, "tf32": 770, "bf16": 840, "fp16": 840}
 
 
 @pytest.mark.slow
@@ -38,9 +39,10 @@ def test_one_base_update_launches_at_most_its_bound(cupy_double, precision):
     else:                               # every 16-bit weight in one launch, activations once per layer
         assert sum(n for k, n in made.items() if k.startswith("kernel cast_multi")) == 1, made
         assert made["astype"] <= 70, made["astype"]
-        # attention at these 7 keys on the tensor-core kernels: 3 launches each, no head copies
+    if precision != "fp32":   # attention at these 7 keys on the tensor-core kernels: 3 launches each, no head copies
         assert sum(n for k, n in made.items() if k.startswith("kernel flash_attention_tc")) == 54, made
         assert not {k for k in made if "softmax" in k}, made
+        assert not {"ascontiguousarray", "reshape"} & set(made), made   # the heads split and merged as views
 
 
 @pytest.mark.slow
