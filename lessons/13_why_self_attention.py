@@ -30,7 +30,7 @@ import numpy as np
 import minitensor as mt
 import minitensor.functional as F
 from minitensor import nn
-from minitensor.autograd import Context
+from minitensor.autograd import Context, Output
 from transformer import MultiHeadAttention
 from lessonkit import Results, checks, show, smoke
 
@@ -82,12 +82,15 @@ class SelfAttention(nn.Module):
 
 
 def sequential_ops(y: mt.Tensor) -> int:
-    """The longest chain of ops in y's autograd graph: how many must run one after another."""
+    """The longest chain of ops in y's autograd graph: how many must run one after another. (An
+    ``Output`` node hands on one output of an op with several, such as the Q, K and V
+    projections made in one product: it is not an op of its own.)"""
     depth, stack = {}, [(y._ctx, False)]
     while stack:
         node, ready = stack.pop()
         if ready:
-            depth[id(node)] = 1 + max((depth[id(e)] for e in node.edges if isinstance(e, Context)), default=0)
+            depth[id(node)] = (node.fn is not Output) + max((depth[id(e)] for e in node.edges if isinstance(e, Context)),
+                                                            default=0)
         elif id(node) not in depth:
             stack.append((node, True))
             stack.extend((e, False) for e in node.edges if isinstance(e, Context) and id(e) not in depth)
@@ -116,6 +119,8 @@ def multiply_adds(y: mt.Tensor) -> dict:
             count["attention"] += int(np.prod(q[:-1])) * k[-2] * (q[-1] + v[-1])
         elif name in ("Linear", "Matmul"):                 # output (..., m, n), inner size from the first input
             count["other products"] += int(np.prod(node.shape)) * node.edges[0].shape[-1]
+        elif name == "Linears":                            # several outputs (Q, K, V) of one input
+            count["other products"] += sum(int(np.prod(s)) for s in node.shape) * node.edges[0].shape[-1]
     return count
 
 

@@ -97,6 +97,10 @@ class Function:
     keyword arguments are plain parameters. ``backward`` returns one gradient per
     positional input (``None`` where there is none), in the *broadcast* shape or the
     input's shape: the engine reduces it with :func:`sum_to`.
+
+    An op with several outputs returns a tuple of arrays from ``forward``: ``apply`` then
+    returns a tuple of tensors, and ``backward`` gets a tuple of their gradients (``None``
+    for an output nothing used).
     """
 
     @staticmethod
@@ -152,14 +156,43 @@ class Function:
         except ValueError as e:  # numpy's own shape complaints, made to name the op
             shapes = ", ".join(str(tuple(a.shape)) if a is not None else "None" for a in arrays)
             raise ShapeError(f"{cls.__name__}: cannot apply to inputs of shapes {shapes}: {e}") from e
+        several = isinstance(out, tuple)
         if not record:
-            return Tensor._wrap(out), ctx
-        result = Tensor._wrap(out, ctx)
-        ctx.shape, ctx.dtype = result.data.shape, result.data.dtype
+            return (tuple(Tensor._wrap(o) for o in out) if several else Tensor._wrap(out)), ctx
         ctx.edges = tuple(
             None if not n else (t._ctx if t._ctx is not None else t) for t, n in zip(inputs, needs)
         )
+        if several:  # each output gets a node of its own, which hands its gradient on to this one
+            ctx.shape, ctx.dtype = tuple(o.shape for o in out), tuple(o.dtype for o in out)
+            return tuple(Tensor._wrap(o, Output.node(ctx, i, o)) for i, o in enumerate(out)), ctx
+        result = Tensor._wrap(out, ctx)
+        ctx.shape, ctx.dtype = result.data.shape, result.data.dtype
         return result, ctx
+
+
+class Output(Function):
+    """Output ``index`` of an op with several (``forward`` returned a tuple): its node's one edge
+    is the op's node, which receives the gradients of all its outputs together, as a tuple
+    (``None`` for an output nothing used)."""
+
+    @staticmethod
+    def node(op: Context, index: int, array) -> Context:
+        ctx = Context(Output, op.xp, (True,))
+        ctx.edges, ctx.shape, ctx.dtype, ctx.index = (op,), array.shape, array.dtype, index
+        return ctx
+
+    @staticmethod
+    def backward(ctx, grad):
+        slots = [None] * len(ctx.edges[0].shape)
+        slots[ctx.index] = grad
+        return _Slots(slots)
+
+
+class _Slots(list):
+    """The gradients of an op's several outputs, one slot each: summed slot by slot."""
+
+    def __add__(self, other):
+        return _Slots(b if a is None else a if b is None else a + b for a, b in zip(self, other))
 
 
 def _topological_order(root: Context) -> list:
@@ -240,6 +273,8 @@ def _walk(root: Context, grad, retain_graph: bool) -> None:
             continue
         if node.freed:
             raise _freed_error()
+        if isinstance(g, _Slots):
+            g = tuple(g)
         input_grads = node.fn.backward(node, g) if profiler.active is None else profiler.active.backward(node, g)
         if not isinstance(input_grads, tuple):
             input_grads = (input_grads,)
@@ -252,9 +287,10 @@ def _walk(root: Context, grad, retain_graph: bool) -> None:
                 alone = not retain_graph and gi is not g and sum(x is gi for x in input_grads) == 1
                 _accumulate_leaf(edge, sum_to(gi, edge.data.shape), alone)
             else:
-                gi = sum_to(gi, edge.shape)
-                if gi.dtype != edge.dtype:  # an op whose inputs differ in dtype (a float16 product + a float32 residual)
-                    gi = gi.astype(edge.dtype)
+                if not isinstance(gi, _Slots):  # (an Output's slots have their outputs' own shapes)
+                    gi = sum_to(gi, edge.shape)
+                    if gi.dtype != edge.dtype:  # an op whose inputs differ in dtype (a float16 product + a float32 residual)
+                        gi = gi.astype(edge.dtype)
                 prev = grads.get(id(edge))
                 grads[id(edge)] = gi if prev is None else prev + gi
         if not retain_graph:

@@ -20,7 +20,7 @@ from .ops.elementwise import (
     add, cast, div, exp, log, masked_fill, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh, where,
 )
 from .ops.embedding import embedding
-from .ops.linalg import linear, matmul
+from .ops.linalg import linear, linears, matmul
 from .ops.loss import cross_entropy
 from .ops.norm import dropout_add_layer_norm, layer_norm
 from .ops.reduce import logsumexp, max, mean, sum
@@ -30,7 +30,7 @@ from .tensor import Tensor
 
 __all__ = [
     "add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "tanh", "relu", "sigmoid", "cast", "to_device",
-    "matmul", "linear", "sum", "mean", "max", "logsumexp", "softmax", "log_softmax",
+    "matmul", "linear", "linears", "sum", "mean", "max", "logsumexp", "softmax", "log_softmax",
     "reshape", "transpose", "permute", "getitem", "concat", "stack", "split", "broadcast_to",
     "where", "masked_fill", "dropout", "embedding", "layer_norm", "dropout_add_layer_norm", "cross_entropy",
     "scaled_dot_product_attention",

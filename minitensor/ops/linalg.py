@@ -133,6 +133,84 @@ class Linear(Function):
         return [(1, rows, k, n)], [(1, rows, n, k)] * nx + [(1, n, rows, k) if transposed else (1, k, rows, n)] * nw
 
 
+class Linears(Function):
+    """y_i = x W_i + b_i for i = 1..n, every W_i (in, out): the Q, K and V projections of one input.
+
+    One batched product over the n column blocks of [W_1 … W_n] gives the n outputs, each a
+    contiguous (…, out) array. dx = Σ_i G_i W_iᵀ = [G_1 … G_n] [W_1 … W_n]ᵀ (one
+    product), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over rows. An output nothing used adds nothing to dx.
+    """
+
+    @staticmethod
+    def forward(ctx, x, *params, dtype=None):
+        ws, bs = params[0::2], params[1::2]
+        for w, b in zip(ws, bs):
+            if w.ndim != 2 or w.shape[0] != x.shape[-1] or w.shape != ws[0].shape:
+                raise ShapeError(f"linears: input of shape {tuple(x.shape)} does not fit weight of shape "
+                                 f"{tuple(w.shape)} (the weights must all be (in_features, out_features) with "
+                                 f"in_features = {x.shape[-1]} and the first one's out_features)")
+            if b is not None and b.shape != w.shape[1:]:
+                raise ShapeError(f"linears: bias of shape {tuple(b.shape)} does not fit weight of shape {tuple(w.shape)}")
+        ctx.w_dtypes, ctx.b_dtypes = [w.dtype for w in ws], [None if b is None else b.dtype for b in bs]
+        if dtype is not None:  # autocast: each W in ``dtype``, cast once per block (amp.cast_once)
+            ws = [w if w.dtype == dtype else cast_once(w, lambda a: a.astype(dtype)) for w in ws]
+        w = ctx.xp.concatenate(ws, axis=1)                    # [W_1 … W_n], (in, n out)
+        ctx.save_for_backward(x, w)
+        n, (n_in, n_out) = len(ws), ws[0].shape
+        # (n, rows, out): one batched GEMM for all n maps, reading W_i as the column block it is in w
+        y = product(x.reshape(-1, n_in), w.reshape(n_in, n, n_out).transpose(1, 0, 2))
+        if all(b is not None for b in bs):
+            y += ctx.xp.stack(bs)[:, None, :]
+        else:
+            for y_i, b in zip(y, bs):
+                if b is not None:
+                    y_i += b
+        return tuple(y_i.reshape(x.shape[:-1] + (n_out,)) for y_i in y)
+
+    @staticmethod
+    def backward(ctx, grads):
+        x, w = ctx.saved
+        xp, needs = ctx.xp, ctx.needs_input_grad
+        x2, n_out = x.reshape(-1, x.shape[-1]), w.shape[1] // len(grads)
+        g2 = [None if g is None else g.reshape(-1, n_out) for g in grads]
+        gx = None
+        if needs[0]:
+            gs = xp.concatenate([xp.zeros((x2.shape[0], n_out), w.dtype) if g is None else g for g in g2], axis=1)
+            gx = product(gs, w.T).reshape(x.shape)
+        out = [gx]
+        for i, g in enumerate(g2):
+            nw, nb = needs[1 + 2 * i], needs[2 + 2 * i]
+            # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
+            out.append(product(x2.T, g, ctx.w_dtypes[i]) if nw and g is not None else None)
+            out.append(sum_rows(xp, g, ctx.b_dtypes[i]) if nb and g is not None else None)
+        return tuple(out)
+
+    @staticmethod
+    def products(ctx, x, *params, dtype=None):
+        """Y_i = x W_i: n x (rows, in) x (in, out); dx: (rows, n out) x (n out, in); dW_i: (in, rows) x (rows, out)."""
+        rows, k, n, m = int(np.prod(x[:-1])), x[-1], len(params) // 2, params[0][-1]
+        needs = ctx.needs_input_grad or (False,) * (1 + len(params))
+        return [(n, rows, k, m)], [(1, rows, n * m, k)] * needs[0] + [(1, k, rows, m) for nw in needs[1::2] if nw]
+
+
+def linears(x, weights, biases=None) -> tuple:
+    """(x @ W_1 + b_1, …, x @ W_n + b_n) for weights W_i all (in, out) and biases (out,) or None:
+    several linear maps of one input (the Q, K and V projections of self-attention) in one
+    batched matrix product, which reads x once, and one product for their input's gradient.
+    Runs in 16-bit inside ``amp.autocast`` as :func:`linear` does."""
+    x = as_tensor(x)
+    weights = [as_tensor(w, x) for w in weights]
+    biases = [None] * len(weights) if biases is None else [None if b is None else as_tensor(b, x) for b in biases]
+    if not weights or len(biases) != len(weights):
+        raise ValueError(f"linears: needs one or more weights and as many biases (or None), "
+                         f"got {len(weights)} and {len(biases)}")
+    dt = autocast_dtype() if all(w.dtype.kind == "f" for w in weights) else None
+    if dt is not None:
+        (x,) = _autocast(x)
+    params = [p for pair in zip(weights, biases) for p in pair]
+    return Linears.apply(x, *params, dtype=dt)
+
+
 ACTIVATIONS = (None, "relu")
 
 
