@@ -3,7 +3,7 @@ products set, measured.
 
 On the CPU most of a Transformer update is the matrix products of its Linear layers, and no
 rearrangement of the rest makes those cheaper: the same math needs the same products. This
-script runs real updates inside ``minitensor.profile()``, which counts every Linear op's
+script runs real updates inside ``minitensor.profile()``, which counts every linear op's
 products (the FLOPs of its forward product and of each backward product it computes), then times float32 products alone on the shapes the
 updates used and takes the fastest rate seen. Dividing the update's product FLOPs by that
 rate gives a time no update can beat with these kernels, even if everything else (softmax,
@@ -41,24 +41,35 @@ import minitensor as mt  # noqa: E402
 from minitensor.profiler import Row  # noqa: E402
 
 
+LINEAR_OPS = ("Linear", "Linears")   # one linear layer; several of one input (Q, K, V) in one product
+
+
 class ProductCounter:
-    """Per update, the FLOPs of the Linear layers' products, their (m, k, n) shapes, and the
-    time spent inside Linear, read from a ``minitensor.profile()`` open while it is."""
+    """Per update, the FLOPs of the linear layers' products, their (m, k, n) shapes, and the
+    time spent inside them (the ops LINEAR_OPS), read from a ``minitensor.profile()`` open
+    while it is."""
 
     def __init__(self):
         self.updates: list[dict] = []
         self.profile = mt.profile()
-        self._done = (0.0, 0.0)  # Linear's FLOPs and seconds at the previous update's end
+        self._done = (0.0, 0.0)  # the linear ops' FLOPs and seconds at the previous update's end
 
-    def _linear(self):
-        return self.profile.rows.get("Linear") or Row()
+    def _linear(self) -> Row:
+        """LINEAR_OPS' rows as one."""
+        total = Row()
+        for name in LINEAR_OPS:
+            row = self.profile.rows.get(name) or Row()
+            total.forward_s += row.forward_s
+            total.backward_s += row.backward_s
+            total.products.update(row.products)
+        return total
 
     def shapes(self) -> list[tuple[float, tuple[int, int, int]]]:
-        """(FLOPs, (m, k, n)) of every distinct Linear product counted (Linear.products: y = x W
+        """(FLOPs, (m, k, n)) of every distinct linear product counted (Linear.products: y = x W
         is (rows, in) x (in, out), dx = G Wᵀ is (rows, out) x (out, in), dW = xᵀ G is
         (in, rows) x (rows, out), or Gᵀ x, (out, rows) x (rows, in), for a weight stored
-        (out, in)); most FLOPs first."""
-        return sorted(((2.0 * m * k * n * c, (m, k, n)) for (_, m, k, n, _), c in self._linear().products.items()),
+        (out, in); Linears' forward is a batch of n such products); most FLOPs first."""
+        return sorted(((2.0 * b * m * k * n * c, (m, k, n)) for (b, m, k, n, _), c in self._linear().products.items()),
                       reverse=True)
 
     def __enter__(self):

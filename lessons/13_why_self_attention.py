@@ -15,7 +15,7 @@
 # chain of operations that must run one after another, and the number of layers a signal
 # must cross from the first position to the last (with lesson 11's influence map).
 #
-# **Teaches:** `Context`, `edges`, `fn`, `F.stack`, `F.concat`; operations per layer,
+# **Teaches:** `Context`, `edges`, `fn`, `Output`, `F.stack`, `F.concat`; operations per layer,
 # sequential operations, maximum path length.
 #
 # **Uses:** multi-head attention, modules, influence maps, batched matrix products,
@@ -129,6 +129,10 @@ def multiply_adds(y: mt.Tensor) -> dict:
 #
 # Each node of the graph records its op (`node.fn`) and where its inputs came from
 # (`node.edges`), so the products can be counted from the graph a forward pass leaves behind.
+# `MultiHeadAttention` makes Q, K and V of its one input in a single product (`Linears`), an op
+# with three outputs: its node's `shape` lists the three, and each output has a small node of
+# its own, `Output`, that only hands that output's gradient back to the op. `Output` computes
+# nothing, so the chain counted below skips it.
 # Expected, for one sequence of $n$ positions: the attention itself does $n^2 d$ multiply-adds
 # for the scores $QK^\top$ and $n^2 d$ for the weighted sum of $V$; the four projections
 # $W^Q, W^K, W^V, W^O$ do $4 n d^2$; the recurrent layer $h_t = \tanh(x_t U + h_{t-1} W)$

@@ -119,10 +119,24 @@ def _in_layout(a, ref):
 
 
 def _family(first, *others):
-    """``first`` readable by the kernels (copied to C order where not), and ``others`` in its layout."""
-    if _strides4(first) is None:
+    """``first`` readable by the kernels, and ``others`` in its layout. ``first`` is copied to C
+    order where the kernels cannot read it, and where it has gaps (a slice of wider rows): its
+    family's outputs are made by ``empty_like``, which leaves none, and written through
+    ``first``'s strides."""
+    if _strides4(first) is None or _has_gaps(first):
         first = array_module(first).ascontiguousarray(first)
     return (first,) + tuple(_in_layout(a, first) for a in others)
+
+
+def _has_gaps(a) -> bool:
+    """Whether ``a`` skips memory between its elements, in whatever order its axes lie (the
+    layout ``empty_like`` would not give)."""
+    step = a.itemsize
+    for stride, n in sorted((s, n) for s, n in zip(a.strides, a.shape) if n > 1):
+        if stride != step:
+            return True
+        step *= n
+    return False
 
 
 def _tc_args(cp, q, k, mask, causal: bool, scale: float) -> tuple:

@@ -70,9 +70,11 @@ def test_the_copy_tasks_profile_times_n_updates_after_the_first_and_saves_the_ta
     saved = strict_json((tmp_path / "profile.json").read_text())
     assert saved["opened"] == 2 and summary["steps"] == 4
     rows = {r["op"]: r for r in saved["rows"]}
-    # per update, 1+1 layers: 4 encoder self-attention and 2 feed-forward products, 4 + 4 + 2 in the
-    # decoder, 1 output layer
-    assert rows["Linear"]["calls"] == 2 * 17 and rows["Adam.step"]["calls"] == 2
+    # per update, 1+1 layers: the encoder's Q, K, V in one product (Linears), its attention output and
+    # 2 feed-forward products; the decoder's Q, K, V in one and the memory's K, V in one, the
+    # cross-attention's Q, 2 attention outputs, 2 feed-forward; 1 output layer
+    assert rows["Linear"]["calls"] == 2 * 9 and rows["Linears"]["calls"] == 2 * 3
+    assert rows["Adam.step"]["calls"] == 2
     err = capsys.readouterr().err
     assert "profile of updates 2-3" in err and "Linear" in err
     unprofiled = train_copy_task(replace(s, profile=0, run_dir=str(tmp_path / "plain")))
