@@ -170,8 +170,9 @@ def set_attention(mode: str) -> None:
 # ------------------------------------------------------------------ TF32
 def set_tf32(enabled: bool) -> None:
     """Let float32 matrix products use TF32 tensor cores (10-bit mantissa inputs, float32
-    accumulation), as ``torch.backends.cuda.matmul.allow_tf32`` does. Needs compute
-    capability 8.0 or newer; off by default."""
+    accumulation), as ``torch.backends.cuda.matmul.allow_tf32`` does; attention's too (the
+    tensor-core flash kernels, head sizes 32 and 64). Needs compute capability 8.0 or newer;
+    off by default."""
     cp = cupy()
     from cupy._core import _routines_linalg as linalg  # noqa: PLC0415 (CuPy is optional: imported once it is in use)
 

@@ -1,6 +1,6 @@
 // Fused attention in the FlashAttention style (Dao et al., 2022; FlashAttention-2's loop
 // order), forward and backward: on the CUDA cores in float32 (and float64, for checking), and
-// on the tensor cores in float16 and bfloat16 (the second half of this file).
+// on the tensor cores in float16, bfloat16 and TF32 (the second half of this file).
 //
 //   O = softmax(scale * Q K^T + mask) V   for Q (N, Tq, d), K and V (N, Tk, d), N = B * H.
 //
