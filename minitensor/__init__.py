@@ -10,14 +10,14 @@ from .errors import DeviceError, GraphError, ShapeError
 from .gradcheck import GradcheckError, gradcheck
 from .profiler import profile
 from .random import get_rng_state, manual_seed, set_rng_state
-from .tensor import Tensor, arange, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
+from .tensor import Tensor, arange, from_array, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
 
 __version__ = "0.1.0"
 
 allocator._on_import()  # freed arrays are reused, not page-faulted in again: see minitensor/allocator.py
 
 __all__ = [
-    "Tensor", "tensor", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
+    "Tensor", "tensor", "from_array", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
     "no_grad", "enable_grad", "is_grad_enabled", "manual_seed", "get_rng_state", "set_rng_state",
     "gradcheck", "GradcheckError", "Function", "ShapeError", "GraphError", "DeviceError",
     "functional", "nn", "optim", "cuda", "amp", "allocator", "profile", "profiler",

@@ -202,6 +202,16 @@ def tensor(data, requires_grad: bool = False, dtype=None, device=None) -> Tensor
     return Tensor(data, requires_grad=requires_grad, dtype=dtype, device=device)
 
 
+def from_array(array) -> Tensor:
+    """A tensor over ``array`` (a NumPy or CuPy array) itself: no copy, no change of dtype or
+    device, no history. Writing into one writes into the other; :func:`tensor` copies where
+    that matters."""
+    if not backend.is_array(array):
+        raise TypeError(f"from_array: needs a NumPy or CuPy array, got {type(array).__name__}; "
+                        f"minitensor.tensor makes one from other data")
+    return Tensor._wrap(array)
+
+
 def _shape(shape) -> tuple:
     if len(shape) == 1 and not isinstance(shape[0], numbers.Integral):
         return tuple(shape[0])

@@ -34,11 +34,11 @@ def _step_logits(model, ys, memory, src_mask, cache, min_len: int = 1):
     unsure of) then wins the beam with nothing.
     """
     inp = ys[:, -1:] if cache is not None else ys
-    h = model.decode(mt.Tensor._wrap(inp), memory, src_mask, cache=cache)
+    h = model.decode(mt.from_array(inp), memory, src_mask, cache=cache)
     logits = model.generator(h[:, -1]).data
     banned = [model.cfg.pad_id, model.cfg.bos_id] + ([model.cfg.eos_id] if ys.shape[1] - 1 < min_len else [])
     logits[:, banned] = -np.inf
-    return mt.functional.log_softmax(mt.Tensor._wrap(logits), axis=-1).data
+    return mt.functional.log_softmax(mt.from_array(logits), axis=-1).data
 
 
 def output_limit(model, src_len: int, max_len: int | None) -> int:
@@ -145,8 +145,8 @@ def beam_search(model, src, beam_size: int = 4, alpha: float = 0.6, max_len: int
     xp = src.xp
     # every sentence's encoder output, repeated for its K beams: row b*K + k
     rows = xp.repeat(xp.arange(B), K)
-    memory = mt.Tensor._wrap(memory.data[rows])
-    src_mask = mt.Tensor._wrap(src_mask.data[rows])
+    memory = mt.from_array(memory.data[rows])
+    src_mask = mt.from_array(src_mask.data[rows])
     cache = model.new_cache() if use_cache else None
     ys = xp.full((B * K, 1), cfg.bos_id, dtype=np.int64)
     scores = xp.full((B, K), -np.inf, dtype=np.float64)

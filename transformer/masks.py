@@ -7,7 +7,7 @@ from minitensor.backend import xp_for
 
 def padding_mask(ids: mt.Tensor, pad_id: int) -> mt.Tensor:
     """(B, T) token ids -> (B, 1, 1, T): every query may attend to the keys that are not padding."""
-    return mt.Tensor._wrap((ids.data != pad_id)[:, None, None, :])
+    return mt.from_array((ids.data != pad_id)[:, None, None, :])
 
 
 def causal_mask(size: int, device: str = "cpu", offset: int = 0) -> mt.Tensor:
@@ -17,10 +17,10 @@ def causal_mask(size: int, device: str = "cpu", offset: int = 0) -> mt.Tensor:
     ones, which every new position may see.
     """
     xp = xp_for(device)
-    return mt.Tensor._wrap(xp.tril(xp.ones((size, offset + size), dtype=bool), k=offset))
+    return mt.from_array(xp.tril(xp.ones((size, offset + size), dtype=bool), k=offset))
 
 
 def target_mask(ids: mt.Tensor, pad_id: int) -> mt.Tensor:
     """(B, T) target ids -> (B, 1, T, T): causal and not padding."""
     causal = causal_mask(ids.shape[1], ids.device).data
-    return mt.Tensor._wrap((ids.data != pad_id)[:, None, None, :] & causal)
+    return mt.from_array((ids.data != pad_id)[:, None, None, :] & causal)

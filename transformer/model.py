@@ -111,7 +111,7 @@ class Transformer(nn.Module):
                 kv = layer.get(part)
                 if kv:
                     for name in ("k", "v"):
-                        kv[name] = mt.Tensor._wrap(kv[name].data[index])
+                        kv[name] = mt.from_array(kv[name].data[index])
 
     def generator(self, h: mt.Tensor) -> mt.Tensor:
         """Decoder states (..., d_model) -> logits (..., V): the tied pre-softmax projection h Eᵀ."""

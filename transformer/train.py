@@ -596,7 +596,7 @@ class Trainer:
         flat[:offset] *= 1.0 / tokens
         offset = 0
         for p, n in zip(params, sizes):
-            p.grad = mt.Tensor._wrap(flat[offset:offset + n].reshape(p.shape))
+            p.grad = mt.from_array(flat[offset:offset + n].reshape(p.shape))
             offset += n
         if signalled and not self.stop_requested and self.main:
             tqdm.write(f"another rank was asked to stop: stopping after update {self.step + 1} and saving a "

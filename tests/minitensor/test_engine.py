@@ -118,6 +118,18 @@ def test_detach_shares_data_and_stops_gradient():
     close(x.grad, [2.0, 4.0])  # d is a constant: no second term
 
 
+def test_from_array_wraps_the_array_itself_and_refuses_other_data():
+    """mt.from_array shares the array (a write shows through), keeps its dtype and records no
+    history; data that is not an array goes to mt.tensor instead."""
+    a = np.arange(4, dtype=np.float16)
+    t = mt.from_array(a)
+    a[0] = 7
+    assert t.data is a and t.numpy()[0] == 7 and t.dtype == np.float16
+    assert not t.requires_grad and t.is_leaf
+    with pytest.raises(TypeError, match="minitensor.tensor"):
+        mt.from_array([1.0, 2.0])
+
+
 def test_leaf_grad_is_a_private_copy_not_an_alias():
     # y = a + b hands the same gradient array to both; scaling one must not touch the other
     a, b = leaf([1.0]), leaf([2.0])
