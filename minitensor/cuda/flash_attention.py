@@ -33,16 +33,17 @@ TF32_TILES = {32: (64, 64, 64), 64: (64, 32, 32)}
 TC_ROWS = 64
 
 
-def _tc_tiles(t: str, tf32: bool) -> dict | None:
-    """The tensor-core tiles that arrays of kernel type ``t`` take, or None (CUDA cores)."""
-    return TC_TILES if t in TC_TYPES else TF32_TILES if tf32 and t == "float" else None
+def _tc_tile(t: str, d: int, tf32: bool) -> tuple | None:
+    """The tensor-core kernels' tiles for kernel type ``t`` and head size ``d``, or None where
+    they do not take them (the CUDA cores may)."""
+    tiles = TC_TILES if t in TC_TYPES else TF32_TILES if tf32 and t == "float" else {}
+    return tiles.get(d)
 
 
 def padded_head_size(d: int, t: str, tf32: bool = False) -> int | None:
     """The head size the kernels run at: d itself on the tensor cores, d rounded up to one of
     HEAD_SIZES on the CUDA cores; None where no kernel takes d."""
-    tiles = _tc_tiles(t, tf32)
-    if tiles is not None and d in tiles:
+    if _tc_tile(t, d, tf32) is not None:
         return d
     if t in TC_TYPES:
         return None
@@ -63,21 +64,21 @@ def applies(q, k, v, tf32: bool = False) -> bool:
 def tensor_cores(q, tf32: bool = False) -> bool:
     """Whether arrays like ``q`` take the tensor-core kernels: 16-bit storage, or float32 in TF32
     (``tf32``) with head size 32 or 64."""
-    tiles = _tc_tiles(ctype(q.dtype), tf32)
-    return tiles is not None and q.shape[-1] in tiles
+    return _tc_tile(ctype(q.dtype), q.shape[-1], tf32) is not None
 
 
 def names(t: str, d: int, tf32: bool = False) -> tuple[str, str, str]:
     """The instantiations (forward, dK/dV, dQ) for type ``t`` and head size ``d`` (float32 in TF32:
     ``t`` "float" with ``tf32``)."""
     D = padded_head_size(d, t, tf32)
-    if D is not None and _tc_tiles(t, tf32) is not None and D in _tc_tiles(t, tf32):
-        fk, bq, qk = _tc_tiles(t, tf32)[D]
+    tile = _tc_tile(t, d, tf32)
+    if tile is not None:
+        fk, bq, qk = tile
         return (f"flash_attention_tc_forward<{t}, {D}, {fk}>", f"flash_attention_tc_backward_dkdv<{t}, {D}, {bq}>",
                 f"flash_attention_tc_backward_dq<{t}, {D}, {qk}>")
-    (fq, fk), (bk, bq), (qk_, qk) = TILES[t]
+    (fq, fk), (bk, bq), (qq, qk) = TILES[t]
     return (f"flash_attention_forward<{t}, {D}, {fq}, {fk}>", f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
-            f"flash_attention_backward_dq<{t}, {D}, {qk_}, {qk}>")
+            f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>")
 
 
 def instantiations() -> list[str]:

@@ -60,6 +60,21 @@ def _autocast(*tensors):
                  else cast_once(t, lambda t: Cast.apply(t, dtype=dt)) for t in tensors)
 
 
+def _weight_in(w, dtype):
+    """A weight's array in ``dtype`` under autocast (cast once per block: amp.cast_once), else as it is."""
+    return w if dtype is None or w.dtype == dtype else cast_once(w, lambda a: a.astype(dtype))
+
+
+def _autocast_input(x, *weights):
+    """(x, dtype) for a linear layer inside ``amp.autocast``: the activation as a differentiable
+    cast (once per block) and the dtype the weights are cast to inside the op, so that the
+    parameters stay themselves and get their gradients in their own dtype; (x, None) outside."""
+    dt = autocast_dtype() if all(w.dtype.kind == "f" for w in weights) else None
+    if dt is not None:
+        (x,) = _autocast(x)
+    return x, dt
+
+
 def matmul(a, b) -> Tensor:
     """a @ b: matrix product over the last two axes, leading axes broadcast.
 
@@ -103,8 +118,7 @@ class Linear(Function):
         if b is not None and b.shape != (n_out,):
             raise ShapeError(f"linear: bias of shape {tuple(b.shape)} does not fit weight of shape {tuple(w.shape)}")
         ctx.w_dtype, ctx.b_dtype = w.dtype, None if b is None else b.dtype
-        if dtype is not None and w.dtype != dtype:  # autocast: W in ``dtype``, cast once per block (amp.cast_once)
-            w = cast_once(w, lambda a: a.astype(dtype))
+        w = _weight_in(w, dtype)
         ctx.save_for_backward(x, w)
         ctx.transposed = transposed
         y = product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one GEMM over all rows
@@ -152,8 +166,7 @@ class Linears(Function):
             if b is not None and b.shape != w.shape[1:]:
                 raise ShapeError(f"linears: bias of shape {tuple(b.shape)} does not fit weight of shape {tuple(w.shape)}")
         ctx.w_dtypes, ctx.b_dtypes = [w.dtype for w in ws], [None if b is None else b.dtype for b in bs]
-        if dtype is not None:  # autocast: each W in ``dtype``, cast once per block (amp.cast_once)
-            ws = [w if w.dtype == dtype else cast_once(w, lambda a: a.astype(dtype)) for w in ws]
+        ws = [_weight_in(w, dtype) for w in ws]
         w = ctx.xp.concatenate(ws, axis=1)                    # [W_1 … W_n], (in, n out)
         ctx.save_for_backward(x, w)
         n, (n_in, n_out) = len(ws), ws[0].shape
@@ -204,9 +217,7 @@ def linears(x, weights, biases=None) -> tuple:
     if not weights or len(biases) != len(weights):
         raise ValueError(f"linears: needs one or more weights and as many biases (or None), "
                          f"got {len(weights)} and {len(biases)}")
-    dt = autocast_dtype() if all(w.dtype.kind == "f" for w in weights) else None
-    if dt is not None:
-        (x,) = _autocast(x)
+    x, dt = _autocast_input(x, *weights)
     params = [p for pair in zip(weights, biases) for p in pair]
     return Linears.apply(x, *params, dtype=dt)
 
@@ -225,11 +236,7 @@ def linear(x, weight, bias=None, transposed: bool = False, activation: str | Non
         raise ValueError(f"linear: activation must be one of {ACTIVATIONS}, got {activation!r}")
     x = as_tensor(x)
     weight, bias = as_tensor(weight, x), None if bias is None else as_tensor(bias, x)
-    dt = autocast_dtype() if weight.dtype.kind == "f" else None
-    if dt is not None:
-        # the activation is a differentiable cast (once per block); the parameters stay themselves,
-        # cast inside and given their gradients in their own dtype
-        (x,) = _autocast(x)
+    x, dt = _autocast_input(x, weight)
     if activation == "relu" and bias is not None and cuda.kernels_may_run(x.xp):
         kernel = cuda.launcher("bias_relu")
         if kernel.applies(dt or np.result_type(x.dtype, weight.dtype), weight.shape[0 if transposed else -1], bias):
