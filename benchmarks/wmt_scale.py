@@ -21,7 +21,6 @@ import argparse
 import datetime
 import gzip
 import json
-import os
 import resource
 import shutil
 import subprocess
@@ -142,9 +141,13 @@ def one_run(folder: Path, run_dir: Path, updates: int) -> dict:
     first_update_at = time.perf_counter() - start
     chunk = settings.update_freq
     losses = []
+
+    def one_update(group):
+        trainer.update(trainer.my_batches(group))
+        return trainer.read_loss()
+
     for u in range(updates):
-        loss, _ = stage(f"update {u + 1}", lambda u=u: trainer.update(batches[u * chunk:(u + 1) * chunk]))
-        losses.append(loss)
+        losses.append(stage(f"update {u + 1}", lambda u=u: one_update(batches[u * chunk:(u + 1) * chunk])))
     total = time.perf_counter() - start
     longest = np.maximum(train.src.lengths, train.tgt.lengths) + 1  # (TokenIds.lengths is computed on each read)
     tokens = [int(longest[b].sum()) for b in batches[:chunk]]

@@ -101,30 +101,68 @@ def cast_once(tensor, cast):
 
 
 class LossScaler:
-    """Dynamic loss scaling: ``scale`` the loss, ``unscale_`` the gradients and learn whether
-    they overflowed, ``update`` the scale. ``skipped`` counts the updates skipped so far."""
+    """Dynamic loss scaling around one update:
+
+        scaler.backward(loss)             # (loss · S).backward(): every gradient S times larger
+        skipped = scaler.step(optimizer)  # overflow? skip and halve S; else step with the gradients / S
+
+    ``enabled=False`` (float32, bfloat16) makes the same two calls a plain ``loss.backward()``
+    and ``optimizer.step()``, so one loop serves every precision. ``unscale_`` and ``update``
+    are the two halves of ``step`` for a loop that wants the unscaled gradients themselves.
+    ``skipped`` counts the updates skipped so far."""
 
     def __init__(self, init_scale: float = 2.0**15, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, min_scale: float = 2.0**-14):
+                 growth_interval: int = 2000, min_scale: float = 2.0**-14, enabled: bool = True):
         if not (init_scale > 0 and growth_factor > 1 and 0 < backoff_factor < 1 and growth_interval > 0):
             raise ValueError("LossScaler: need init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1, "
                              "growth_interval > 0")
-        self.scale = float(init_scale)
+        self.enabled = enabled
+        self.scale = float(init_scale) if enabled else 1.0  # S
         self.growth_factor, self.backoff_factor = growth_factor, backoff_factor
         self.growth_interval, self.min_scale = growth_interval, min_scale
         self.good_steps = 0
         self.skipped = 0
 
-    def unscale_(self, params, extra: float = 1.0) -> bool:
-        """Multiply every gradient by extra / scale in place; True when all are finite.
+    def backward(self, loss) -> None:
+        """Backpropagate ``loss · S``. Overflow in float16 is expected now and then: ``step``
+        detects it, so it is not warned about here."""
+        if not self.enabled:
+            loss.backward()
+            return
+        with np.errstate(over="ignore", invalid="ignore"):
+            (loss * self.scale).backward()
 
-        Where the kernels may run, one launch for all the gradients; otherwise one reduction
-        per gradient. Either way one number goes to the host.
-        """
-        grads = [p.grad.data for p in params if p.grad is not None]
+    def step(self, optimizer, grad_scale: float = 1.0) -> bool:
+        """``optimizer.step(grad_scale / S)`` when every gradient is finite; otherwise skip it.
+        Then update S (halved after an overflow). Returns whether the update was skipped.
+
+        The division by S happens in the optimizer's own pass; the check is one launch where
+        the kernels run, and the host reads its one number (it must, to know whether to step)."""
+        if not self.enabled:
+            optimizer.step(grad_scale)
+            return False
+        scale = self.scale
+        finite = self.all_finite(optimizer.params)
+        self.update(found_overflow=not finite)
+        if finite:
+            optimizer.step(grad_scale / scale)
+        return not finite
+
+    def all_finite(self, params) -> bool:
+        """Whether every gradient of ``params`` is finite (no inf or NaN)."""
+        return self._check([p.grad.data for p in params if p.grad is not None], 1.0)
+
+    def unscale_(self, params, extra: float = 1.0) -> bool:
+        """Multiply every gradient by extra / scale in place; True when all are finite."""
+        return self._check([p.grad.data for p in params if p.grad is not None], extra / self.scale)
+
+    @staticmethod
+    def _check(grads: list, factor: float) -> bool:
+        """Multiply ``grads`` by ``factor`` in place (nothing is written for 1) and say whether
+        all came out finite. Where the kernels may run, one launch for all the gradients;
+        otherwise one reduction per gradient. Either way one number goes to the host."""
         if not grads:
             return True
-        factor = extra / self.scale
         xp = backend.array_module(grads[0])
         if cuda.kernels_may_run(xp) and cuda.launcher("loss_scale").applies(grads):
             # why: every gradient in one launch (cuda/loss_scale.cu), not three per gradient
@@ -132,7 +170,8 @@ class LossScaler:
         total = None
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are what we look for
             for g in grads:
-                g *= g.dtype.type(factor)
+                if factor != 1.0:
+                    g *= g.dtype.type(factor)
                 s = g.sum(dtype=np.float32)  # inf or NaN anywhere makes the sum inf or NaN
                 total = s if total is None else total + s
         return bool(math.isfinite(float(total))) if xp is np else bool(xp.isfinite(total).item())

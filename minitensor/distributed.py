@@ -5,6 +5,7 @@
     comm.all_reduce(array)             # in place, sum over ranks
     comm.broadcast(array, root=0)      # in place
     comm.barrier()
+    grad_scale, sums = reduce_gradients(comm, params, tokens, values)   # a training step's one call
 
 - :class:`MPICommunicator`: NumPy arrays over MPI (mpi4py; ``pip install -e '.[mpi]'``).
 - :class:`NCCLCommunicator`: CuPy arrays over NCCL (``cupy.cuda.nccl``). Each process selects
@@ -31,6 +32,7 @@ import time
 import numpy as np
 
 from . import backend, blas, threads
+from .tensor import from_array
 
 
 class DistributedError(RuntimeError):
@@ -244,6 +246,41 @@ def launched_under_mpi() -> bool:
         if int(os.environ.get(var, "1")) > 1:
             return True
     return False
+
+
+def reduce_gradients(comm: Communicator, params, count, values=()) -> tuple[float, tuple]:
+    """Sum the gradients of ``params`` over the ranks, for their mean over ``count`` items
+    (target tokens, say: each rank gives its own count).
+
+    Returns ``(grad_scale, sums)``: ``grad_scale`` is 1 / (the counts summed over ranks), the
+    factor that makes the summed gradients a mean, for the optimizer to apply in its own pass
+    (``optimizer.step(grad_scale)``); ``sums`` are ``values`` (floats or device scalars) summed
+    over ranks. The gradients, the count and the values travel in one flat buffer through one
+    all-reduce, after which each gradient is a view of that buffer. With one process nothing
+    moves and nothing waits: the values come back as given, device scalars still on the device.
+    """
+    values = tuple(values)
+    if comm.world_size == 1:
+        return 1.0 / count, values
+    params = list(params)
+    xp = params[0].xp
+    sizes = [p.size for p in params]
+    flat = xp.zeros(sum(sizes) + 1 + len(values), dtype=params[0].dtype)
+    offset = 0
+    for p, n in zip(params, sizes):
+        if p.grad is not None:
+            flat[offset:offset + n] = p.grad.data.reshape(-1)
+        offset += n
+    flat[offset] = count
+    for i, v in enumerate(values):
+        flat[offset + 1 + i] = v
+    comm.all_reduce(flat)
+    total, *sums = flat[offset:].tolist()
+    offset = 0
+    for p, n in zip(params, sizes):
+        p.grad = from_array(flat[offset:offset + n].reshape(p.shape))
+        offset += n
+    return 1.0 / total, tuple(sums)
 
 
 def init(device: str = "cpu", timeout: float | None = None) -> Communicator:

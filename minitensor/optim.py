@@ -26,15 +26,22 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}: lr must be >= 0, got {lr}")
         self.lr = lr
         self.steps = 0
+        self._grad_scale = 1.0  # this step's (see step)
         self.state: list[dict] = [{} for _ in self.params]
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
-    def step(self) -> None:
+    def step(self, grad_scale: float = 1.0) -> None:
+        """Update every parameter that has a gradient, from ``grad_scale · p.grad``.
+
+        ``grad_scale`` folds a factor of the gradients (1/tokens for a mean over tokens, 1/S to
+        undo a loss scale) into the update's own pass: no pass of its own over the gradients,
+        which are left as they are."""
         with profiler.region(f"{type(self).__name__}.step", self.params[0].xp if self.params else None):
             self.steps += 1
+            self._grad_scale = grad_scale
             self._begin_step()
             self._update_all([(p.data, p.grad.data, state) for p, state in zip(self.params, self.state)
                               if p.grad is not None])
@@ -78,7 +85,8 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """w ← w - lr·b with b ← momentum·b + (g + weight_decay·w) (b = g on the first step), as PyTorch."""
+    """w ← w - lr·b with b ← momentum·b + (g + weight_decay·w) (b = g on the first step), as PyTorch,
+    for g = grad_scale · p.grad."""
 
     def __init__(self, params, lr: float = 0.01, momentum: float = 0.0, weight_decay: float = 0.0):
         super().__init__(params, lr)
@@ -88,6 +96,7 @@ class SGD(Optimizer):
         return {"lr": self.lr, "momentum": self.momentum, "weight_decay": self.weight_decay}
 
     def _update(self, w, g, state):
+        g = _scaled(g, self._grad_scale)
         if self.weight_decay:
             g = g + self.weight_decay * w
         if self.momentum:
@@ -104,6 +113,7 @@ class SGD(Optimizer):
 class Adam(Optimizer):
     """Adam (Kingma & Ba, 2015), as PyTorch implements it:
 
+        g = grad_scale · p.grad,
         m ← β₁m + (1-β₁)g,   v ← β₂v + (1-β₂)g²,
         w ← w - lr · (m / (1-β₁ᵗ)) / (√(v / (1-β₂ᵗ)) + eps)
 
@@ -153,8 +163,8 @@ class Adam(Optimizer):
             for w, g, m, v in share:
                 tmp = scratch.get(w.dtype)
                 if tmp is None:
-                    tmp = scratch[w.dtype] = np.empty(threads.PIECE, w.dtype)
-                self._adam_numpy(w, g, m, v, tmp[:w.size])
+                    tmp = scratch[w.dtype] = np.empty((2, threads.PIECE), w.dtype)
+                self._adam_numpy(w, g, m, v, tmp[0, :w.size], tmp[1, :w.size])
 
         threads.share(work, pieces)
 
@@ -173,7 +183,7 @@ class Adam(Optimizer):
         b1, b2 = self.betas
         for group in groups.values():
             launcher.step(*map(list, zip(*group)), b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps,
-                          self.weight_decay)
+                          self.weight_decay, self._grad_scale)
         return rest
 
     def _moments(self, w, state: dict) -> tuple:
@@ -184,11 +194,15 @@ class Adam(Optimizer):
 
     def _update(self, w, g, state):
         m, v = self._moments(w, state)
-        self._adam_numpy(w, g, m, v, backend.array_module(w).empty_like(w))
+        xp = backend.array_module(w)
+        self._adam_numpy(w, g, m, v, xp.empty_like(w), xp.empty_like(w))
 
-    def _adam_numpy(self, w, g, m, v, tmp) -> None:
-        """One update of ``w`` (and its moments ``m``, ``v``) in place, with the scratch ``tmp``."""
+    def _adam_numpy(self, w, g, m, v, tmp, tmp_g) -> None:
+        """One update of ``w`` (and its moments ``m``, ``v``) in place, with the scratch ``tmp``
+        (and ``tmp_g`` for the scaled gradient)."""
         b1, b2 = self.betas
+        if self._grad_scale != 1.0:
+            g = np.multiply(g, g.dtype.type(self._grad_scale), out=tmp_g)
         if self.weight_decay:
             g = g + self.weight_decay * w
         np.multiply(g, 1 - b1, out=tmp)
@@ -206,18 +220,35 @@ class Adam(Optimizer):
         w -= tmp                                   # w -= lr · m̂ / (√v̂ + eps)
 
 
+def _scaled(g, grad_scale: float):
+    """``grad_scale · g`` (``g`` itself for a scale of 1)."""
+    return g if grad_scale == 1.0 else g * g.dtype.type(grad_scale)
+
+
+def grad_norm(params: Iterable[Tensor], grad_scale: float = 1.0) -> float:
+    """The global L2 norm of the gradients ``grad_scale · p.grad`` (inf or nan if one is not
+    finite). The host reads one number: on a GPU it waits for the gradients."""
+    grads = [p.grad.data for p in params if p.grad is not None]
+    return abs(grad_scale) * math.sqrt(float(sum((g * g).sum(dtype="float64") for g in grads)))
+
+
+def clip_factor(norm: float, max_norm: float) -> float:
+    """What multiplies gradients of global norm ``norm`` to make it at most ``max_norm``: 1 when
+    it is already, or when the norm is not finite (nothing to scale then)."""
+    return max_norm / (norm + 1e-6) if math.isfinite(norm) and norm > max_norm else 1.0
+
+
 def clip_grad_norm(params: Iterable[Tensor], max_norm: float) -> float:
     """Scale all gradients together so their global L2 norm is at most ``max_norm``.
 
     Returns the norm before clipping (inf or nan if a gradient is not finite; then nothing
-    is scaled).
+    is scaled). A loop that steps with a ``grad_scale`` folds :func:`clip_factor` into it instead.
     """
-    grads = [p.grad.data for p in params if p.grad is not None]
-    if not grads:
-        return 0.0
-    total = math.sqrt(float(sum((g * g).sum(dtype="float64") for g in grads)))  # one device sync
-    if math.isfinite(total) and total > max_norm:
-        scale = max_norm / (total + 1e-6)
-        for g in grads:
-            g *= scale
+    params = list(params)
+    total = grad_norm(params)
+    factor = clip_factor(total, max_norm)
+    if factor != 1.0:
+        for p in params:
+            if p.grad is not None:
+                p.grad.data *= factor
     return total

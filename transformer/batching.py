@@ -78,18 +78,22 @@ def token_batches(src_lengths: Sequence[int], tgt_lengths: Sequence[int], max_to
 
 def collate(src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]], index: np.ndarray) -> Batch:
     """Pad the examples at ``index`` into a :class:`Batch` (adding eos to the source, bos/eos to the target)."""
-    B = len(index)
-    Ts = max(len(src[i]) for i in index) + 1
-    Tt = max(len(tgt[i]) for i in index) + 1
-    s = np.full((B, Ts), PAD_ID, dtype=np.int64)
-    ti = np.full((B, Tt), PAD_ID, dtype=np.int64)
-    to = np.full((B, Tt), PAD_ID, dtype=np.int64)
-    for row, i in enumerate(index):
-        x, y = src[i], tgt[i]
-        s[row, :len(x)] = x
-        s[row, len(x)] = EOS_ID
-        ti[row, 0] = BOS_ID
-        ti[row, 1:len(y) + 1] = y
-        to[row, :len(y)] = y
-        to[row, len(y)] = EOS_ID
-    return Batch(s, ti, to, np.asarray(index))
+    index = np.asarray(index)
+    y = [tgt[i] for i in index]
+    return Batch(_padded([src[i] for i in index], end=EOS_ID), _padded(y, start=BOS_ID), _padded(y, end=EOS_ID), index)
+
+
+def _padded(rows: list, start: int | None = None, end: int | None = None) -> np.ndarray:
+    """Rows of ids as one (B, longest + 1) int64 array: each row ``[start] + ids`` or ``ids +
+    [end]``, then pad. Filled in three array writes, whatever B."""
+    n = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    out = np.full((len(rows), int(n.max(initial=0)) + 1), PAD_ID, dtype=np.int64)
+    first = 0 if start is None else 1
+    column = np.arange(out.shape[1])
+    # a boolean mask fills row after row, left to right: the ids in the order they are concatenated
+    out[(column >= first) & (column < n[:, None] + first)] = np.concatenate(rows) if rows else []
+    if start is not None:
+        out[:, 0] = start
+    else:
+        out[np.arange(len(rows)), n] = end
+    return out

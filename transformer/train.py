@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -24,10 +25,10 @@ import numpy as np
 from tqdm import tqdm
 
 import minitensor as mt
-from minitensor import amp, optim
+from minitensor import amp, distributed, optim
 from minitensor.distributed import Communicator, SingleProcess
 
-from .batching import collate, lengths, token_batches
+from .batching import Batch, collate, lengths, token_batches
 from .checkpoint import (CheckpointError, kind_of, load_checkpoint, model_config, newest_loadable, prune_checkpoints,
                          remove_partial_checkpoints, save_checkpoint, step_checkpoints)
 from .config import TransformerConfig, check_config
@@ -368,8 +369,11 @@ class Trainer:
         self.tok = tokenizer
         self.amp_dtype = PRECISIONS[settings.precision]
         # float16 needs loss scaling; bfloat16 has float32's exponent range and does not
-        self.scaler = amp.LossScaler() if settings.precision == "fp16" else None
+        self.scaler = amp.LossScaler(enabled=settings.precision == "fp16")
         self.last_skipped = False
+        self._loss = 0.0, 1.0  # the last update's loss sum (on the device) and 1 / its tokens
+        self._batches: dict = {}  # epoch: its batches (see _epoch_batches)
+        self._ahead = None, []  # (epoch, batch_in_epoch): the batches collated for that place
         self.stop_requested = None  # the name of a signal that asked training to stop (see fit)
         self.flags_sent = 0  # the update whose stop flags have gone to the other ranks
         self.on_gpu = mt.backend.normalize_device(settings.device) == "cuda"
@@ -409,7 +413,7 @@ class Trainer:
                 "settings": asdict(self.s), "vocab_sha256": self.tok.fingerprint(),
                 "best_valid": finite_or_none(self.best_valid), "longest_source": self.longest_source,
                 "train_seconds": self.train_seconds, "world_size": self.comm.world_size,
-                "loss_scaler": self.scaler.state_dict() if self.scaler else None, "data": self.data,
+                "loss_scaler": self.scaler.state_dict() if self.scaler.enabled else None, "data": self.data,
                 "run_id": self.run_id}
 
     def _foreign(self, meta: dict) -> str | None:
@@ -442,7 +446,7 @@ class Trainer:
             self.step, self.epoch, self.batch_in_epoch = (_count(meta, k) for k in ("step", "epoch", "batch_in_epoch"))
             best, self.train_seconds = meta["best_valid"], float(meta["train_seconds"])
             self.best_valid = math.inf if best is None else float(best)  # null when no validation had run
-            if self.scaler and meta.get("loss_scaler"):
+            if self.scaler.enabled and meta.get("loss_scaler"):
                 self.scaler.load_state_dict(meta["loss_scaler"])
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             return f"its metadata is damaged ({type(e).__name__}: {e})"
@@ -496,8 +500,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ one update
     def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
-        sides = lengths(self.train_data.src), lengths(self.train_data.tgt)
-        return token_batches(*sides, self.s.max_tokens, seed=self.s.seed * 100_003 + epoch)
+        """The index arrays of an epoch's batches, every rank's (the last two epochs' are kept)."""
+        if epoch not in self._batches:
+            sides = lengths(self.train_data.src), lengths(self.train_data.tgt)
+            self._batches = {e: b for e, b in self._batches.items() if e == epoch - 1}
+            self._batches[epoch] = token_batches(*sides, self.s.max_tokens, seed=self.s.seed * 100_003 + epoch)
+        return self._batches[epoch]
 
     def _reseed_dropout(self) -> None:
         """Dropout masks depend on (seed, update, rank) only, so a resumed run, whatever its
@@ -505,59 +513,71 @@ class Trainer:
         seq = np.random.SeedSequence([self.s.seed, self.step, self.comm.rank])
         mt.manual_seed(int(seq.generate_state(1)[0]))
 
-    def update(self, group: list[np.ndarray], stop_flag: float = 0.0, progress: float = 0.0) -> tuple[float, bool]:
-        """One optimizer step over ``group`` (this rank takes every world_size-th batch).
-        ``progress`` is rank 0's fraction of the budget spent, for the learning rate's cool-down.
-        ``stop_flag``: OUT_OF_TIME (rank 0 alone keeps time) or GO_ON; a signal this rank received
-        is added, as it stands when the ranks exchange their gradients.
+    def my_batches(self, group: list[np.ndarray]) -> list[Batch]:
+        """This rank's share of an update's ``group`` of batches (every world_size-th), padded."""
+        return [collate(self.train_data.src, self.train_data.tgt, idx) for idx in group[self.comm.rank::self.comm.world_size]]
 
-        Returns (loss per target token over all ranks, the stop flag all ranks agree on: GO_ON,
-        OUT_OF_TIME or SIGNALLED).
-        With fp16, an update whose gradients overflowed is skipped (``self.last_skipped``) and
-        the loss scale halved. On the GPU the only copies to the host are the logged scalars.
+    def update(self, batches: list[Batch], stop_flag: float = GO_ON, progress: float = 0.0) -> float:
+        """One optimizer step over this rank's ``batches`` (:meth:`my_batches`): forward, the
+        paper's loss, backward, the sum over ranks, the step. Returns the stop flag all ranks
+        agree on: GO_ON, OUT_OF_TIME (rank 0 alone keeps time: its ``stop_flag``) or SIGNALLED
+        (a signal reached one rank). ``progress``: rank 0's fraction of the budget spent, for
+        the learning rate's cool-down.
+
+        Nothing here waits for the device (on one process, without --clip-norm or fp16, whose
+        checks read one number each): the update's loss per target token stays there until
+        :meth:`read_loss`. With fp16, an update whose gradients overflowed is skipped
+        (``self.last_skipped``) and the loss scale halved.
         """
-        mine = group[self.comm.rank::self.comm.world_size]
-        batches = [collate(self.train_data.src, self.train_data.tgt, idx) for idx in mine]
         self._reseed_dropout()
         self.model.train()
         self.opt.zero_grad()
-        loss_sum, tokens = None, 0
-        dev = self.s.device
+        loss_sum, tokens, dev = 0.0, 0, self.s.device
         for b in batches:
             with amp.autocast(self.amp_dtype, weights=self.model.parameters()):  # the 16-bit weights in one launch
-                loss = batch_loss(self.model, mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev),
-                                  b.tgt_out, self.cfg.pad_id, self.s.smoothing, reduction="sum")
-            if self.scaler:  # overflow is expected now and then: it is detected below, not warned about
-                with np.errstate(over="ignore", invalid="ignore"):
-                    (loss * self.scaler.scale).backward()
-            else:
-                loss.backward()
-            loss_sum = loss.data if loss_sum is None else loss_sum + loss.data  # stays on the device
-            tokens += b.target_tokens
-        loss_sum = float(loss_sum) if loss_sum is not None else 0.0  # the logged scalar
-        loss_sum, tokens, stop, progress = self._reduce_gradients(loss_sum, tokens, stop_flag, progress)
-        per_token = loss_sum / tokens
-        self.last_skipped = False
-        if self.scaler:
-            finite = self.scaler.unscale_(self.opt.params) and math.isfinite(per_token)
-            self.scaler.update(found_overflow=not finite)
-            if not finite:
-                if self.scaler.scale <= self.scaler.min_scale:
-                    raise TrainingDiverged(
-                        f"float16 gradients overflow even at the smallest loss scale ({self.scaler.scale:g}) at update "
-                        f"{self.step + 1}. {self._where_to_go_on('--precision bf16 or fp32, a lower --lr-factor, or --clip-norm')}")
-                self.last_skipped = True
-                self.step += 1
-                return per_token, stop
-        if not math.isfinite(per_token):
-            raise TrainingDiverged(f"loss is {per_token} at update {self.step + 1}; stopping. "
-                                   f"{self._where_to_go_on('a lower --lr-factor or with --clip-norm')}")
+                loss = batch_loss(self.model, mt.tensor(b.src, device=dev), mt.tensor(b.tgt_in, device=dev), b.tgt_out,
+                                  self.cfg.pad_id, self.s.smoothing, reduction="sum")
+            self.scaler.backward(loss)                          # fp16: (loss · S).backward()
+            loss_sum, tokens = loss_sum + loss.data, tokens + b.target_tokens  # the sum stays on the device
+        grad_scale, (loss_sum, out_of_time, signalled, progress) = distributed.reduce_gradients(
+            self.comm, self.opt.params, tokens, (loss_sum, stop_flag, self._signal_flag(), progress))
+        self._loss = loss_sum, grad_scale                       # the loss per token, once read
         if self.s.clip_norm > 0:
-            optim.clip_grad_norm(self.opt.params, self.s.clip_norm)
-        self.sched.step(progress)
-        self.opt.step()
+            norm = optim.grad_norm(self.opt.params, grad_scale / self.scaler.scale)  # the host reads it
+            grad_scale *= optim.clip_factor(norm, self.s.clip_norm)
+        self.sched.step(progress)                               # Equation 3's learning rate
+        self.last_skipped = self.scaler.step(self.opt, grad_scale)  # Adam, from the gradients times grad_scale / S
+        if self.last_skipped:
+            self._skipped()
         self.step += 1
-        return per_token, stop
+        return self._agreed_stop(out_of_time, signalled)
+
+    def read_loss(self) -> float:
+        """The last update's loss per target token (summed over ranks), read to the host: on a
+        GPU this waits for that update to finish."""
+        loss_sum, grad_scale = self._loss
+        return float(loss_sum) * grad_scale
+
+    def _signal_flag(self) -> float:
+        """1 when a signal asked this rank to stop, read as late as can be: it goes to the other
+        ranks with this update's gradients, and a later signal with the next update's."""
+        self.flags_sent = self.step + 1
+        return 1.0 if self.stop_requested else 0.0
+
+    def _agreed_stop(self, out_of_time: float, signalled: float) -> float:
+        if signalled and not self.stop_requested and self.main:
+            tqdm.write(f"another rank was asked to stop: stopping after update {self.step} and saving a checkpoint",
+                       file=sys.stderr)
+        return SIGNALLED if signalled else OUT_OF_TIME if out_of_time else GO_ON
+
+    def _skipped(self) -> None:
+        """After an update skipped for float16 overflow: the schedule does not count it; at the
+        smallest loss scale, training has diverged."""
+        self.sched.steps -= 1
+        if self.scaler.scale <= self.scaler.min_scale:
+            raise TrainingDiverged(
+                f"float16 gradients overflow even at the smallest loss scale ({self.scaler.scale:g}) at update "
+                f"{self.step + 1}. {self._where_to_go_on('--precision bf16 or fp32, a lower --lr-factor, or --clip-norm')}")
 
     def _where_to_go_on(self, change: str) -> str:
         """What to do after an update that failed: train again with ``change`` (a resumed run
@@ -567,42 +587,6 @@ class Trainer:
                     f"{change}: into a new --run-dir, or here with --overwrite (which archives this run)")
         return (f"No checkpoint was saved yet. Train again with {change}; the same --run-dir will do (the logs of "
                 "this start are moved aside)")
-
-    def _reduce_gradients(self, loss_sum: float, tokens: int, stop_flag: float, progress: float):
-        """Sum gradients, loss and token count over ranks (one all-reduce of one flat buffer),
-        then divide the gradients by the global token count. Rank 0's time flag and progress, and
-        whether a signal asked each rank to stop, travel in the same buffer (the others add 0 to
-        rank 0's), so every rank sets the same learning rate and stops after the same update."""
-        params = self.opt.params
-        signalled = 1.0 if self.stop_requested else 0.0  # read as late as can be: the signal may have come meanwhile
-        self.flags_sent = self.step + 1  # a signal from now on is sent with the next update's flags
-        if self.comm.world_size == 1:
-            scale = 1.0 / tokens
-            for p in params:
-                if p.grad is not None:
-                    p.grad.data *= scale
-            return loss_sum, tokens, SIGNALLED if signalled else stop_flag, progress
-        xp = params[0].xp
-        sizes = [p.size for p in params]
-        flat = xp.zeros(sum(sizes) + 5, dtype=params[0].dtype)
-        offset = 0
-        for p, n in zip(params, sizes):
-            if p.grad is not None:
-                flat[offset:offset + n] = p.grad.data.reshape(-1)
-            offset += n
-        flat[offset:] = xp.asarray([loss_sum, tokens, stop_flag, signalled, progress], dtype=flat.dtype)
-        self.comm.all_reduce(flat)
-        loss_sum, tokens, out_of_time, signalled, progress = (float(v) for v in flat[offset:].tolist())
-        flat[:offset] *= 1.0 / tokens
-        offset = 0
-        for p, n in zip(params, sizes):
-            p.grad = mt.from_array(flat[offset:offset + n].reshape(p.shape))
-            offset += n
-        if signalled and not self.stop_requested and self.main:
-            tqdm.write(f"another rank was asked to stop: stopping after update {self.step + 1} and saving a "
-                       "checkpoint", file=sys.stderr)
-        stop = SIGNALLED if signalled else OUT_OF_TIME if out_of_time else GO_ON
-        return loss_sum, int(round(tokens)), stop, progress
 
     # ------------------------------------------------------------------ validation
     @mt.no_grad()
@@ -663,69 +647,108 @@ class Trainer:
         return f"stopped at update {self.step} of {s.max_steps}: {why}{best}"
 
     def _fit(self) -> dict:
+        """The loop. Each update is launched; while the device works on it, the next batches are
+        collated and the update before is logged (its loss read). The host waits for the device
+        only to log, validate, save or stop."""
         s = self.s
         metrics = open(self.run / "metrics.jsonl", "a") if self.main else None
         bar = progress_bar(s.max_steps, "training", s.progress and self.main, initial=self.step)
-        start = time.perf_counter() - self.train_seconds
-        chunk = s.update_freq * self.comm.world_size
+        start = self._clock_start = time.perf_counter() - self.train_seconds
         profiled = ProfiledUpdates(s.profile if self.main else 0, self.run, done=self.step)
+        log = functools.partial(self._log, metrics, bar)
+        unread = None  # the last update's record, its loss not yet read
         try:
-            while self.step < s.max_steps:
-                if self.epoch >= s.max_epochs:
-                    return self._finish("max_epochs")
-                batches = self._epoch_batches(self.epoch)
-                while self.batch_in_epoch < len(batches) and self.step < s.max_steps:
-                    group = batches[self.batch_in_epoch:self.batch_in_epoch + chunk]
-                    spent = time.perf_counter() - start
-                    out_of_time = s.max_minutes > 0 and spent >= 60 * s.max_minutes
-                    progress = max(self.step / s.max_steps, spent / (60 * s.max_minutes) if s.max_minutes > 0 else 0.0)
-                    flag = OUT_OF_TIME if out_of_time else GO_ON
-                    measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
-                    with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem, \
-                            profiled.update(self.step + 1):
-                        loss, stop = self.update(group, stop_flag=flag if self.main else GO_ON,
-                                                 progress=progress if self.main else 0.0)
-                    self.batch_in_epoch += len(group)
-                    self.train_seconds = time.perf_counter() - start
-                    record = {"step": self.step, "epoch": self.epoch, "loss": finite_or_none(loss), "lr": self.opt.lr,
-                              "seconds": round(self.train_seconds, 2)}
-                    if measure:
-                        record["peak_memory_mib"] = round(mem.peak_bytes / 2**20, 1)
-                    if self.scaler:
-                        record["loss_scale"] = self.scaler.scale
-                        if self.last_skipped:
-                            record["skipped"] = True
-                            if self.main:
-                                tqdm.write(f"update {self.step}: float16 gradients overflowed; skipped it, "
-                                           f"loss scale now {self.scaler.scale:g}")
-                    if self.main and self.valid_data is not None and self.step % s.eval_every == 0:
-                        record.update(self.validate())
-                        self.train_seconds = time.perf_counter() - start
-                        if record["valid_nll"] < self.best_valid:
-                            self.best_valid = record["valid_nll"]
-                            save_checkpoint(self.run / "best.npz", self.model, None, self._meta(), kind="best")
-                    if self.main:
-                        metrics.write(json.dumps(record, allow_nan=False) + "\n")
-                        metrics.flush()
-                    self.history.append(record)
-                    bar.update(1)
-                    bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu")
-                                     if record.get(k) is not None})
-                    if self.main and not s.progress and ("valid_nll" in record or self.step % 50 == 0):
-                        print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()),
-                              flush=True)
-                    if self.step % s.save_every == 0 or stop:
-                        self.save()
-                    if stop:
-                        return self._finish("interrupted" if stop == SIGNALLED else "max_minutes")
-                if self.batch_in_epoch >= len(batches):
-                    self.epoch += 1
-                    self.batch_in_epoch = 0
-            return self._finish("max_steps")
+            while True:
+                self._roll_epoch()
+                if self.step >= s.max_steps or self.epoch >= s.max_epochs:
+                    if unread:
+                        log(*unread)
+                    return self._finish("max_steps" if self.step >= s.max_steps else "max_epochs")
+                group, batches = self._next_batches()
+                spent = time.perf_counter() - start
+                progress = max(self.step / s.max_steps, spent / (60 * s.max_minutes) if s.max_minutes > 0 else 0.0)
+                flag = OUT_OF_TIME if s.max_minutes > 0 and spent >= 60 * s.max_minutes else GO_ON
+                measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
+                with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem, \
+                        profiled.update(self.step + 1):
+                    stop = self.update(batches, stop_flag=flag if self.main else GO_ON,
+                                       progress=progress if self.main else 0.0)
+                self.batch_in_epoch += len(group)
+                self.train_seconds = time.perf_counter() - start
+                record = {"step": self.step, "epoch": self.epoch, "lr": self.opt.lr, "seconds": round(self.train_seconds, 2)}
+                if measure:
+                    record["peak_memory_mib"] = round(mem.peak_bytes / 2**20, 1)
+                if self.scaler.enabled:
+                    record["loss_scale"] = self.scaler.scale
+                    if self.last_skipped:
+                        record["skipped"] = True
+                self._collate_ahead()  # host work while the device runs the update
+                if unread:
+                    log(*unread)
+                unread = record, self._loss
+                validate = self.main and self.valid_data is not None and self.step % s.eval_every == 0
+                save = self.step % s.save_every == 0 or stop
+                if validate or save:  # each needs the update finished, and logged first
+                    log(*unread, validate=validate)
+                    unread = None
+                if save:
+                    self.save()
+                if stop:
+                    return self._finish("interrupted" if stop == SIGNALLED else "max_minutes")
         finally:
             bar.close()
             if metrics:
                 metrics.close()
+
+    def _roll_epoch(self) -> None:
+        """After an epoch's last batch: on to the next epoch."""
+        if self.batch_in_epoch >= len(self._epoch_batches(self.epoch)):
+            self.epoch += 1
+            self.batch_in_epoch = 0
+
+    def _next_batches(self) -> tuple[list[np.ndarray], list[Batch]]:
+        """The next update's group of batches (every rank's index arrays) and this rank's share,
+        padded: collated ahead, when :meth:`_collate_ahead` could."""
+        group = self._epoch_batches(self.epoch)[self.batch_in_epoch:][:self.s.update_freq * self.comm.world_size]
+        place, batches = self._ahead
+        self._ahead = None, []
+        return group, batches if place == (self.epoch, self.batch_in_epoch) else self.my_batches(group)
+
+    def _collate_ahead(self) -> None:
+        """Collate the next update's batches now (while the device works on this one)."""
+        epoch, done = self.epoch, self.batch_in_epoch
+        if done >= len(self._epoch_batches(epoch)):
+            epoch, done = epoch + 1, 0
+        if self.step < self.s.max_steps and epoch < self.s.max_epochs:
+            group = self._epoch_batches(epoch)[done:][:self.s.update_freq * self.comm.world_size]
+            self._ahead = (epoch, done), self.my_batches(group)
+
+    def _log(self, metrics, bar, record: dict, loss: tuple, validate: bool = False) -> None:
+        """Complete an update's ``record`` with its loss (read now), and validation when
+        ``validate``; then log it: metrics.jsonl, the history, the progress bar."""
+        loss_sum, grad_scale = loss
+        value = float(loss_sum) * grad_scale
+        if not math.isfinite(value) and not record.get("skipped"):
+            raise TrainingDiverged(f"loss is {value} at update {record['step']}; stopping. "
+                                   f"{self._where_to_go_on('a lower --lr-factor or with --clip-norm')}")
+        record = {"step": record["step"], "epoch": record["epoch"], "loss": finite_or_none(value), **record}
+        if record.get("skipped") and self.main:
+            tqdm.write(f"update {record['step']}: float16 gradients overflowed; skipped it, "
+                       f"loss scale now {record['loss_scale']:g}")
+        if validate:
+            record.update(self.validate())
+            self.train_seconds = time.perf_counter() - self._clock_start
+            if record["valid_nll"] < self.best_valid:
+                self.best_valid = record["valid_nll"]
+                save_checkpoint(self.run / "best.npz", self.model, None, self._meta(), kind="best")
+        if self.main:
+            metrics.write(json.dumps(record, allow_nan=False) + "\n")
+            metrics.flush()
+        self.history.append(record)
+        bar.update(1)
+        bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu") if record.get(k) is not None})
+        if self.main and not self.s.progress and ("valid_nll" in record or record["step"] % 50 == 0):
+            print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
 
     def _finish(self, reason: str) -> dict:
         # epochs completed, one whose last batch was the last update among them (as a resume that makes no update finds it)

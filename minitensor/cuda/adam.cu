@@ -1,11 +1,12 @@
 // Adam over every parameter in one launch (Kingma & Ba, 2015, as PyTorch implements it, with
 // L2 weight decay):
 //
-//   g' = g + wd·w,   m <- b1·m + (1-b1)·g',   v <- b2·v + (1-b2)·g'²,
+//   g' = gs·g + wd·w,   m <- b1·m + (1-b1)·g',   v <- b2·v + (1-b2)·g'²,
 //   w <- w - step_size · m / (sqrt(v)·inv_sqrt_c2 + eps)
 //
 // with step_size = lr / (1 - b1^t) and inv_sqrt_c2 = 1 / sqrt(1 - b2^t), computed once on
-// the host: the same arithmetic as the NumPy path in optim.py.
+// the host: the same arithmetic as the NumPy path in optim.py. gs is the gradients' scale (a
+// mean's 1/count, a loss scale's 1/S), applied here rather than in a pass of its own.
 //
 // The parameters are separate arrays of different sizes. The launcher passes one table of
 // 64-bit device addresses, 4 rows of `tensors` entries (weights, gradients, first moments,
@@ -23,11 +24,11 @@
 template <typename T>
 __global__ void adam_multi(const unsigned long long* __restrict__ table, const long long* __restrict__ starts,
                            int tensors, long long total, double b1, double b2, double step_size,
-                           double inv_sqrt_c2, double eps, double wd) {
+                           double inv_sqrt_c2, double eps, double wd, double gs) {
     typedef typename Acc<T>::type A;
     const A B1 = static_cast<A>(b1), B2 = static_cast<A>(b2), C1 = static_cast<A>(1 - b1), C2 = static_cast<A>(1 - b2);
     const A S = static_cast<A>(step_size), R = static_cast<A>(inv_sqrt_c2), E = static_cast<A>(eps),
-            WD = static_cast<A>(wd);
+            WD = static_cast<A>(wd), GS = static_cast<A>(gs);
     for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         const int lo = tensor_of(starts, tensors, i);
@@ -37,7 +38,7 @@ __global__ void adam_multi(const unsigned long long* __restrict__ table, const l
         T* m = reinterpret_cast<T*>(table[2 * tensors + lo]);
         T* v = reinterpret_cast<T*>(table[3 * tensors + lo]);
         const A wj = widen(w[j]);
-        const A grad = widen(g[j]) + WD * wj;
+        const A grad = widen(g[j]) * GS + WD * wj;
         const A mj = B1 * widen(m[j]) + C1 * grad;
         const A vj = B2 * widen(v[j]) + C2 * grad * grad;
         m[j] = narrow<T>(mj);

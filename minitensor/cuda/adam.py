@@ -29,8 +29,8 @@ def instantiations() -> list[str]:
 
 
 def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, step_size: float,
-         inv_sqrt_c2: float, eps: float, wd: float) -> None:
-    """One Adam update of every ``weights[i]`` (and its moments) in place from ``grads[i]``:
+         inv_sqrt_c2: float, eps: float, wd: float, grad_scale: float = 1.0) -> None:
+    """One Adam update of every ``weights[i]`` (and its moments) in place from ``grad_scale · grads[i]``:
     the table of their addresses and the running sizes go to the device in one copy, then one
     launch updates them all."""
     xp = array_module(weights[0])
@@ -40,4 +40,5 @@ def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, s
     blocks = min(MAX_BLOCKS, -(-total // THREADS))
     k = kernel(SOURCE, name(ctype(weights[0].dtype)), xp)
     k((blocks,), (THREADS,), (table, starts, np.int32(len(weights)), np.int64(total), np.float64(b1), np.float64(b2),
-                              np.float64(step_size), np.float64(inv_sqrt_c2), np.float64(eps), np.float64(wd)))
+                              np.float64(step_size), np.float64(inv_sqrt_c2), np.float64(eps), np.float64(wd),
+                              np.float64(grad_scale)))

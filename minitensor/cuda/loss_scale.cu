@@ -3,6 +3,8 @@
 //   g <- g · factor  for every entry of every gradient,   nonfinite += 1 for each result that
 //   is inf or NaN
 //
+// With factor 1 it only counts (no write): the check before an optimizer that applies the scale
+// in its own pass.
 // factor is extra / S for the loss scale S. The launcher passes a table of the gradients'
 // device addresses and `starts` (common.cuh, "many arrays in one launch"). Thread mapping: one
 // entry per thread in a grid-stride loop over the gradients laid end to end; tensor_of finds
@@ -25,7 +27,7 @@ __global__ void unscale_multi(const unsigned long long* __restrict__ table, cons
         T* g = reinterpret_cast<T*>(table[t]);
         const long long j = i - starts[t];
         const A v = widen(g[j]) * f;
-        g[j] = narrow<T>(v);
+        if (f != A(1)) g[j] = narrow<T>(v);
         if (!(v - v == A(0))) atomicAdd(nonfinite, 1);
     }
 }

@@ -3,7 +3,8 @@ and NaN in one launch, where the per-gradient form takes three (the product, a s
 the sums up).
 
 The reference is the per-gradient form in :meth:`minitensor.amp.LossScaler.unscale_`; tests
-compare the two."""
+compare the two. A factor of 1 only checks (``LossScaler.step`` leaves the division to the
+optimizer's pass)."""
 from __future__ import annotations
 
 import numpy as np

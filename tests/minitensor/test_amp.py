@@ -107,6 +107,30 @@ def test_loss_scaler_skips_on_overflow_backs_off_and_grows_after_clean_steps():
     assert restored.state_dict() == s.state_dict()
 
 
+def test_loss_scaler_backward_and_step_scale_the_loss_and_undo_it_in_the_optimizers_pass():
+    """backward multiplies the loss by S; step gives the optimizer grad_scale / S (so the update
+    is that of the unscaled gradient), or skips it after an overflow and halves S; disabled,
+    both are the plain calls."""
+    def one_update(scaler, x, grad_scale=1.0):
+        w = mt.nn.Parameter(np.array([1.0, -2.0], np.float32))
+        opt = mt.optim.SGD([w], lr=0.5)
+        scaler.backward((w * mt.tensor(np.array(x, np.float32))).sum())
+        seen = w.grad.numpy().copy()
+        return seen, scaler.step(opt, grad_scale), w.numpy(), opt.steps
+
+    seen, skipped, w, steps = one_update(amp.LossScaler(init_scale=8.0), [3.0, 1.0], grad_scale=0.25)
+    assert np.array_equal(seen, [24.0, 8.0]) and not skipped and steps == 1
+    np.testing.assert_array_equal(w, [1.0 - 0.5 * 0.25 * 3.0, -2.0 - 0.5 * 0.25 * 1.0])
+    scaler = amp.LossScaler(init_scale=8.0)
+    seen, skipped, w, steps = one_update(scaler, [np.inf, 1.0])
+    assert skipped and steps == 0 and scaler.scale == 4.0 and scaler.skipped == 1
+    np.testing.assert_array_equal(w, [1.0, -2.0])
+    off = amp.LossScaler(enabled=False)
+    seen, skipped, w, steps = one_update(off, [3.0, 1.0], grad_scale=0.5)
+    assert off.scale == 1.0 and np.array_equal(seen, [3.0, 1.0]) and not skipped and steps == 1
+    np.testing.assert_array_equal(w, [1.0 - 0.25 * 3.0, -2.0 - 0.25 * 1.0])
+
+
 def test_fp16_training_skips_overflowing_updates_says_so_and_then_learns(tmp_path, capsys):
     from tests.helpers import MULTI30K
     from tests.transformer.test_training import tiny_settings
@@ -126,7 +150,7 @@ def test_fp16_training_skips_overflowing_updates_says_so_and_then_learns(tmp_pat
     params = trainer.model.parameters()
     before = [p.numpy().copy() for p in params]
     assert all(p.dtype == np.float32 for p in params)  # master weights stay float32
-    trainer.update(trainer._epoch_batches(0)[:1])
+    trainer.update(trainer.my_batches(trainer._epoch_batches(0)[:1]))
     assert trainer.last_skipped and trainer.scaler.scale == 2.0**19 and trainer.opt.steps == 0
     assert all(np.array_equal(a, p.numpy()) for a, p in zip(before, params))  # a skipped update changes nothing
     trainer.batch_in_epoch = 1

@@ -40,6 +40,20 @@ def test_single_process_collectives_are_the_identity():
     np.testing.assert_array_equal(a, [0.0, 1.0, 2.0])
 
 
+def test_reduce_gradients_alone_moves_nothing_and_gives_the_mean_as_a_factor():
+    """With one process the gradients stay the very arrays they were (no copy, no division:
+    the optimizer applies 1/count) and the values come back as given, the same objects."""
+    import minitensor as mt  # noqa: PLC0415
+
+    w = mt.nn.Parameter(np.ones(3, np.float32))
+    w.grad = mt.tensor(np.array([2.0, 4.0, 6.0], np.float32))
+    before = w.grad.data
+    on_device = np.float32(5.0)  # stands for a device scalar: it must not be read
+    grad_scale, sums = distributed.reduce_gradients(distributed.init(), [w], 8, (on_device, 1.0))
+    assert grad_scale == 1 / 8 and sums[0] is on_device and sums[1] == 1.0
+    assert w.grad.data is before and np.array_equal(before, [2.0, 4.0, 6.0])
+
+
 @needs_mpi
 def test_two_ranks_sum_broadcast_and_know_their_ranks(tmp_path):
     proc, _ = launch(2, "ok", str(tmp_path))

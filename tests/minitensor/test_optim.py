@@ -198,3 +198,40 @@ def test_work_shared_among_threads_hands_out_every_item_once_and_raises_a_worker
 
     with pytest.raises(RuntimeError, match="worker 2 failed"):
         threads.share(broken, list(range(10)))
+
+
+# (Adam without weight decay: with it, a GPU may fuse the scale into the decay's multiply-add, one rounding fewer)
+@pytest.mark.parametrize("make", [lambda p: optim.Adam(p, lr=0.05),
+                                  lambda p: optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01)], ids=["adam", "sgd"])
+@pytest.mark.parametrize("grad_scale", [1.0, 2.0**-15 / 37, 0.3])
+def test_a_grad_scale_in_the_step_equals_scaling_the_gradients_first_bit_for_bit(make, grad_scale, device):
+    """step(grad_scale) folds the factor into the update's own pass; it makes the weights that
+    multiplying every gradient by it (in their own dtype) and stepping make, and leaves the
+    gradients as they were."""
+    rng = np.random.default_rng(3)
+    shapes = [(5, 7), (300,), (2, 3, 4), (1,)]
+    values = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    grads = [[rng.normal(size=s).astype(np.float32) * 1e3 for s in shapes] for _ in range(3)]
+    results = []
+    for folded in (True, False):
+        params = [mt.nn.Parameter(v.copy()).to(device) for v in values]
+        opt = make(params)
+        for step_grads in grads:
+            for p, g in zip(params, step_grads):
+                p.grad = mt.tensor(g if folded else g * np.float32(grad_scale), device=device)
+            opt.step(grad_scale) if folded else opt.step()
+            if folded:
+                assert all(np.array_equal(p.grad.numpy(), g) for p, g in zip(params, step_grads))
+        results.append([p.numpy() for p in params])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_clip_factor_and_grad_norm_make_clip_grad_norms_gradients():
+    a = mt.tensor(np.array([3.0, 0.0], np.float32), requires_grad=True)
+    b = mt.tensor(np.array([[4.0]], np.float32), requires_grad=True)
+    a.grad, b.grad = mt.tensor(a.numpy() * 2), mt.tensor(b.numpy() * 2)
+    assert optim.grad_norm([a, b]) == pytest.approx(10.0) and optim.grad_norm([a, b], 0.5) == pytest.approx(5.0)
+    assert optim.clip_factor(10.0, 1.0) == pytest.approx(0.1, rel=1e-6)
+    assert optim.clip_factor(0.5, 1.0) == 1.0 and optim.clip_factor(float("inf"), 1.0) == 1.0
+    assert optim.clip_factor(float("nan"), 1.0) == 1.0

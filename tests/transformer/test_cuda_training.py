@@ -1,6 +1,7 @@
 """The CuPy backend end to end: the same model, weights and batch give the same loss and
 gradients on the CPU and the GPU; a short training run's losses agree; checkpoints cross
-devices; a training step makes no host round trips; mixed precision trains on the GPU.
+devices; a training step, and the trainer's whole update, make no host round trips; mixed
+precision trains on the GPU.
 
 All need a GPU (``gpu`` marker); without one they are skipped.
 """
@@ -90,6 +91,28 @@ def test_a_training_step_never_waits_for_the_device():
             loss.backward()
             opt.step()
     assert np.isfinite(loss.item())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_whole_trainer_updates_never_wait_for_the_device(small, tmp_path, precision):  # noqa: F811
+    """Trainer.update from padded batches to Adam's step (two batches an update, dropout on),
+    with device synchronisation forbidden: the loss stays on the device until read_loss, and
+    the division by the token count is a factor of Adam's own pass. (fp16's overflow check and
+    --clip-norm's norm each read one number: they are left out.)"""
+    import cupyx
+
+    from transformer.train import Trainer
+
+    if precision == "bf16":
+        pytest.importorskip("ml_dtypes")
+    tok, train, _ = small
+    t = Trainer(tiny_settings(tmp_path, device="cuda", precision=precision, update_freq=2), tok, train)
+    groups = t._epoch_batches(0)
+    for u in range(3):
+        batches = t.my_batches(groups[2 * u:2 * u + 2])  # collated on the host, as the loop does ahead
+        with cupyx.allow_synchronize(False):
+            t.update(batches)
+    assert t.opt.steps == 3 and np.isfinite(t.read_loss())
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
