@@ -12,10 +12,11 @@
 # `minitensor.profile()` is a context manager: inside it, every op's forward and backward is
 # timed (each op's own time, not counting ops inside it), the optimizer's step and the
 # engine's graph walk are timed as rows of their own, and what is left of the wall time, the
-# Python between the ops, is one more row, so the rows add up to the update. Ops that multiply
-# matrices list their products (`products`, read from the op's formulas), which gives FLOPs.
+# Python between the ops, is one more row, so the rows add up to the update. The products of
+# the ops that multiply matrices are in one table (`minitensor.flops`, each read from its op's
+# formulas), which gives FLOPs.
 #
-# **Teaches:** `profile`, `products`; profiling, FLOP counting.
+# **Teaches:** `profile`, `flops`; profiling, FLOP counting.
 #
 # **Uses:** the whole model, Adam, label smoothing, the learning-rate schedule.
 

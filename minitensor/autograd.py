@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from contextlib import ContextDecorator
 
-from . import backend, profiler
+from . import backend
 from .backend import array_module
 from .errors import DeviceError, GraphError, ShapeError
 from .tensor import Tensor
@@ -111,13 +111,6 @@ class Function:
     def backward(ctx, grad):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    @staticmethod
-    def products(ctx, *shapes, **params):
-        """The matrix products this op computes, for the profiler's FLOP count: None (not a
-        product op), or (forward, backward) lists of (batch, m, k, n), one per product of
-        (batch, m, k) x (batch, k, n); ``shapes`` are the inputs' (None for an absent one)."""
-        return None
-
     @classmethod
     def apply(cls, *inputs, **params):
         """Run the op on tensors; record a graph node when an input requires grad."""
@@ -147,10 +140,7 @@ class Function:
         record = any_needs and is_grad_enabled()
         ctx = Context(cls, array_module(first), tuple(needs) if record else None)
         try:
-            if profiler.active is None:
-                out = cls.forward(ctx, *arrays, **params)
-            else:
-                out = profiler.active.forward(cls, ctx, arrays, params)
+            out = calls.forward(cls, ctx, arrays, params)
         except ShapeError:
             raise
         except ValueError as e:  # numpy's own shape complaints, made to name the op
@@ -168,6 +158,27 @@ class Function:
         result = Tensor._wrap(out, ctx)
         ctx.shape, ctx.dtype = result.data.shape, result.data.dtype
         return result, ctx
+
+
+class Calls:
+    """How the engine runs an op's forward, an op's backward and a whole backward walk: plainly.
+    A tool that wraps them from outside (``minitensor.profile`` times each) puts an object with
+    the same three methods in :data:`calls` while it is open, and this one back afterwards."""
+
+    @staticmethod
+    def forward(fn, ctx, arrays, params):
+        return fn.forward(ctx, *arrays, **params)
+
+    @staticmethod
+    def backward(node: "Context", grad):
+        return node.fn.backward(node, grad)
+
+    @staticmethod
+    def walk(root: "Context", grad, retain_graph: bool) -> None:
+        _walk(root, grad, retain_graph)
+
+
+calls = Calls  # the engine's calls now (see Calls)
 
 
 class Output(Function):
@@ -260,43 +271,57 @@ def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
         raise GraphError("backward() on a tensor that does not require grad and has no graph")
     if root.freed:
         raise _freed_error()
-    with profiler.region("(autograd engine)"):  # the graph walk and the gradient sums, apart from the ops
-        _walk(root, grad, retain_graph)
+    calls.walk(root, grad, retain_graph)
 
 
 def _walk(root: Context, grad, retain_graph: bool) -> None:
-    """run_backward's chain rule, from ``root`` with its output gradient ``grad``."""
-    grads = {id(root): grad if grad.dtype == root.dtype else grad.astype(root.dtype)}
+    """The chain rule, from ``root`` with its output gradient ``grad`` (compare needle's
+    ``compute_gradient_of_variables``): in reverse topological order, each node's output
+    gradient is the sum of what its consumers sent it, and its backward sends one on to each input."""
+    grads = {id(root): _in_dtype(grad, root.dtype)}
     for node in _topological_order(root):
         g = grads.pop(id(node), None)
         if g is None:
             continue
-        if node.freed:
-            raise _freed_error()
-        if isinstance(g, _Slots):
-            g = tuple(g)
-        input_grads = node.fn.backward(node, g) if profiler.active is None else profiler.active.backward(node, g)
-        if not isinstance(input_grads, tuple):
-            input_grads = (input_grads,)
-        for edge, gi in zip(node.edges, input_grads):
-            if edge is None or gi is None:
-                continue
+        for edge, gi, owned in _input_grads(node, g, retain_graph):
             if isinstance(edge, Tensor):
-                # gi is the engine's alone when the op made it for this input only (not the
-                # gradient it was given, not shared with another input) and no saved graph keeps it
-                alone = not retain_graph and gi is not g and sum(x is gi for x in input_grads) == 1
-                _accumulate_leaf(edge, sum_to(gi, edge.data.shape), alone)
+                _accumulate_leaf(edge, gi, owned)
             else:
-                if not isinstance(gi, _Slots):  # (an Output's slots have their outputs' own shapes)
-                    gi = sum_to(gi, edge.shape)
-                    if gi.dtype != edge.dtype:  # an op whose inputs differ in dtype (a float16 product + a float32 residual)
-                        gi = gi.astype(edge.dtype)
-                prev = grads.get(id(edge))
-                grads[id(edge)] = gi if prev is None else prev + gi
+                grads[id(edge)] = gi if id(edge) not in grads else grads[id(edge)] + gi
         if not retain_graph:
-            node.saved = None
-            node.freed = True
-            node.__dict__.clear()
+            _free(node)
+
+
+def _input_grads(node: Context, g, retain_graph: bool):
+    """(edge, its gradient, whether the engine alone holds that array) for each input of
+    ``node`` that gets a gradient, from ``node``'s backward of ``g``: each reduced to its
+    input's shape (:func:`sum_to`) and dtype (an op's inputs may differ: a float16 product and
+    a float32 residual). An Output's slots keep their outputs' own shapes."""
+    if node.freed:
+        raise _freed_error()
+    out = calls.backward(node, tuple(g) if isinstance(g, _Slots) else g)
+    out = out if isinstance(out, tuple) else (out,)
+    for edge, gi in zip(node.edges, out):
+        if edge is None or gi is None:
+            continue
+        if isinstance(edge, Tensor):
+            # the engine's alone when the op made it for this input only (not the gradient it
+            # was given, not shared with another input) and no saved graph keeps it
+            owned = not retain_graph and gi is not g and sum(x is gi for x in out) == 1
+            yield edge, sum_to(gi, edge.data.shape), owned
+        else:
+            yield edge, gi if isinstance(gi, _Slots) else _in_dtype(sum_to(gi, edge.shape), edge.dtype), False
+
+
+def _in_dtype(g, dtype):
+    return g if g.dtype == dtype else g.astype(dtype)
+
+
+def _free(node: Context) -> None:
+    """Drop what ``node`` saved: a second backward through it raises (see retain_graph)."""
+    node.saved = None
+    node.freed = True
+    node.__dict__.clear()
 
 
 def _accumulate_leaf(leaf, g, alone: bool = False) -> None:

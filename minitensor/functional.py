@@ -5,8 +5,9 @@ directly under the :class:`~minitensor.autograd.Function` whose forward and back
 calls; it checks and converts its arguments there (Python numbers and arrays are accepted
 wherever a tensor is, and take the dtype of the tensor they meet).
 
-The table at the end binds the same functions onto :class:`~minitensor.tensor.Tensor` as its
-operators and methods, so ``a + b``, ``x.sum()`` and ``F.sum(x)`` are one code path.
+The table at the end, :data:`TENSOR_METHODS`, holds the same functions as the operators and
+methods of :class:`~minitensor.tensor.Tensor`, so ``a + b``, ``x.sum()`` and ``F.sum(x)`` are one
+code path; ``minitensor/__init__.py`` binds them with :func:`bind_tensor_methods`.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from . import backend
 from .autograd import backward
 from .ops.attention import scaled_dot_product_attention
+from .ops.compare import argmax, equal, greater, greater_equal, less, less_equal, logical_not, not_equal
 from .ops.dropout import dropout
 from .ops.elementwise import (
     add, cast, div, exp, log, masked_fill, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh, where,
@@ -33,7 +35,8 @@ __all__ = [
     "matmul", "linear", "linears", "sum", "mean", "max", "logsumexp", "softmax", "log_softmax",
     "reshape", "transpose", "permute", "getitem", "concat", "stack", "split", "broadcast_to",
     "where", "masked_fill", "dropout", "embedding", "layer_norm", "dropout_add_layer_norm", "cross_entropy",
-    "scaled_dot_product_attention",
+    "scaled_dot_product_attention", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    "logical_not", "argmax",
 ]
 
 
@@ -55,6 +58,8 @@ TENSOR_METHODS = {
     "__mul__": mul, "__rmul__": _reflected(mul), "__truediv__": div, "__rtruediv__": _reflected(div),
     "__pow__": pow, "__rpow__": _reflected(pow), "__matmul__": matmul, "__rmatmul__": _reflected(matmul),
     "__neg__": neg, "__getitem__": getitem,
+    "__eq__": equal, "__ne__": not_equal, "__lt__": less, "__le__": less_equal, "__gt__": greater,
+    "__ge__": greater_equal, "__invert__": logical_not, "argmax": argmax,
     "backward": backward,
     "sum": sum, "mean": mean, "max": max, "logsumexp": logsumexp, "softmax": softmax, "log_softmax": log_softmax,
     "exp": exp, "log": log, "sqrt": sqrt, "tanh": tanh, "relu": relu, "sigmoid": sigmoid,
@@ -63,5 +68,10 @@ TENSOR_METHODS = {
     "to": _to, "cpu": lambda self: _to(self, "cpu"), "cuda": lambda self: _to(self, "cuda"),
     "astype": cast, "float": lambda self: cast(self, np.float32), "double": lambda self: cast(self, np.float64),
 }
-for _name, _method in TENSOR_METHODS.items():
-    setattr(Tensor, _name, _method)
+
+
+def bind_tensor_methods() -> None:
+    """Make :data:`TENSOR_METHODS` the operators and methods of :class:`Tensor` (called once, by
+    ``minitensor/__init__.py``, as DeZero's ``setup_variable``)."""
+    for name, method in TENSOR_METHODS.items():
+        setattr(Tensor, name, method)

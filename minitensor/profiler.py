@@ -7,22 +7,22 @@
     print(prof.table())
     prof.save("profile.json")
 
-Inside ``with``, :meth:`Function.apply <minitensor.autograd.Function.apply>` times each op's
-forward, the engine each op's backward, and the engine's own work (the graph walk, summing
-gradients) and the optimizer's step are timed as regions of their own. Every time is
+Inside ``with``, the profile takes the engine's calls (``minitensor.autograd.calls``): it
+times each op's forward and backward, and the engine's own work (the graph walk, summing
+gradients) as a region of its own; the optimizer's step is a region too. Every time is
 *exclusive*: a region's row holds its time less that of the ops timed inside it. What is left
 of the wall time inside ``with`` (Python between the ops: modules, tensors, the loss's
 ``item()``, and the profiler's own bookkeeping) is the row ``(between ops)``, so the rows add
 up to the wall time.
 
-Ops that multiply matrices declare their products (``Function.products``: the (batch, m, k, n)
-of each forward and backward product, read from the op's formulas), so the table shows their
+The products of the ops that multiply matrices (the (batch, m, k, n) of each forward and
+backward product, read from the ops' formulas) are in one table, :mod:`minitensor.flops`, so the table shows their
 FLOPs, the rate they achieved, and the rate the BLAS reaches on the same shapes timed alone
 (measured when the table is made: :meth:`Profile.blas_rates`).
 
 On a GPU each timed call waits for the device before its clock stops (the op's time, not its
-launch's), so a profiled update runs slower than a plain one. Off, the profiler costs a test
-of one module global per op call.
+launch's), so a profiled update runs slower than a plain one. Off, it costs nothing: the
+engine calls the ops plainly.
 """
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-active: "Profile | None" = None  # the open profile, read by autograd at every op call
+from . import autograd, flops
+
+active: "Profile | None" = None  # the open profile
 
 BETWEEN = "(between ops)"
 
@@ -74,7 +76,7 @@ class Profile:
         global active
         if active is not None:
             raise RuntimeError("a profile is already open; profiles do not nest")
-        active = self
+        active = autograd.calls = self  # the engine's forward, backward and walk go through this profile
         self.opened += 1
         self._rates = None
         self._start = time.perf_counter()
@@ -83,10 +85,10 @@ class Profile:
     def __exit__(self, *exc) -> bool:
         global active
         self.wall_s += time.perf_counter() - self._start
-        active = None
+        active, autograd.calls = None, autograd.Calls
         return False
 
-    # ------------------------------------------------------------------ recording (called by autograd and optim)
+    # ------------------------------------------------------------------ recording (the engine's calls, and optim's region)
     def _begin(self) -> float:
         self._stack.append(0.0)  # the time of the timed calls inside this one
         return time.perf_counter()
@@ -112,7 +114,7 @@ class Profile:
         row.calls += 1
         row.forward_s += seconds
         shapes = [None if a is None else tuple(a.shape) for a in arrays]
-        found = fn.products(ctx, *shapes, **params)
+        found = flops.products(fn, ctx, shapes, params)
         if found is not None:
             kind = (str(next(a.dtype for a in arrays if a is not None)), ctx.xp)
             forward, backward = found
@@ -134,6 +136,11 @@ class Profile:
         if products:
             row.products.update(products)
         return out
+
+    def walk(self, root, grad, retain_graph: bool) -> None:
+        """Run the engine's backward walk, its own work timed as the row "(autograd engine)"."""
+        with self._region("(autograd engine)"):
+            autograd._walk(root, grad, retain_graph)
 
     @contextmanager
     def _region(self, name: str, xp=None):
@@ -217,7 +224,7 @@ def profile() -> Profile:
 
 def region(name: str, xp=None):
     """Time a block as a row of its own when a profile is open (for work that is not an op:
-    the optimizer's step, the engine's graph walk); nothing otherwise."""
+    the optimizer's step); nothing otherwise."""
     return active._region(name, xp) if active is not None else _NOTHING
 
 

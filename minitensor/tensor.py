@@ -148,33 +148,8 @@ class Tensor:
     def zero_grad(self) -> None:
         self.grad = None
 
-    # ----------------------------------------------------------------- without history
-    # comparisons give bool tensors, argmax integer ones: nothing to differentiate
-    def _compare(self, other, op):
-        o = other.data if isinstance(other, Tensor) else other
-        return Tensor._wrap(op(self.data, o))
-
-    def __eq__(self, other):  # noqa: D105
-        return self._compare(other, lambda a, b: a == b)
-
-    def __ne__(self, other):  # noqa: D105
-        return self._compare(other, lambda a, b: a != b)
-
-    def __lt__(self, other):
-        return self._compare(other, lambda a, b: a < b)
-
-    def __le__(self, other):
-        return self._compare(other, lambda a, b: a <= b)
-
-    def __gt__(self, other):
-        return self._compare(other, lambda a, b: a > b)
-
-    def __ge__(self, other):
-        return self._compare(other, lambda a, b: a >= b)
-
-    def __invert__(self):
-        return Tensor._wrap(~self.data)
-
+    # the operators and most methods (a + b, x.sum(), x == y, ~m, x.argmax()) are the functions
+    # of minitensor.functional, bound by its bind_tensor_methods(); a tensor hashes by identity
     __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
@@ -187,9 +162,6 @@ class Tensor:
 
     def __int__(self) -> int:
         return int(self.item())
-
-    def argmax(self, axis=None):
-        return Tensor._wrap(self.data.argmax(axis=axis))
 
 
 # ----------------------------------------------------------------- creation

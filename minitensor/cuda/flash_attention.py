@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
-from ..ops.attention import products
 from . import tf32_enabled
 from .build import address, array_module, as4d, ctype, kernel, mask_view
 
@@ -230,7 +229,6 @@ class FlashAttention(Function):
         q, k, v, out, lse, mask = ctx.saved
         return backward(grad, q, k, v, out, lse, mask, ctx.scale, tf32=ctx.tf32) + (None,)
 
-    products = staticmethod(products)
 
 
 def tf32_route(q) -> bool:

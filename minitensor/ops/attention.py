@@ -65,21 +65,6 @@ def scores_shape(q, k) -> tuple:
     return tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + (q.shape[-2], k.shape[-2])
 
 
-def products(ctx, q, k, v, mask=None, **params):
-    """S = Q Kᵀ: (Tq, d) x (d, Tk); O = A V: (Tq, Tk) x (Tk, dv); backward dV = Aᵀ G,
-    dA = G Vᵀ, dQ = dS K, dK = dSᵀ Q (one each, as the backward computes them): the same
-    for every attention op (the profiler's FLOP count)."""
-    batch = int(np.prod(np.broadcast_shapes(q[:-2], k[:-2])))
-    (tq, d), tk, dv = q[-2:], k[-2], v[-1]
-    forward = [(batch, tq, d, tk), (batch, tq, tk, dv)]
-    if ctx.needs_input_grad is None:
-        return forward, []
-    nq, nk, nv = ctx.needs_input_grad[:3]
-    backward = ([(batch, tk, tq, dv)] * nv + [(batch, tq, dv, tk)] * (nq or nk) + [(batch, tq, tk, d)] * nq
-                + [(batch, tk, tq, d)] * nk)
-    return forward, backward
-
-
 class ScaledDotProductAttention(Function):
     """out = dropout(softmax(Q Kᵀ / √d_k + mask)) V for q (..., Tq, d), k (..., Tk, d), v (..., Tk, dv).
 
@@ -136,7 +121,6 @@ class ScaledDotProductAttention(Function):
         gk = product(gs.swapaxes(-1, -2), q) if nk else None
         return gq, gk, gv, None
 
-    products = staticmethod(products)
 
 
 def attention_op(q, k, v, dropout_p: float = 0.0, training: bool = False, need_weights: bool = False):

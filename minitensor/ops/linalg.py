@@ -40,14 +40,6 @@ class Matmul(Function):
         na, nb = ctx.needs_input_grad
         return (product(grad, _swap(b)) if na else None), (product(_swap(a), grad) if nb else None)
 
-    @staticmethod
-    def products(ctx, a, b):
-        """C = A B: (m, k) x (k, n); dA = G Bᵀ: (m, n) x (n, k); dB = Aᵀ G: (k, m) x (m, n)."""
-        batch = int(np.prod(np.broadcast_shapes(a[:-2], b[:-2])))
-        (m, k), n = a[-2:], b[-1]
-        na, nb = ctx.needs_input_grad or (False, False)
-        return [(batch, m, k, n)], [(batch, m, n, k)] * na + [(batch, k, m, n)] * nb
-
 
 def _autocast(*tensors):
     """Inside ``minitensor.amp.autocast``: floating inputs of a matrix product cast to its dtype
@@ -138,14 +130,6 @@ class Linear(Function):
         gb = sum_rows(ctx.xp, g2, ctx.b_dtype) if nb else None  # why: one GEMV on every core on NumPy (fastpaths)
         return gx, gw, gb
 
-    @staticmethod
-    def products(ctx, x, w, b=None, transposed=False, dtype=None):
-        """y = x W: (rows, in) x (in, out); dx = G Wᵀ: (rows, out) x (out, in); dW = xᵀ G: (in, rows) x (rows, out)
-        (transposed: dW = Gᵀ x, (out, rows) x (rows, in))."""
-        rows, (k, n) = int(np.prod(x[:-1])), (w[::-1] if transposed else w)
-        nx, nw = (ctx.needs_input_grad or (False, False))[:2]
-        return [(1, rows, k, n)], [(1, rows, n, k)] * nx + [(1, n, rows, k) if transposed else (1, k, rows, n)] * nw
-
 
 class Linears(Function):
     """y_i = x W_i + b_i for i = 1..n, every W_i (in, out): the Q, K and V projections of one input.
@@ -197,13 +181,6 @@ class Linears(Function):
             out.append(product(x2.T, g, ctx.w_dtypes[i]) if nw and g is not None else None)
             out.append(sum_rows(xp, g, ctx.b_dtypes[i]) if nb and g is not None else None)
         return tuple(out)
-
-    @staticmethod
-    def products(ctx, x, *params, dtype=None):
-        """Y_i = x W_i: n x (rows, in) x (in, out); dx: (rows, n out) x (n out, in); dW_i: (in, rows) x (rows, out)."""
-        rows, k, n, m = int(np.prod(x[:-1])), x[-1], len(params) // 2, params[0][-1]
-        needs = ctx.needs_input_grad or (False,) * (1 + len(params))
-        return [(n, rows, k, m)], [(1, rows, n * m, k)] * needs[0] + [(1, k, rows, m) for nw in needs[1::2] if nw]
 
 
 def linears(x, weights, biases=None) -> tuple:

@@ -74,3 +74,53 @@ def test_the_cycle_finder_finds_a_planted_circle():
     cycle = find_cycle(graph)
     assert cycle and cycle[0] == cycle[-1] and "minitensor.tensor" in cycle
     assert "minitensor.tensor" in imports("minitensor.autograd") and "minitensor.ops.reduce" in imports("minitensor.ops.shape")
+
+
+# the modules a library built on minitensor may import (minitensor.ops, autograd's Context and
+# the like are the engine's inside)
+PUBLIC_MODULES = {"minitensor", "minitensor.functional", "minitensor.nn", "minitensor.optim", "minitensor.amp",
+                  "minitensor.cuda", "minitensor.distributed", "minitensor.profiler", "minitensor.backend",
+                  "minitensor.blas", "minitensor.threads", "minitensor.allocator"}
+
+
+def private_uses(path: Path) -> list[str]:
+    """Where the file at ``path`` reaches past minitensor's public face: an import of a module
+    not in PUBLIC_MODULES, or of a name with a leading underscore, or an attribute with a leading
+    underscore read off a name bound to minitensor (``mt.Tensor._wrap``)."""
+    tree = ast.parse(path.read_text())
+    bound, found = set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "minitensor":
+                    bound.add(a.asname or a.name.split(".")[0])
+                    if a.name not in PUBLIC_MODULES:
+                        found.append(f"{path.name}:{node.lineno}: import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "minitensor":
+            if node.module not in PUBLIC_MODULES:
+                found.append(f"{path.name}:{node.lineno}: from {node.module} import ...")
+            for a in node.names:
+                bound.add(a.asname or a.name)
+                if a.name.startswith("_"):
+                    found.append(f"{path.name}:{node.lineno}: {a.name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_transformer_reaches_minitensor_only_by_its_public_names():
+    transformer = PACKAGE.parent / "transformer"
+    assert [use for path in sorted(transformer.rglob("*.py")) for use in private_uses(path)] == []
+
+
+def test_the_public_face_check_finds_a_planted_private_use(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import minitensor as mt\nfrom minitensor.ops.dropout import check_probability\n"
+                       "x = mt.Tensor._wrap(None)\n")
+    assert private_uses(planted) == ["planted.py:2: from minitensor.ops.dropout import ...",
+                                     "planted.py:3: mt.Tensor._wrap"]
