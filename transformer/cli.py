@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -46,7 +47,7 @@ from .download import DownloadError, sha256_of
 from .evaluate import DECODE_MEMORY_GIB, LONG_LINES, DecodingTooLarge, LongLineError, bleu, translate
 from .flags import Boolean, Choice, FlagError, Parser, Real, Text, Whole, help_text, usage_error
 from .model import Transformer
-from .presets import PRESETS
+from .presets import PRESETS, plan_batches
 from .rundir import (RUN_RECORD, FileWriteError, RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive,
                      check_fresh, check_not_busy, leftovers, previous_run, record_run_id, run_file, run_id_of, write_file)
 from .signals import Stopped, handled, raise_stopped
@@ -493,6 +494,18 @@ def check_memory(settings: TrainSettings, vocab_size: int) -> None:
                          f"{settings.device}; choose a smaller --d-model, --d-ff, --layers or --vocab-size")
 
 
+def sized_batches(settings: TrainSettings, tokens: int, comm, vocab_size: int, given: dict) -> TrainSettings:
+    """A preset's ``tokens`` per update cut for this hardware (:func:`transformer.presets.plan_batches`:
+    as few batches per device as its memory holds), unless --max-tokens and --update-freq are
+    both ``given``; the choice and its reason are said at the start."""
+    max_tokens, update_freq, why = plan_batches(tokens, comm.world_size, backend.memory_bytes(settings.device),
+                                                settings.model_config(vocab_size), given.get("max_tokens"),
+                                                given.get("update_freq"))
+    if comm.rank == 0:
+        print(f"batches: {why}: --max-tokens {max_tokens} --update-freq {update_freq}", file=sys.stderr)
+    return dataclasses.replace(settings, max_tokens=max_tokens, update_freq=update_freq)
+
+
 def cmd_train(args) -> dict:
     run = Path(args.run_dir)
     check_run_dir(run)
@@ -525,6 +538,8 @@ def cmd_train(args) -> dict:
     check_data_args(args)
     check_memory(settings, args.vocab_size)
     comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
+    if not args.resume and (tokens := PRESETS[preset].get("tokens_per_update")):
+        settings = sized_batches(settings, tokens, comm, args.vocab_size, overrides)
     created = not run.exists()
     prepared = (run / "spm.model").exists()
     try:

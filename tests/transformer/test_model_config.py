@@ -105,6 +105,31 @@ def test_wmt_presets_checkpoint_every_10_paper_minutes_and_average_the_papers_wi
         assert s["save_every"] * (last - 1) < 0.1 * s["max_steps"], name
 
 
+def test_a_wmt_update_is_one_batch_per_device_where_it_fits_else_the_fewest_equal_batches_that_fit():
+    """plan_batches: the paper's 25k tokens per update (Section 5.1) as one batch on a device that
+    holds it, 25k / N each on N devices, and on a smaller device the fewest equal batches that
+    fit (never split when one fits); --max-tokens or --update-freq given stand, the other keeps 25k."""
+    from transformer.presets import MEMORY_SHARE, PRESETS, plan_batches, training_bytes  # noqa: PLC0415
+
+    base = TransformerConfig(vocab_size=37000, max_len=1024)
+    assert PRESETS["wmt14-base"]["tokens_per_update"] == PRESETS["wmt14-big"]["tokens_per_update"] == 25_000
+    whole = training_bytes(base, 25_000)
+    assert plan_batches(25_000, 1, int(whole / MEMORY_SHARE) + 1, base)[:2] == (25_000, 1)
+    assert plan_batches(25_000, 4, int(whole / MEMORY_SHARE) + 1, base)[:2] == (6_250, 1)
+    assert plan_batches(25_000, 1, None, base)[:2] == (25_000, 1)      # memory unknown: not split
+    for memory in (whole / MEMORY_SHARE - 1, whole / 2, whole / 5):
+        max_tokens, update_freq, why = plan_batches(25_000, 1, int(memory), base)
+        assert update_freq > 1 and max_tokens * update_freq >= 25_000 > max_tokens * (update_freq - 1)
+        assert training_bytes(base, max_tokens) <= MEMORY_SHARE * memory          # fits
+        assert training_bytes(base, -(-25_000 // (update_freq - 1))) > MEMORY_SHARE * memory  # one fewer would not
+        assert f"{update_freq} batches of {max_tokens:,}" in why
+    assert plan_batches(25_000, 1, 10**12, base, max_tokens=6250)[:2] == (6250, 4)
+    assert plan_batches(25_000, 2, 10**12, base, update_freq=2)[:2] == (6250, 2)   # 2 devices x 2 batches
+    assert plan_batches(25_000, 1, 10**12, base, max_tokens=4000, update_freq=3)[:2] == (4000, 3)
+    # the estimate grows with the tokens and the model
+    assert training_bytes(base, 2) > training_bytes(base, 1) > 16 * base.num_parameters()
+
+
 def test_the_offset_causal_mask_is_the_last_rows_of_the_full_one():
     """causal_mask(T, offset=k) is what T new positions after k earlier ones may see: the last
     T rows of the (k+T, k+T) causal mask, and every earlier key is visible to them."""

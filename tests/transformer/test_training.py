@@ -50,6 +50,35 @@ def losses(run_dir):
     return [json.loads(x)["loss"] for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 
 
+def test_a_wmt_preset_cuts_its_25k_tokens_to_the_devices_memory_and_says_how(tmp_path, monkeypatch, capsys):
+    """train --preset wmt14-base with neither --max-tokens nor --update-freq: on a device whose
+    memory holds a third of the 25k tokens' estimate, the update is the fewest equal batches
+    that fit; the start says so, and the settings record it."""
+    from minitensor import backend  # noqa: PLC0415
+    from transformer.presets import MEMORY_SHARE, training_bytes  # noqa: PLC0415
+
+    en, de = data.multi30k("val", root=MULTI30K)
+    files = {}
+    for split, (lo, hi) in {"train": (0, 200), "valid": (200, 220)}.items():
+        for lang, text in (("en", en), ("de", de)):
+            files[split, lang] = tmp_path / f"{split}.{lang}"
+            files[split, lang].write_text("\n".join(text[lo:hi]) + "\n")
+    model = ["--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--layers", "1", "--vocab-size", "250"]
+    cfg = TrainSettings(d_model=32, n_heads=2, d_ff=64, layers=1).model_config(250)
+    memory = int(training_bytes(cfg, 25_000) / MEMORY_SHARE / 3)
+    monkeypatch.setattr(backend, "memory_bytes", lambda device: memory)
+    run = tmp_path / "run"
+    main(["train", "--preset", "wmt14-base", "--run-dir", str(run), "--device", "cpu", *model,
+          "--train-src", str(files["train", "en"]), "--train-tgt", str(files["train", "de"]),
+          "--valid-src", str(files["valid", "en"]), "--valid-tgt", str(files["valid", "de"]), "--max-steps", "1",
+          "--bleu-sentences", "0", "--no-progress"])
+    settings = json.loads((run / "settings.json").read_text())
+    assert (settings["max_tokens"], settings["update_freq"]) in ((8334, 3), (6250, 4))
+    assert training_bytes(cfg, settings["max_tokens"]) <= MEMORY_SHARE * memory
+    assert (f"batches: 25,000 tokens per update over 1 device(s): {settings['update_freq']} batches of "
+            f"{settings['max_tokens']:,} each") in capsys.readouterr().err
+
+
 def test_resume_reproduces_the_uninterrupted_losses_exactly(small, tmp_path):
     tok, train, valid = small
     full = Trainer(tiny_settings(tmp_path / "full", max_steps=12), tok, train, valid)
