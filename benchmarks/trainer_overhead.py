@@ -75,7 +75,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         en, de = data.multi30k("train", root=a.data_dir)
-        tok = Tokenizer.train(en + de, tmp / "spm", vocab_size=preset["vocab_size"])
+        tok = Tokenizer.train(en + de, tmp / "spm", vocab_size=preset["settings"]["model"].vocab_size)
         train = ParallelData(encode_cached(tok, en, tmp / "en.npz"), encode_cached(tok, de, tmp / "de.npz"))
 
         def settings(name: str) -> TrainSettings:

@@ -126,7 +126,7 @@ def one_run(folder: Path, run_dir: Path, updates: int) -> dict:
     stages, peaks = {}, {}
     run_dir.mkdir(parents=True, exist_ok=True)
     resident = {}
-    tok, train, valid, _, _ = cli.prepare(args, run_dir, preset["vocab_size"], timings=stages)
+    tok, train, valid, _, _ = cli.prepare(args, run_dir, preset["settings"]["model"].vocab_size, timings=stages)
     peaks.update({name: None for name in stages})
     peaks[list(stages)[-1]] = _peak()
     resident[list(stages)[-1]] = _resident()

@@ -20,7 +20,7 @@ import shutil
 import matplotlib.pyplot as plt
 import numpy as np
 
-from transformer import data
+from transformer import TransformerConfig, data
 from transformer.evaluate import translate
 from transformer.tokenizer import Tokenizer, encode_cached
 from transformer.train import ParallelData, Trainer, TrainSettings
@@ -41,8 +41,9 @@ valid = ParallelData(encode_cached(tok, ven[:200], out / "cache" / "ven.npz"),
 print(f"{len(train)} pairs; first German sentence as pieces: {tok.pieces(de[0])[:12]}")
 
 # %%
-settings = TrainSettings(run_dir=str(out / "run"), d_model=128, n_heads=4, d_ff=256, layers=2, dropout=0.1,
-                         max_tokens=2500, warmup=150, lr_factor=1.0, max_steps=10 if smoke() else 240,
+model = TransformerConfig(tok.vocab_size, d_model=128, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2,
+                          dropout=0.1)
+settings = TrainSettings(run_dir=str(out / "run"), model=model, max_tokens=2500, warmup=150, lr_factor=1.0, max_steps=10 if smoke() else 240,
                          eval_every=5 if smoke() else 80,
                          bleu_sentences=20 if smoke() else 100, save_every=10_000, keep_last=1, progress=False)
 trainer = Trainer(settings, tok, train, valid)

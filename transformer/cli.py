@@ -28,7 +28,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -37,7 +37,7 @@ from tqdm import tqdm
 from minitensor import DeviceError, allocator, backend, blas, distributed, threads
 
 from . import data as D
-from . import wmt14
+from . import presets, wmt14
 from .checkpoint import (CheckpointError, CheckpointWriteError, average_checkpoints, kind_of, load_checkpoint,
                          model_config, newest_loadable, read_meta, save_checkpoint, step_checkpoints)
 from .config import RANGES as MODEL_RANGES
@@ -53,10 +53,8 @@ from .rundir import (RUN_RECORD, FileWriteError, RunDirBusy, RunDirInUse, RunDir
 from .signals import Stopped, handled, raise_stopped
 from .tokenizer import (Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, encode_cached,
                         fingerprint)
-from .train import DATA_NAMES, MODEL_FLAGS
-from .train import HELP as TRAINING_HELP, RANGES as TRAINING_RANGES
-from .train import (Interrupted, ParallelData, RunFileError, SettingsError, Trainer, TrainingDiverged, TrainSettings,
-                    read_metrics, run_differences)
+from .settings import DATA_NAMES, HELP, RANGES, SettingsError, TrainSettings, model_with, run_differences
+from .train import Interrupted, ParallelData, RunFileError, Trainer, TrainingDiverged, read_metrics
 
 
 # pairs the joint BPE model is trained on, sampled from the whole corpus (every pair of a smaller one)
@@ -439,7 +437,7 @@ def own_settings(meta: dict, path: Path) -> TrainSettings | None:
     if own is None:
         return None
     try:
-        return TrainSettings(model_config({"config": own["model"]}, path),
+        return TrainSettings(model=model_config({"config": own["model"]}, path),
                              **{k: v for k, v in own.items() if k != "model"})
     except (KeyError, TypeError, AttributeError, SettingsError) as e:
         raise CheckpointError(f"{path} is damaged: the settings stored in it are not ones this tool writes ({e})") \
@@ -466,7 +464,7 @@ def data_settings(args, preset: str, saved: dict, source: Path | None = None) ->
     ``args`` (the readers take them from there) and returned, to be stored in every checkpoint
     beside the training settings."""
     values = {name: default for name, (_, default, _) in DATA_SETTINGS.items()}
-    values.update(preset=preset, dataset=PRESETS[preset]["dataset"], vocab_size=PRESETS[preset]["vocab_size"])
+    values.update(preset=preset, dataset=PRESETS[preset]["dataset"], vocab_size=presets.vocab_size(preset))
     for name, value in saved.items():
         if name in values and not (name == "limit" and value is None):
             try:
@@ -506,6 +504,19 @@ def sized_batches(settings: TrainSettings, tokens: int, comm, vocab_size: int, g
     return dataclasses.replace(settings, max_tokens=max_tokens, update_freq=update_freq)
 
 
+def settings_from_flags(args, base: TrainSettings) -> tuple[TrainSettings, dict]:
+    """``base`` with the flags given (and the training settings they set, by name): each
+    training flag sets the setting of its name (--max-tokens: max_tokens), each model flag a
+    field of the model (--layers: both stacks' N)."""
+    model = {"d_model": args.d_model, "n_heads": args.n_heads, "d_ff": args.d_ff, "n_encoder_layers": args.layers,
+             "n_decoder_layers": args.layers, "dropout": args.dropout, "attention_dropout": args.attention_dropout,
+             "norm_first": args.norm_first, "positional": args.positional}
+    given = {name: getattr(args, name) for name in RANGES if getattr(args, name, None) is not None}
+    settings = dataclasses.replace(base, model=model_with(base.model, **{k: v for k, v in model.items() if v is not None}),
+                                   **{**given, "run_dir": args.run_dir, "progress": not args.no_progress})
+    return settings, given
+
+
 def cmd_train(args) -> dict:
     run = Path(args.run_dir)
     check_run_dir(run)
@@ -517,19 +528,11 @@ def cmd_train(args) -> dict:
     preset = args.preset or saved_data.get("preset") or DEFAULT_PRESET
     asked_vocab = args.vocab_size
     data = data_settings(args, preset, saved_data, saved.get("path"))
-    names = [*MODEL_FLAGS, *(f.name for f in fields(TrainSettings) if f.name != "model")]
-    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
-    overrides.update(run_dir=args.run_dir, progress=not args.no_progress)
-    if saved.get("own") is not None:  # the run's own settings, changed only by the flags given now
-        own = saved["own"]
-        settings = TrainSettings(own.model, **{f.name: getattr(own, f.name) for f in fields(own) if f.name != "model"}
-                                 | overrides)
-        now = {"settings": asdict(settings), "data": data}
-        if differing := run_differences(saved, now):
-            raise InputError(f"--resume: {len(differing)} setting(s) differ from the run in {run}, which keeps its "
-                             f"own (leave them out): {'; '.join(differing)}")
-    else:
-        settings = TrainSettings(**{**PRESETS[preset]["settings"], **overrides})
+    own = saved.get("own")  # a resumed run's own settings, changed only by the flags given now
+    settings, given = settings_from_flags(args, own if own is not None else TrainSettings(**PRESETS[preset]["settings"]))
+    if own is not None and (differing := run_differences(saved, {"settings": asdict(settings), "data": data})):
+        raise InputError(f"--resume: {len(differing)} setting(s) differ from the run in {run}, which keeps its "
+                         f"own (leave them out): {'; '.join(differing)}")
     if args.resume:
         check_vocabulary(run, saved)
         if (run / "metrics.jsonl").is_file():  # a damaged log is named before anything is prepared
@@ -539,7 +542,7 @@ def cmd_train(args) -> dict:
     check_memory(settings, args.vocab_size)
     comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
     if not args.resume and (tokens := PRESETS[preset].get("tokens_per_update")):
-        settings = sized_batches(settings, tokens, comm, args.vocab_size, overrides)
+        settings = sized_batches(settings, tokens, comm, args.vocab_size, given)
     created = not run.exists()
     prepared = (run / "spm.model").exists()
     try:
@@ -1000,10 +1003,38 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--distributed", action="store_true",
                    help="data parallel over the processes of an mpiexec launch (NCCL on cuda, MPI on cpu)")
     add_data_args(t)
-    kinds = {name: MODEL_RANGES[first] for name, (first, *_) in MODEL_FLAGS.items()}
-    kinds.update({name: kind for name, kind in TRAINING_RANGES.items() if name not in ("run_dir", "progress")})
-    for name, kind in kinds.items():
-        _value(t, "--" + name.replace("_", "-"), kind, None, TRAINING_HELP[name])
+    # the model's flags: each sets the field of TransformerConfig of its name (--layers: N of both stacks)
+    _value(t, "--d-model", MODEL_RANGES["d_model"], None, HELP["d_model"])
+    _value(t, "--n-heads", MODEL_RANGES["n_heads"], None, HELP["n_heads"])
+    _value(t, "--d-ff", MODEL_RANGES["d_ff"], None, HELP["d_ff"])
+    _value(t, "--layers", MODEL_RANGES["n_encoder_layers"], None, HELP["layers"])
+    _value(t, "--dropout", MODEL_RANGES["dropout"], None, HELP["dropout"])
+    _value(t, "--attention-dropout", MODEL_RANGES["attention_dropout"], None, HELP["attention_dropout"])
+    _value(t, "--norm-first", MODEL_RANGES["norm_first"], None, HELP["norm_first"])
+    _value(t, "--positional", MODEL_RANGES["positional"], None, HELP["positional"])
+    # the recipe's flags: each sets the TrainSettings field of its name
+    _value(t, "--max-tokens", RANGES["max_tokens"], None, HELP["max_tokens"])
+    _value(t, "--update-freq", RANGES["update_freq"], None, HELP["update_freq"])
+    _value(t, "--smoothing", RANGES["smoothing"], None, HELP["smoothing"])
+    _value(t, "--warmup", RANGES["warmup"], None, HELP["warmup"])
+    _value(t, "--lr-factor", RANGES["lr_factor"], None, HELP["lr_factor"])
+    _value(t, "--clip-norm", RANGES["clip_norm"], None, HELP["clip_norm"])
+    _value(t, "--cooldown", RANGES["cooldown"], None, HELP["cooldown"])
+    _value(t, "--max-steps", RANGES["max_steps"], None, HELP["max_steps"])
+    _value(t, "--max-epochs", RANGES["max_epochs"], None, HELP["max_epochs"])
+    _value(t, "--max-minutes", RANGES["max_minutes"], None, HELP["max_minutes"])
+    _value(t, "--eval-every", RANGES["eval_every"], None, HELP["eval_every"])
+    _value(t, "--bleu-sentences", RANGES["bleu_sentences"], None, HELP["bleu_sentences"])
+    _value(t, "--beam-size", RANGES["beam_size"], None, HELP["beam_size"])
+    _value(t, "--alpha", RANGES["alpha"], None, HELP["alpha"])
+    _value(t, "--save-every", RANGES["save_every"], None, HELP["save_every"])
+    _value(t, "--keep-last", RANGES["keep_last"], None, HELP["keep_last"])
+    _value(t, "--seed", RANGES["seed"], None, HELP["seed"])
+    _value(t, "--device", RANGES["device"], None, HELP["device"])
+    _value(t, "--precision", RANGES["precision"], None, HELP["precision"])
+    _value(t, "--tf32", RANGES["tf32"], None, HELP["tf32"])
+    _value(t, "--memory-every", RANGES["memory_every"], None, HELP["memory_every"])
+    _value(t, "--profile", RANGES["profile"], None, HELP["profile"])
     t.set_defaults(func=cmd_train)
 
     for name, func, helptext, about in VERBS_THAT_DECODE:

@@ -20,7 +20,7 @@ from .plots import plot_attention, plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar, finish
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
-from .train import RANGES as TRAIN_RANGES
+from .settings import RANGES as TRAIN_RANGES
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3

@@ -1,4 +1,5 @@
-"""Named training set-ups: a dataset and the settings that suit it.
+"""Named training set-ups: a dataset and the settings that suit it (the model's vocab_size is
+the size of the BPE vocabulary the run trains, unless --vocab-size says otherwise).
 
 multi30k-cpu   a small model that trains on a 2-core CPU in about half an hour
 multi30k-gpu   a larger model for one GPU
@@ -37,12 +38,19 @@ def paper_cadence(model: str) -> int:
     """Updates between two of the paper's checkpoints: 10 minutes at the paper's step time."""
     return round(60 * CHECKPOINT_MINUTES / PAPER_STEP_SECONDS[model])
 
+
+def vocab_size(preset: str) -> int:
+    """The BPE vocabulary a preset trains: its model's."""
+    return PRESETS[preset]["settings"]["model"].vocab_size
+
 PRESETS: dict[str, dict] = {
     "multi30k-cpu": dict(
-        dataset="multi30k", vocab_size=8000,
+        dataset="multi30k",
         # chosen on validation (docs/performance.md, "Toward 38"): batches of 1250 tokens, lr_factor 0.6
         # and the learning rate falling linearly to 0 over the last 30% of the 28 minutes
-        settings=dict(d_model=256, n_heads=4, d_ff=512, layers=3, dropout=0.1, max_tokens=1250, update_freq=1,
+        settings=dict(model=TransformerConfig(8000, d_model=256, n_heads=4, d_ff=512, n_encoder_layers=3,
+                                             n_decoder_layers=3, dropout=0.1),
+                      max_tokens=1250, update_freq=1,
                       warmup=600, lr_factor=0.6, cooldown=0.3, clip_norm=1.0, max_steps=100_000, max_minutes=28.0,
                       eval_every=1000, bleu_sentences=100, save_every=500, keep_last=5, beam_size=4, alpha=0.6),
         # on val the average of the last 3 checkpoints (500 updates apart, inside the cool-down on a
@@ -50,24 +58,24 @@ PRESETS: dict[str, dict] = {
         average_last=3,
     ),
     "multi30k-gpu": dict(
-        dataset="multi30k", vocab_size=10000,
-        settings=dict(d_model=512, n_heads=8, d_ff=2048, layers=6, dropout=0.2, max_tokens=8192, update_freq=1,
+        dataset="multi30k",
+        settings=dict(model=TransformerConfig(10000, dropout=0.2), max_tokens=8192, update_freq=1,
                       warmup=2000, lr_factor=1.0, max_steps=12_000, max_minutes=15.0, eval_every=1000,
                       bleu_sentences=500, save_every=1000, keep_last=5, device="cuda"),
         average_last=5,
     ),
     "wmt14-base": dict(
-        dataset="wmt14", vocab_size=37000,
+        dataset="wmt14",
         tokens_per_update=25_000,
-        settings=dict(d_model=512, n_heads=8, d_ff=2048, layers=6, dropout=0.1,
+        settings=dict(model=TransformerConfig.base(37000),
                       warmup=4000, lr_factor=1.0, max_steps=100_000, eval_every=5000, bleu_sentences=500,
                       save_every=paper_cadence("base"), keep_last=5, device="cuda"),
         average_last=5,
     ),
     "wmt14-big": dict(
-        dataset="wmt14", vocab_size=37000,
+        dataset="wmt14",
         tokens_per_update=25_000,
-        settings=dict(d_model=1024, n_heads=16, d_ff=4096, layers=6, dropout=0.3,
+        settings=dict(model=TransformerConfig.big(37000),
                       warmup=4000, lr_factor=1.0, max_steps=300_000, eval_every=10000, bleu_sentences=500,
                       save_every=paper_cadence("big"), keep_last=20, device="cuda"),
         average_last=20,

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -31,16 +31,14 @@ from minitensor.distributed import Communicator, SingleProcess
 from .batching import Batch, collate, lengths, token_batches
 from .checkpoint import (CheckpointError, kind_of, load_checkpoint, model_config, newest_loadable, prune_checkpoints,
                          remove_partial_checkpoints, save_checkpoint, step_checkpoints)
-from .config import TransformerConfig, check_config
-from .decoding import MAX_BEAM
 from .evaluate import bleu, translate
-from .flags import Boolean, Choice, Real, Text, Whole
 from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
+from .settings import PRECISIONS, SettingsError, TrainSettings, run_differences
 from .signals import ENDING_SIGNALS, handled
 from .tokenizer import Tokenizer
 
@@ -64,219 +62,8 @@ class Interrupted(Exception):
 GO_ON, OUT_OF_TIME, SIGNALLED = 0.0, 1.0, 2.0
 
 
-class SettingsError(ValueError):
-    """A training setting is out of its range; the message names the flag and the range."""
-
-
 class TrainingDiverged(FloatingPointError):
     """The loss became NaN or infinite; the last good checkpoint is left as it was."""
-
-
-PRECISIONS = {"fp32": None, "fp16": "float16", "bf16": "bfloat16"}
-
-
-# the training flags that shape the model, and the TransformerConfig fields each one sets
-MODEL_FLAGS = {"d_model": ("d_model",), "n_heads": ("n_heads",), "d_ff": ("d_ff",),
-               "layers": ("n_encoder_layers", "n_decoder_layers"), "dropout": ("dropout",),
-               "attention_dropout": ("attention_dropout",), "norm_first": ("norm_first",),
-               "positional": ("positional",)}
-
-
-def flag(name: str) -> str:
-    """The command-line flag of a setting or of a model field it sets: d_model -> --d-model,
-    n_encoder_layers -> --layers."""
-    for setting, model_fields in MODEL_FLAGS.items():
-        if name in model_fields:
-            name = setting
-    return "--" + name.replace("_", "-")
-
-
-# what a resumed run may change: its budget, its bookkeeping and the hardware it runs on (with
-# update_freq, the same batches per update on another number of processes); every other setting
-# shapes the weights or the recipe
-FREE_ON_RESUME = frozenset({"run_dir", "max_steps", "max_epochs", "max_minutes", "eval_every", "bleu_sentences",
-                            "beam_size", "alpha", "save_every", "keep_last", "device", "tf32", "memory_every", "profile",
-                            "progress", "update_freq"})
-
-
-# a run's data settings (stored in each checkpoint as meta["data"]): how each is named when it differs
-DATA_NAMES = {"preset": "--preset", "dataset": "--dataset", "src_lang": "--src-lang", "tgt_lang": "--tgt-lang",
-              "limit": "--limit", "max_words": "--max-words", "max_ratio": "--max-ratio", "vocab_size": "--vocab-size",
-              "train_sha256": "the training text's SHA-256"}
-
-
-def run_differences(a: dict, b: dict, labels: tuple[str, str] = ("in the run", "now")) -> list[str]:
-    """One line per difference between two runs' identities, "--flag: A in the run, B now": the
-    model, the recipe (every setting but those :data:`FREE_ON_RESUME`), the data settings, the
-    vocabulary and the id the run was given at its start. ``a`` and ``b`` are checkpoint
-    metadata, or the same keys for settings not yet trained ("settings": ``asdict(TrainSettings)``,
-    "data", "vocab_sha256", "run_id"); a key either lacks (a checkpoint written before it was
-    recorded) is not compared."""
-    lines: dict[str, str] = {}
-
-    def differ(name: str, x, y) -> None:
-        if x != y:
-            lines.setdefault(name, f"{name}: {_short(x)} {labels[0]}, {_short(y)} {labels[1]}")
-
-    sa, sb = _record(a.get("settings")), _record(b.get("settings"))
-    ma, mb = _record(sa.get("model")), _record(sb.get("model"))
-    for name in ma.keys() & mb.keys() - {"vocab_size"}:  # the vocabulary is compared as the tokenizer's hash
-        differ(flag(name), ma[name], mb[name])
-    for name in sa.keys() & sb.keys() - FREE_ON_RESUME - {"model"}:
-        differ(flag(name), sa[name], sb[name])
-    da, db = _record(a.get("data")), _record(b.get("data"))
-    for name in da.keys() & db.keys():
-        differ(DATA_NAMES.get(name, name), da[name], db[name])
-    if a.get("vocab_sha256") and b.get("vocab_sha256"):
-        differ("the vocabulary (spm.model's SHA-256)", a["vocab_sha256"], b["vocab_sha256"])
-    if a.get("run_id") and b.get("run_id"):
-        differ("the run (its id, from run.json)", a["run_id"], b["run_id"])
-    return [lines[k] for k in sorted(lines)]
-
-
-def _record(value) -> dict:
-    """A part of a run's identity as a dict (a part that is missing or altered compares as unknown)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _short(value) -> str:
-    """A value as a difference shows it: a hash or an id by its first 12 digits."""
-    return f"{value[:12]}..." if isinstance(value, str) and len(value) >= 32 else str(value)
-
-
-# each training setting's kind and range (the command line parses its flags with these); the
-# upper bounds lie far past any real run and keep a mistyped number from failing deep inside
-_MANY = 10**9
-RANGES = {"max_tokens": Whole(1, 2**31 - 1), "update_freq": Whole(1, 10**6), "smoothing": Real(0, 1, high_open=True),
-          "warmup": Whole(1, _MANY), "lr_factor": Real(0, 100, low_open=True), "clip_norm": Real(0, 1e6),
-          "cooldown": Real(0, 1), "max_steps": Whole(1, _MANY), "max_epochs": Whole(1, _MANY),
-          "max_minutes": Real(0, 1e7), "eval_every": Whole(1, _MANY), "bleu_sentences": Whole(0, _MANY),
-          "beam_size": Whole(1, MAX_BEAM), "alpha": Real(0, 100), "save_every": Whole(1, _MANY),
-          "keep_last": Whole(1, 10**6), "seed": Whole(0, 2**32 - 1), "device": Text("device"),
-          "precision": Choice(tuple(sorted(PRECISIONS))), "tf32": Boolean(), "memory_every": Whole(0, _MANY),
-          "profile": Whole(0, 10**6), "progress": Boolean(), "run_dir": Text("folder")}
-
-
-# each training flag's --help (its kind and range are appended from RANGES); "the preset's" is the
-# --preset's value, or TrainSettings' default where the preset sets none
-_PRESET = "default: the preset's"
-HELP = {
-    "d_model": f"the model's width, d_model (Section 3; {_PRESET})",
-    "n_heads": f"attention heads, h: d_model must divide by it ({_PRESET})",
-    "d_ff": f"the feed-forward sub-layer's inner width, d_ff ({_PRESET})",
-    "layers": f"layers in the encoder and, as many, in the decoder, N ({_PRESET})",
-    "dropout": f"dropout on each sub-layer's output and on the embeddings, P_drop ({_PRESET})",
-    "attention_dropout": f"dropout on the attention weights, not in the paper ({_PRESET}, else 0)",
-    "norm_first": f"false: LayerNorm after each residual sum, as in the paper; true: before each sub-layer ({_PRESET})",
-    "positional": f"sinusoidal positions (Section 3.5) or learned ones (Table 3, row E) ({_PRESET})",
-    "max_tokens": f"padded tokens per batch, of its longer side ({_PRESET})",
-    "update_freq": f"batches whose gradients are summed into one update ({_PRESET}, else 1)",
-    "smoothing": f"label smoothing, epsilon_ls (Section 5.4; {_PRESET})",
-    "warmup": f"the learning rate's warm-up updates, warmup_steps of Equation 3 ({_PRESET})",
-    "lr_factor": f"multiplies Equation 3's learning rate ({_PRESET})",
-    "clip_norm": f"clip the gradients' global norm to this ({_PRESET}; 0: no clipping)",
-    "cooldown": ("the last fraction of the run (of --max-minutes when set, else of --max-steps) over which the "
-                 f"learning rate falls linearly to 0 (0: Equation 3 throughout; {_PRESET}, else 0); a run resumed "
-                 "with a larger budget follows the new one's line, so its rate rises again"),
-    "max_steps": f"stop after this many updates ({_PRESET})",
-    "max_epochs": f"stop after this many passes over the training data ({_PRESET})",
-    "max_minutes": f"stop (and save) after this many minutes of training ({_PRESET}; 0: no time limit)",
-    "eval_every": f"validate (NLL, and BLEU on --bleu-sentences) every N updates ({_PRESET})",
-    "bleu_sentences": f"validation sentences translated for BLEU at each validation ({_PRESET}; 0: none)",
-    "beam_size": f"the beam of those validation translations (translate and evaluate take --beam; {_PRESET})",
-    "alpha": f"the length penalty of those validation translations ({_PRESET})",
-    "save_every": f"save a checkpoint every N updates ({_PRESET}); one is saved at the end too",
-    "keep_last": f"keep the newest N of the run's checkpoints, deleting older ones ({_PRESET})",
-    "seed": f"the random seed of the weights, the batch order and dropout ({_PRESET})",
-    "device": f"cpu or cuda (cuda:N) ({_PRESET})",
-    "precision": ("fp32; fp16 (16-bit products, float32 weights, dynamic loss scaling); bf16 (bfloat16 products, "
-                  f"float32's exponent range, so no loss scaling; needs ml_dtypes) ({_PRESET}, else fp32)"),
-    "tf32": f"let float32 products use TF32 tensor cores, GPU only ({_PRESET}, else false)",
-    "memory_every": f"on the GPU, record the peak memory of every N-th update in metrics.jsonl ({_PRESET}, else 50; "
-                    "0: never)",
-    "profile": ("time every op of N updates (after the run's first) with minitensor.profile: a table on stderr and "
-                "profile.json (default 0: off)"),
-}
-
-
-def default_model() -> TransformerConfig:
-    """The paper's base shape; its vocab_size is a placeholder the trainer replaces with the tokenizer's."""
-    return TransformerConfig(vocab_size=8000, max_len=1024)
-
-
-@dataclass(init=False)
-class TrainSettings:
-    """Everything about a training run except the data (saved beside it as settings.json).
-
-    ``model`` is the :class:`TransformerConfig` to train (its vocab_size is replaced by the
-    tokenizer's). The model flags of :data:`MODEL_FLAGS` may also be given as keywords, as
-    the command line does: ``TrainSettings(d_model=256, layers=3, max_tokens=2500)``.
-    """
-
-    run_dir: str = "runs/translate"
-    model: TransformerConfig = field(default_factory=default_model)
-    # optimisation
-    max_tokens: int = 4096          # padded tokens per batch (the larger of source/target side)
-    update_freq: int = 1            # batches per update (gradient accumulation)
-    smoothing: float = 0.1
-    warmup: int = 4000
-    lr_factor: float = 1.0
-    clip_norm: float = 0.0          # 0: no clipping
-    cooldown: float = 0.0           # the last fraction of the run over which the rate falls to 0 (0: Equation 3)
-    max_steps: int = 100_000
-    max_epochs: int = 1000
-    max_minutes: float = 0.0        # 0: no time limit; else stop (and save) after this much training
-    # validation and checkpoints
-    eval_every: int = 1000
-    bleu_sentences: int = 200       # validation sentences translated for BLEU (0: none)
-    beam_size: int = 4
-    alpha: float = 0.6
-    save_every: int = 1000
-    keep_last: int = 5
-    seed: int = 1
-    device: str = "cpu"
-    precision: str = "fp32"         # fp32, fp16 (with dynamic loss scaling) or bf16: see minitensor.amp
-    tf32: bool = False              # float32 matrix products on TF32 tensor cores (GPU only)
-    memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
-    profile: int = 0                # time every op of N updates (after the run's first): a table and profile.json
-    progress: bool = True
-
-    def __init__(self, model: TransformerConfig | None = None, **settings):
-        values = dataclasses.asdict(model if model is not None else default_model())
-        for name in MODEL_FLAGS:
-            if name in settings:
-                values.update(dict.fromkeys(MODEL_FLAGS[name], settings.pop(name)))
-        for f in fields(self):
-            if f.name != "model":
-                setattr(self, f.name, settings.pop(f.name) if f.name in settings else
-                        f.default_factory() if f.default is dataclasses.MISSING else f.default)
-        if settings:
-            raise TypeError(f"TrainSettings: unknown settings {sorted(settings)}")
-        try:
-            check_config(values, flag)
-        except ValueError as e:
-            raise SettingsError(str(e)) from None
-        self.model = TransformerConfig(**values)
-        self.check()
-
-    def check(self) -> None:
-        """Raise :class:`SettingsError` naming the command-line flag and its allowed range for
-        the first setting out of range (the CLI calls this before it reads any data). Each
-        setting's range is declared once, in :data:`RANGES` (the model's in
-        :data:`transformer.config.RANGES`)."""
-        try:
-            check_config(dataclasses.asdict(self.model), flag)
-            for name, kind in RANGES.items():
-                kind.check(flag(name), getattr(self, name))
-            device = mt.backend.normalize_device(self.device)
-        except (ValueError, mt.DeviceError) as e:
-            raise SettingsError(f"--device: {e}" if isinstance(e, mt.DeviceError) else str(e)) from None
-        if self.tf32 and device != "cuda":
-            raise SettingsError("--tf32 is a GPU setting: use it with --device cuda")
-
-    def model_config(self, vocab_size: int) -> TransformerConfig:
-        """``model`` with the tokenizer's vocabulary."""
-        return dataclasses.replace(self.model, vocab_size=vocab_size)
 
 
 def _count(meta: dict, key: str) -> int:
@@ -362,7 +149,6 @@ class Trainer:
     def __init__(self, settings: TrainSettings, tokenizer: Tokenizer, train: ParallelData,
                  valid: ParallelData | None = None, resume: bool = False, comm: Communicator | None = None,
                  data: dict | None = None, run_id: str | None = None):
-        settings.check()  # also after changes made since construction
         self.s = settings
         self.data = data or {}  # the data settings (language pair, filter, ...): part of the run's identity
         self.run_id = run_id  # given at the run's start (run.json): another run's checkpoint has another

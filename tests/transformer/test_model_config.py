@@ -145,24 +145,26 @@ def test_the_offset_causal_mask_is_the_last_rows_of_the_full_one():
 
 
 def test_train_settings_hold_a_transformer_config_and_name_flags_in_errors():
-    """The training settings carry the model as a TransformerConfig (no copied fields); the
-    command-line keywords set its fields (--layers both stacks), and a bad model setting is
-    refused by the config's one check, worded with the flag."""
-    from transformer.train import SettingsError, TrainSettings
+    """The training settings are a plain dataclass that carries the model as a TransformerConfig
+    (no copied fields); a model changed by flags (model_with) is checked with each field named
+    by its flag (--layers sets both stacks), and a setting out of range names its flag."""
+    from transformer.settings import SettingsError, TrainSettings, model_with
 
-    s = TrainSettings(d_model=64, n_heads=4, d_ff=128, layers=2, dropout=0.2, max_tokens=500)
-    assert s.model == TransformerConfig(8000, d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2,
-                                        n_decoder_layers=2, dropout=0.2, max_len=1024)
+    cfg = TransformerConfig(8000, d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2, dropout=0.2)
+    s = TrainSettings(model=cfg, max_tokens=500)
+    assert s.model == cfg and s.max_tokens == 500
     assert s.model_config(300).vocab_size == 300 and s.model_config(300).d_model == 64
-    cfg = TransformerConfig.tiny(50, norm_first=True)
-    assert TrainSettings(model=cfg).model == cfg
-    assert TrainSettings(model=cfg, n_heads=8).model.n_heads == 8
+    assert model_with(cfg, n_heads=8).n_heads == 8 and model_with(cfg, n_heads=8).d_model == 64
     with pytest.raises(SettingsError, match=r"^--d-model \(30\) must be divisible by --n-heads \(4\)$"):
-        TrainSettings(d_model=30, n_heads=4)
+        model_with(cfg, d_model=30, n_heads=4)
     with pytest.raises(SettingsError, match=r"^--layers must be a whole number in \[1, 1024\], got 0$"):
-        TrainSettings(layers=0)
+        model_with(cfg, n_encoder_layers=0, n_decoder_layers=0)
     with pytest.raises(SettingsError, match=r"^--attention-dropout must be a finite number in \[0, 1\), got 1.0$"):
-        TrainSettings(attention_dropout=1.0)
+        model_with(cfg, attention_dropout=1.0)
+    with pytest.raises(SettingsError, match=r"^--max-tokens must be a whole number"):
+        TrainSettings(model=cfg, max_tokens=0)
+    with pytest.raises(SettingsError, match="model must be a TransformerConfig"):
+        TrainSettings(model={"d_model": 64})
     with pytest.raises(TypeError, match="colour"):
         TrainSettings(colour="red")
     # the layer and the config say the same thing, from the same check

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer import data
+from transformer import TransformerConfig, data
 from transformer.checkpoint import load_checkpoint, step_checkpoints
 from transformer.cli import main
 from transformer.tokenizer import Tokenizer, encode_cached
@@ -38,12 +38,13 @@ def small(tmp_path_factory):
     return tok, train, valid
 
 
-def tiny_settings(run_dir, **kw):
-    base = dict(run_dir=str(run_dir), d_model=32, n_heads=2, d_ff=64, layers=1, dropout=0.1, max_tokens=600,
-                warmup=10, lr_factor=1.0, max_steps=8, eval_every=4, bleu_sentences=5, beam_size=2, save_every=4,
-                keep_last=3, progress=False)
-    base.update(kw)
-    return TrainSettings(**base)
+def tiny_settings(run_dir, dropout=0.1, **kw):
+    """Settings of a 1+1-layer model of width 32 (``dropout`` its P_drop) for quick runs."""
+    model = TransformerConfig(300, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1,
+                              dropout=dropout)
+    base = dict(run_dir=str(run_dir), model=model, max_tokens=600, warmup=10, lr_factor=1.0, max_steps=8, eval_every=4,
+                bleu_sentences=5, beam_size=2, save_every=4, keep_last=3, progress=False)
+    return TrainSettings(**{**base, **kw})
 
 
 def losses(run_dir):
@@ -64,7 +65,7 @@ def test_a_wmt_preset_cuts_its_25k_tokens_to_the_devices_memory_and_says_how(tmp
             files[split, lang] = tmp_path / f"{split}.{lang}"
             files[split, lang].write_text("\n".join(text[lo:hi]) + "\n")
     model = ["--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--layers", "1", "--vocab-size", "250"]
-    cfg = TrainSettings(d_model=32, n_heads=2, d_ff=64, layers=1).model_config(250)
+    cfg = tiny_settings(tmp_path).model_config(250)
     memory = int(training_bytes(cfg, 25_000) / MEMORY_SHARE / 3)
     monkeypatch.setattr(backend, "memory_bytes", lambda device: memory)
     run = tmp_path / "run"
