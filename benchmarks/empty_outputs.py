@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent))
 import minitensor as mt  # noqa: E402
 from transformer import data as D  # noqa: E402
 from transformer.batching import collate, token_batches  # noqa: E402
-from transformer.cli import load_model  # noqa: E402
+from transformer.rundir import load_model  # noqa: E402
 from transformer.decoding import beam_search, length_penalty  # noqa: E402
 from transformer.evaluate import bleu  # noqa: E402
 

@@ -113,7 +113,7 @@ FIXED_CUT = {"max_tokens": 6250, "update_freq": 4}
 def one_run(folder: Path, run_dir: Path, updates: int) -> dict:
     """The preparation and set-up of ``train --preset wmt14-base --data-dir folder``, staged and
     timed, then ``updates`` updates; every stage's seconds and the peak resident memory after it."""
-    from transformer import cli  # noqa: PLC0415
+    from transformer import cli, corpus  # noqa: PLC0415
     from transformer.batching import lengths, token_batches  # noqa: PLC0415
     from transformer.presets import PRESETS  # noqa: PLC0415
     from transformer.train import Trainer, TrainSettings  # noqa: PLC0415
@@ -126,7 +126,7 @@ def one_run(folder: Path, run_dir: Path, updates: int) -> dict:
     stages, peaks = {}, {}
     run_dir.mkdir(parents=True, exist_ok=True)
     resident = {}
-    tok, train, valid, _, _ = cli.prepare(args, run_dir, preset["settings"]["model"].vocab_size, timings=stages)
+    tok, train, valid, _, _ = corpus.prepare(args, run_dir, preset["settings"]["model"].vocab_size, timings=stages)
     peaks.update({name: None for name in stages})
     peaks[list(stages)[-1]] = _peak()
     resident[list(stages)[-1]] = _resident()

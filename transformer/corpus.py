@@ -15,6 +15,7 @@ Multi30k goes through the same steps; its 29k pairs fit in one sample and one ch
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -22,17 +23,24 @@ import math
 import os
 import random
 import shutil
-from dataclasses import asdict, dataclass
+import sys
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
+from minitensor import allocator
+
+from . import data as D
+from . import wmt14
 from .checkpoint import UNREADABLE
 from .data import FilterReport, iter_parallel, pair_fault
 from .download import sha256_of
-from .tokenizer import IdFile, Tokenizer, TokenIds
+from .flags import InputError
+from .tokenizer import IdFile, Tokenizer, TokenIds, encode_cached
 
 CHUNK = 20_000  # pairs encoded at a time: enough for sentencepiece's threads, little text held
 CACHE_VERSION = 1
@@ -202,3 +210,101 @@ def _load_sides(cache: Path) -> tuple[TokenIds, TokenIds]:
 
 def _report_dict(report: FilterReport) -> dict:
     return {k: v for k, v in asdict(report).items() if k != "kept_index"}
+
+
+# ---------------------------------------------------------------------------- a run's data, prepared
+@dataclass
+class ParallelData:
+    """Token ids of a parallel corpus (lists of int arrays, no bos/eos) and, for validation, its text."""
+
+    src: Sequence[np.ndarray]
+    tgt: Sequence[np.ndarray]
+    src_text: Sequence[str] = field(default_factory=list)
+    tgt_text: Sequence[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+
+
+
+# pairs the joint BPE model is trained on, sampled from the whole corpus (every pair of a smaller one)
+BPE_SAMPLE_PAIRS = 1_000_000
+
+
+def load_corpora(args) -> dict:
+    """{"train": ParallelText (streamed), "valid": (src, tgt) lists, "test": lists or None}."""
+    if args.dataset == "multi30k":
+        folder = D.multi30k_files(args.data_dir)
+        s, t = args.src_lang, args.tgt_lang
+        return {"train": ParallelText(files=((folder / f"train.{s}.gz", folder / f"train.{t}.gz"),)),
+                "valid": D.multi30k("val", s, t, folder),
+                "test": D.multi30k("test_2016_flickr", s, t, folder)}
+    if args.data_dir and not args.train_src:  # a folder that `data wmt14` prepared
+        train, valid, test = (wmt14.split_files(args.data_dir, split, args.src_lang, args.tgt_lang)
+                              for split in wmt14.SPLITS)
+        return {"train": ParallelText(files=(train,)), "valid": D.read_parallel(*valid), "test": D.read_parallel(*test)}
+    if not (args.train_src and args.train_tgt and args.valid_src and args.valid_tgt):
+        raise InputError("wmt14 needs --data-dir (a folder prepared by: python -m transformer data wmt14 --out DIR) "
+                         "or --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
+                         "(newstest2013); --test-src/--test-tgt (newstest2014) are optional")
+    train = ParallelText(files=tuple(zip(args.train_src.split(","), args.train_tgt.split(","))))
+    test = D.read_parallel(args.test_src, args.test_tgt) if args.test_src and args.test_tgt else None
+    return {"train": train, "valid": D.read_parallel(args.valid_src, args.valid_tgt), "test": test}
+
+
+def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: bool = False,
+            timings: dict | None = None, expect_text: str | None = None):
+    """Filter, train (or load) the joint BPE model on a sample, encode on every core (cached):
+    -> tokenizer, train, valid, test, and the training text's SHA-256. The training text is
+    streamed, never held. ``timings``, when given, receives each stage's seconds.
+    ``expect_text``: the SHA-256 the training text must have (a resumed run's), checked before
+    anything is encoded."""
+    timings = {} if timings is None else timings
+    with _stage(timings, "read and filter, BPE sample"):
+        corpora = load_corpora(args)
+        text_sha256 = corpora["train"].fingerprint()
+        if expect_text is not None and text_sha256 != expect_text:
+            raise InputError(f"--resume: the training text is not the run's (its SHA-256 is {text_sha256[:12]}..., the "
+                             f"run was trained on {expect_text[:12]}...); give the run's own data (--data-dir or the "
+                             "--train-src/--train-tgt files it was trained on)")
+        keep = PairFilter(args.max_words, args.max_ratio, limit)
+        model_path = run / "spm.model"
+        if not model_path.exists():
+            src, tgt, report = bpe_sample(corpora["train"], keep, BPE_SAMPLE_PAIRS)
+            if not src:
+                raise D.DataError(f"no training pair is left to learn from ({report}); raise --max-words or "
+                                  "--max-ratio, or check the training files")
+    if model_path.exists():
+        tok = Tokenizer(model_path)
+    else:
+        if not quiet:
+            print(f"training data: {report}; training the BPE model on {len(src):,} of them", file=sys.stderr)
+        with _stage(timings, "BPE training"):
+            tok = Tokenizer.train(src + tgt, run / "spm", vocab_size)
+        del src, tgt
+    with _stage(timings, "encode and cache"):
+        src, tgt, report = encode_corpus(tok, corpora["train"], keep, run / "cache" / "train",
+                                         progress=not (quiet or args.no_progress), text_sha256=text_sha256)
+        if len(src) == 0:
+            raise D.DataError(f"no training pair is left to learn from ({report}); raise --max-words or --max-ratio, or "
+                              "check the training files")
+        vs, vt = corpora["valid"]
+        cache = run / "cache"
+        valid = ParallelData(encode_cached(tok, vs, cache / "valid.src.npz"),
+                             encode_cached(tok, vt, cache / "valid.tgt.npz"), vs, vt)
+    allocator.release_free_memory()  # why: the text read and sampled is garbage now; training reuses none of it
+    if not quiet:
+        print(f"training data: {report}; {len(src.flat) + len(tgt.flat):,} tokens; ready in "
+              f"{sum(timings.values()):.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in timings.items())})",
+              file=sys.stderr)
+    return tok, ParallelData(src, tgt), valid, corpora["test"], text_sha256
+
+
+@contextlib.contextmanager
+def _stage(timings: dict, name: str):
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - start

@@ -204,3 +204,7 @@ def usage_error(message: str, prog: str) -> str:
     if m := re.match(r"argument (--[\w-]+)(?:/\S+)?: (must be .*)$", message, re.S):
         message = f"{m.group(1)} {m.group(2)}"
     return f"{message} (see {prog} --help)"
+
+
+class InputError(Exception):
+    """Bad usage or input, found before any work: ``error: <message>``, exit status 2."""

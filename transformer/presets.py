@@ -127,3 +127,6 @@ def plan_batches(tokens_per_update: int, world_size: int, memory: int | None, cf
             f"{splits} batches of {batch:,} each, summed ({share:,} at once would need "
             f"~{training_bytes(cfg, share) / 2**30:.1f} GiB)")
     return batch, splits, f"{where}: {what}, ~{need:.1f} GiB of the device's {memory / 2**30:.1f} GiB (estimated)"
+
+
+DEFAULT_PRESET = "multi30k-cpu"

@@ -19,9 +19,16 @@ import shutil
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import step_checkpoints
+from .checkpoint import (CheckpointError, average_checkpoints, kind_of, load_checkpoint, model_config, newest_loadable,
+                         read_meta, step_checkpoints)
+from .download import sha256_of
+from .flags import InputError
+from .model import Transformer
+from .settings import SettingsError, TrainSettings, run_differences
+from .tokenizer import Tokenizer, fingerprint
 
 LOCK_NAME = ".lock"
 # files that say a run has trained in the directory (spm.model and cache/ alone are only prepared data)
@@ -290,3 +297,164 @@ def write_file(path: str | Path, data: str | bytes) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+# ---------------------------------------------------------------------------- a run's model and identity
+
+
+@dataclass
+class Loaded:
+    """A model ready to translate, and where its weights came from."""
+
+    model: Transformer
+    tokenizer: Tokenizer
+    name: str          # labels the weights in result file names: checkpoint_2177, average3-checkpoint_2177
+    files: list[str]   # the checkpoints read
+    meta: dict         # the (newest) checkpoint's metadata
+
+
+def load_model(run: Path, checkpoint: str | None = None, average: int | None = None, device: str = "cpu") -> Loaded:
+    """A run directory's model: a given checkpoint, the average of the last N, or the newest that loads.
+    A checkpoint trained with another vocabulary than the run's ``spm.model`` is refused, naming both."""
+    check_run_dir(run)
+    if not (run / "spm.model").exists():
+        raise InputError(f"{run}: not a run directory of this tool (no spm.model in it); check --run-dir, or train first")
+    tok = Tokenizer(run / "spm.model")
+    note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    if checkpoint:
+        ck, files = load_checkpoint(checkpoint), [Path(checkpoint)]
+        name = Path(checkpoint).stem
+        if ck["meta"].get("vocab_sha256") not in (None, tok.fingerprint()):  # another run's weights are fine, its vocabulary not
+            raise InputError(f"--checkpoint {checkpoint} was trained with another vocabulary than {run / 'spm.model'}: "
+                             "it belongs to another run; give that run's --run-dir, or a checkpoint of this run")
+    else:
+        found = step_checkpoints(run, warn=note)
+        if not found:
+            raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
+        if average and average > 1:
+            files = runs_own(run, found, note)[-average:]
+            if not files:
+                raise InputError(f"--average {average}: none of the checkpoints in {run} is the run's own (see above)")
+            if len(files) < average:
+                note(f"note: --average {average}, but {run} holds {len(files)} checkpoint(s) of its run: averaging those")
+            check_same_run(files)
+            ck, name = average_checkpoints(files), f"average{len(files)}-{files[-1].stem}"
+        else:  # the newest that loads, saying which were skipped and why
+            ours = not_the_runs(run)
+            ck, path = newest_loadable(found, warn=note, refuse=lambda ck: ours(ck["meta"]))
+            files, name = [path], path.stem
+    model = Transformer(model_config(ck["meta"], files[-1]))
+    model.load_state_dict(ck["model"])
+    return Loaded(model.to(device).eval(), tok, name, [str(f) for f in files], ck["meta"])
+
+
+def not_the_runs(run: Path):
+    """A function of a checkpoint's metadata: why it is not the run in ``run``'s (trained with
+    another vocabulary than its ``spm.model``, or given another run id), or None."""
+    model = run / "spm.model"
+    vocabulary = fingerprint(model) if model.is_file() else None
+    run_id = run_id_of(run)
+
+    def why(meta: dict) -> str | None:
+        if vocabulary and meta.get("vocab_sha256") not in (None, vocabulary):
+            return f"trained with another vocabulary than {model}"
+        return another_run(meta, run, run_id)
+    return why
+
+
+def runs_own(run: Path, found: list[Path], warn) -> list[Path]:
+    """The checkpoints of ``found`` that are the run's own; each other run's is named through
+    ``warn`` and left out (a damaged one stays in, for its reader to name)."""
+    why, ours = not_the_runs(run), []
+    for path in found:
+        try:
+            reason = why(read_meta(path))
+        except CheckpointError:
+            reason = None
+        if reason:
+            warn(f"skipping {path.name}: {reason}")
+        else:
+            ours.append(path)
+    return ours
+
+
+def checkpoint_kind(path: Path) -> str | None:
+    """The kind of checkpoint ``path`` holds (:data:`transformer.checkpoint.KINDS`), or None when it is not one."""
+    try:
+        return kind_of(read_meta(path))
+    except CheckpointError:
+        return None
+
+
+def check_same_run(files: list[Path]) -> None:
+    """Checkpoints to be averaged must come from one run: the same model, recipe, data and
+    vocabulary (:func:`transformer.train.run_differences`); the first difference found is named."""
+    metas = [read_meta(f) for f in files]
+    newest = metas[-1]
+    for f, meta in zip(files[:-1], metas[:-1]):
+        if differing := run_differences(meta, newest, labels=(f"in {f.name}", f"in {files[-1].name}")):
+            raise InputError(f"{f} and {files[-1]} are not checkpoints of one run, and an average of them would "
+                             f"mean nothing: {'; '.join(differing)}")
+
+
+def check_run_dir(path: Path, flag: str = "--run-dir") -> None:
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{flag} {path}: a file, not a directory")
+
+
+def resumable(run: Path, run_id: str | None) -> dict:
+    """The metadata of the newest checkpoint of the run in ``run`` (``run_id``, when known) whose
+    metadata reads and holds the run's settings: what ``--resume`` continues (``"own"``: those
+    settings, rebuilt). Refuses, before anything is written, when there is none (a misspelled
+    ``--run-dir`` would otherwise start a new run from update 0)."""
+    found = step_checkpoints(run)
+    if not found:
+        where = (f"{run} does not exist" if not run.exists() else f"{run} holds no checkpoint_<step>.npz")
+        raise InputError(f"--resume: {where}, so there is no run to continue (check --run-dir; leave --resume out to "
+                         "start a new run)")
+    problems = []
+    for path in reversed(found):
+        try:
+            meta = read_meta(path)
+            if (why := another_run(meta, run, run_id)) is not None:
+                raise CheckpointError(f"{path} is {why}")
+            return {**meta, "own": own_settings(meta, path), "path": path}
+        except CheckpointError as e:
+            problems.append(str(e))
+    raise InputError(f"--resume: none of the {len(found)} checkpoint(s) in {run} can be used: {'; '.join(problems)}")
+
+
+def another_run(meta: dict, run: Path, run_id: str | None) -> str | None:
+    """Why a checkpoint is another run's than the one in ``run``, going by the ids both were given
+    at their start (None where it is this run's, or either id is unknown)."""
+    theirs = meta.get("run_id")
+    if run_id is None or not isinstance(theirs, str) or theirs == run_id:
+        return None
+    return f"another run's checkpoint (its run id {theirs[:12]}... is not {run / RUN_RECORD}'s {run_id[:12]}...)"
+
+
+def own_settings(meta: dict, path: Path) -> TrainSettings | None:
+    """The training settings stored in a checkpoint (None in one written before they were)."""
+    own = meta.get("settings")
+    if own is None:
+        return None
+    try:
+        return TrainSettings(model=model_config({"config": own["model"]}, path),
+                             **{k: v for k, v in own.items() if k != "model"})
+    except (KeyError, TypeError, AttributeError, SettingsError) as e:
+        raise CheckpointError(f"{path} is damaged: the settings stored in it are not ones this tool writes ({e})") \
+            from None
+
+
+def check_vocabulary(run: Path, meta: dict) -> None:
+    """A resumed run needs the BPE model it was trained with: refused before anything is read
+    or written when ``spm.model`` is missing or another (a new one would be trained, or the id
+    cache encoded again, for checkpoints that cannot use it)."""
+    model = run / "spm.model"
+    if not model.is_file():
+        raise InputError(f"--resume: {model} is missing, and the run's checkpoints need the vocabulary they were "
+                         "trained with; put it back (a new one would not match them)")
+    trained_with = meta.get("vocab_sha256")
+    if isinstance(trained_with, str) and sha256_of(model) != trained_with:
+        raise InputError(f"--resume: {model} is not the vocabulary the run was trained with (its SHA-256 is "
+                         f"{sha256_of(model)[:12]}..., the checkpoints' {trained_with[:12]}...); put the run's own back")

@@ -12,6 +12,7 @@ import minitensor as mt
 from .config import TransformerConfig, check_config
 from .decoding import MAX_BEAM
 from .flags import Boolean, Choice, Real, Text, Whole
+from .presets import DEFAULT_PRESET, PRESETS
 
 
 class SettingsError(ValueError):
@@ -209,3 +210,21 @@ def model_with(model: TransformerConfig, **fields) -> TransformerConfig:
     except ValueError as e:
         raise SettingsError(str(e)) from None
     return TransformerConfig(**values)
+
+
+# a run's data settings beside its preset: kind, default (None: the preset's) and help. The parser
+# leaves them None, so that a resumed run keeps its own
+DATA_SETTINGS = {
+    "preset": (Choice(tuple(sorted(PRESETS))), None,
+               f"the data, model and recipe (transformer/presets.py; default {DEFAULT_PRESET}, or a resumed run's own)"),
+    "dataset": (Choice(("multi30k", "wmt14")), None, "multi30k (Multi30k task 1) or wmt14 (a folder `data wmt14` "
+                                                      "prepared, or --train-src and the other files) (default: the "
+                                                      "preset's)"),
+    "src_lang": (Text("language code"), "en", "the source side's language code (default en)"),
+    "tgt_lang": (Text("language code"), "de", "the target side's language code (default de)"),
+    "vocab_size": (Whole(5, 2**20), None, "joint BPE vocabulary: 4 special pieces and at least one more (default: the "
+                                          "preset's)"),
+    "limit": (Whole(1, 10**12), None, "use only the first N training pairs (for quick trials)"),
+    "max_words": (Whole(1, 10**6), 250, "drop training pairs with a longer side (default 250)"),
+    "max_ratio": (Real(1, 1e6), 3.0, "drop training pairs with a larger length ratio (default 3)"),
+}

@@ -17,9 +17,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from tqdm import tqdm
@@ -29,6 +28,7 @@ from minitensor import amp, distributed, optim
 from minitensor.distributed import Communicator, SingleProcess
 
 from .batching import Batch, collate, lengths, token_batches
+from .corpus import ParallelData
 from .checkpoint import (CheckpointError, kind_of, load_checkpoint, model_config, newest_loadable, prune_checkpoints,
                          remove_partial_checkpoints, save_checkpoint, step_checkpoints)
 from .evaluate import bleu, translate
@@ -121,19 +121,6 @@ def check_batch_size(max_tokens: int, train: "ParallelData") -> None:
         raise SettingsError(f"--max-tokens {max_tokens} is less than the longest training pair needs "
                             f"({int(longest.max())} tokens); raise --max-tokens, or drop long pairs with a lower "
                             "--max-words")
-
-
-@dataclass
-class ParallelData:
-    """Token ids of a parallel corpus (lists of int arrays, no bos/eos) and, for validation, its text."""
-
-    src: Sequence[np.ndarray]
-    tgt: Sequence[np.ndarray]
-    src_text: Sequence[str] = field(default_factory=list)
-    tgt_text: Sequence[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.src)
 
 
 class Trainer:

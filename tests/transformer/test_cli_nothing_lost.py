@@ -602,7 +602,7 @@ def test_a_manifest_without_its_keys_is_named(tmp_path):
 
 # ---------------------------------------------------------------------------- 17. what a new user met
 def test_evaluate_scores_the_pair_the_model_was_trained_on_and_refuses_another(small_run):
-    from transformer.cli import model_languages  # noqa: PLC0415
+    from transformer.commands import model_languages  # noqa: PLC0415
 
     status, _, err = cli("evaluate", "--run-dir", small_run, "--src-lang", "de", "--limit", "2", "--beam", "1")
     assert_clean(status, err, 2, "error: --src-lang de: the model translates en to de (it was trained so)")
