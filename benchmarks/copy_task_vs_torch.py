@@ -23,14 +23,16 @@ from pathlib import Path
 import numpy as np
 
 import minitensor as mt
+from transformer import TransformerConfig
 from transformer.copytask import CopyTaskSettings, build_model, make_batch, train_copy_task
 from transformer.schedule import noam_lr
 
 
 def settings_from(a) -> CopyTaskSettings:
-    return CopyTaskSettings(d_model=a.d_model, n_heads=a.heads, d_ff=a.d_ff, layers=a.layers, batch=a.batch,
-                            warmup=a.warmup, lr_factor=a.lr_factor, steps=a.max_steps, seed=a.seed,
-                            show_progress=False)
+    model = TransformerConfig(13, d_model=a.d_model, n_heads=a.heads, d_ff=a.d_ff, n_encoder_layers=a.layers,
+                              n_decoder_layers=a.layers, dropout=0.0)
+    return CopyTaskSettings(model=model, batch=a.batch, warmup=a.warmup, lr_factor=a.lr_factor, steps=a.max_steps,
+                            seed=a.seed, show_progress=False)
 
 
 def run_minitensor(s: CopyTaskSettings, target: float, eval_every: int) -> dict:
@@ -53,7 +55,8 @@ def run_torch(s: CopyTaskSettings, target: float, eval_every: int, same_start: b
     torch.manual_seed(s.seed)
     rng = np.random.default_rng(s.seed)
     val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
-    model = TorchTransformer(s.vocab, s.d_model, s.n_heads, s.d_ff, s.layers, s.dropout, s.max_length + 2)
+    m = s.model
+    model = TorchTransformer(s.vocab, m.d_model, m.n_heads, m.d_ff, m.n_encoder_layers, m.dropout, s.max_length + 2)
     if same_start:  # the weights train_copy_task starts from: the same seed, the same builder
         mt.manual_seed(s.seed)
         load_minitensor_weights(model, ((n, p.numpy()) for n, p in build_model(s).named_parameters()))
@@ -67,7 +70,7 @@ def run_torch(s: CopyTaskSettings, target: float, eval_every: int, same_start: b
         opt.zero_grad()
         loss.backward()
         for g in opt.param_groups:
-            g["lr"] = noam_lr(step, s.d_model, s.warmup, s.lr_factor)
+            g["lr"] = noam_lr(step, m.d_model, s.warmup, s.lr_factor)
         opt.step()
         if step % eval_every == 0:
             pred = torch_greedy(model, torch.from_numpy(val[0]), val[2].shape[1])

@@ -8,46 +8,56 @@ metrics.jsonl, loss.png, attention.png and examples.txt.
 """
 import argparse
 import json
-from dataclasses import fields
 
 from minitensor import blas
 
+from transformer.config import RANGES as MODEL_RANGES
 from transformer.copytask import RANGES, CopyTaskSettings, train_copy_task
 from transformer.flags import Parser, help_text
+from transformer.settings import model_with
 
 
 def parse_args(argv=None) -> CopyTaskSettings:
-    """The settings from the flags, each parsed with its declared kind (transformer.copytask.RANGES):
-    a value out of range is one usage line naming the flag, exit status 2."""
+    """The settings from the flags, each parsed with its declared kind (transformer.copytask.RANGES,
+    and the model's transformer.config.RANGES): a value out of range is one usage line naming the
+    flag, exit status 2."""
     defaults = CopyTaskSettings()
     p = Parser(prog="python examples/copy_task.py", description=__doc__,
                formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def flag(name: str, kind, default, text: str, parse=None) -> None:
+        p.add_argument(name, type=parse or kind, default=default, help=f"{help_text(kind, text)} (default {default})")
+
+    # the model's flags: each sets the field of the TransformerConfig of its name (--layers: both stacks)
+    model = defaults.model
+    flag("--d-model", MODEL_RANGES["d_model"], model.d_model, "model width")
+    flag("--n-heads", MODEL_RANGES["n_heads"], model.n_heads, "attention heads")
+    flag("--d-ff", MODEL_RANGES["d_ff"], model.d_ff, "feed-forward inner width")
+    flag("--layers", MODEL_RANGES["n_encoder_layers"], model.n_encoder_layers, "encoder and decoder layers (each)")
+    flag("--dropout", MODEL_RANGES["dropout"], model.dropout, "residual and embedding dropout")
+    # the task's and the recipe's flags: each sets the CopyTaskSettings field of its name
     helps = {
         "vocab": "vocabulary size including pad/bos/eos", "min_length": "shortest sequence",
-        "max_length": "longest sequence", "layers": "encoder and decoder layers (each)",
+        "max_length": "longest sequence",
         "stop_at": "stop when validation exact match reaches this; 'none' runs every step",
         "eval_every": "validate every N steps", "run_dir": "where outputs go", "device": "cpu or cuda",
         "lr_factor": "multiplies the Noam learning rate", "warmup": "Noam warm-up steps",
-        "smoothing": "label smoothing epsilon", "d_model": "model width", "n_heads": "attention heads",
-        "d_ff": "feed-forward inner width", "dropout": "residual and embedding dropout", "batch": "sequences per update",
+        "smoothing": "label smoothing epsilon", "batch": "sequences per update",
         "steps": "updates at most", "eval_size": "validation sequences", "test_size": "test sequences",
         "seed": "random seed (weights, data, dropout)",
         "profile": "time every op of N updates (after the first) with minitensor.profile: a table on stderr "
                    "and profile.json in the run directory; 0 is off",
     }
-    for f in fields(CopyTaskSettings):
-        if f.name == "show_progress":
-            continue
-        kind, default = RANGES[f.name], getattr(defaults, f.name)
-        kind_or_none = (lambda v, kind=kind: None if v == "none" else kind(v)) if f.name == "stop_at" else kind
-        p.add_argument("--" + f.name.replace("_", "-"), type=kind_or_none, default=default,
-                       help=f"{help_text(kind, helps.get(f.name, f.name.replace('_', ' ')))} (default {default})")
+    for name, kind in RANGES.items():
+        kind_or_none = (lambda v, kind=kind: None if v == "none" else kind(v)) if name == "stop_at" else kind
+        flag("--" + name.replace("_", "-"), kind, getattr(defaults, name), helps[name], parse=kind_or_none)
     p.add_argument("--no-progress", action="store_true", help="print plain lines instead of a progress bar")
     a = p.parse_args(argv)
-    kw = {f.name: getattr(a, f.name) for f in fields(CopyTaskSettings) if f.name != "show_progress"}
-    settings = CopyTaskSettings(**kw, show_progress=not a.no_progress)
     try:
-        settings.check()  # what one flag alone cannot say: --min-length past --max-length, heads that do not divide
+        model = model_with(model, d_model=a.d_model, n_heads=a.n_heads, d_ff=a.d_ff, n_encoder_layers=a.layers,
+                           n_decoder_layers=a.layers, dropout=a.dropout)  # heads that do not divide: named by flag
+        settings = CopyTaskSettings(model=model, show_progress=not a.no_progress, **{n: getattr(a, n) for n in RANGES})
+        settings.check()  # what one flag alone cannot say: --min-length past --max-length
     except ValueError as e:
         p.error(str(e))
     return settings

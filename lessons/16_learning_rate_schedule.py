@@ -24,6 +24,8 @@
 # **Uses:** the copy task, Adam, pre-norm, greedy decoding, exact match.
 
 # %%
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -61,13 +63,15 @@ checks.agree(seen, [noam_lr(t, 512, 4000) for t in (1, 2, 3)], "the optimizer's 
 
 # %%
 if smoke():
-    s = CopyTaskSettings(batch=64, show_progress=False, d_model=32, d_ff=64, layers=1)
+    s = CopyTaskSettings(batch=64, show_progress=False, model=TransformerConfig(13, d_model=32, n_heads=4, d_ff=64,
+                                                                             n_encoder_layers=1, n_decoder_layers=1,
+                                                                             dropout=0.0))
     n_steps, seeds = 150, [0, 1]
 else:
     s = CopyTaskSettings(batch=64, show_progress=False)           # d_model 64, 2+2 layers
     n_steps, seeds = 500, [0, 1, 2]
 w = 100
-peak = noam_lr(w, s.d_model, w)
+peak = noam_lr(w, s.model.d_model, w)
 schedules = {"with warm-up": lambda t: peak * min(t / w, (w / t) ** 0.5),
              "without warm-up": lambda t: peak * min(1.0, (w / t) ** 0.5)}
 arms = {"with warm-up": (schedules["with warm-up"], False),
@@ -79,9 +83,7 @@ for name, (schedule, norm_first) in arms.items():
     curves[name], final[name], exact[name] = [], [], []
     for seed in seeds:
         mt.manual_seed(seed)
-        model = Transformer(TransformerConfig(s.vocab, d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff,
-                                              n_encoder_layers=s.layers, n_decoder_layers=s.layers, dropout=0.0,
-                                              max_len=s.max_length + 2, norm_first=norm_first))
+        model = Transformer(replace(s.model_config(), norm_first=norm_first))  # the task's model, post- or pre-norm
         opt = paper_adam(model.parameters())  # Adam with beta2 0.98 and eps 1e-9, as in the paper
         rng = np.random.default_rng(seed)
         losses = []
@@ -102,7 +104,7 @@ for name, (schedule, norm_first) in arms.items():
     results[f"exact_match_{key}"] = exact[name]
 checks.always_lower(final["with warm-up"], final["without warm-up"], "warm-up vs none at the same peak")
 results.finding(
-    f"Copy task, d_model {s.d_model}, {n_steps} updates, peak rate {peak:.4f} (equation 3 at step {w}), "
+    f"Copy task, d_model {s.model.d_model}, {n_steps} updates, peak rate {peak:.4f} (equation 3 at step {w}), "
     f"{len(seeds)} seeds: with warm-up the final loss is {spread(final['with warm-up'])} and greedy decoding "
     f"copies a fraction {spread(exact['with warm-up'])} of 100 test sequences exactly; starting at the peak "
     f"instead, the loss is {spread(final['without warm-up'])} and the fraction {spread(exact['without warm-up'])}; "

@@ -3,15 +3,16 @@ attention to look up the right source position at every step, which makes it the
 convincing end-to-end check of the whole architecture."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import minitensor as mt
 
-from .config import RANGES as MODEL_RANGES, TransformerConfig, check_heads
+from .config import TransformerConfig
 from .decoding import greedy_decode
 from .flags import Real, Whole
 from .loss import label_smoothed_loss
@@ -26,18 +27,20 @@ PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3
 
 
+def copy_model() -> TransformerConfig:
+    """The copy task's model by default: d_model 64, 4 heads, d_ff 128, 2+2 layers, no dropout."""
+    return TransformerConfig(13, d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
+
+
 @dataclass
 class CopyTaskSettings:
-    """Everything a copy-task run depends on (saved in summary.json)."""
+    """Everything a copy-task run depends on (saved in summary.json): the task, the ``model`` to
+    train (its vocab_size and max_len are the task's: :meth:`model_config`) and the recipe."""
 
     vocab: int = 13              # 3 specials + 10 symbols
     min_length: int = 10
     max_length: int = 10
-    d_model: int = 64
-    n_heads: int = 4
-    d_ff: int = 128
-    layers: int = 2
-    dropout: float = 0.0
+    model: TransformerConfig = field(default_factory=copy_model)
     smoothing: float = 0.0
     batch: int = 128
     steps: int = 1500
@@ -55,7 +58,8 @@ class CopyTaskSettings:
 
     def check(self) -> None:
         """Raise :class:`transformer.flags.FlagError` (a ValueError) naming the first setting out of
-        its declared range (:data:`RANGES`), as ``examples/copy_task.py`` spells its flag."""
+        its declared range (:data:`RANGES`), as ``examples/copy_task.py`` spells its flag (the
+        model checks its own fields when it is made)."""
         flag = lambda name: "--" + name.replace("_", "-")  # noqa: E731
         for name, kind in RANGES.items():
             if not (name == "stop_at" and self.stop_at is None):
@@ -69,13 +73,16 @@ class CopyTaskSettings:
             raise ValueError(f"--run-dir {self.run_dir}: a file, not a directory")
         if self.min_length > self.max_length:
             raise ValueError(f"--min-length ({self.min_length}) must be at most --max-length ({self.max_length})")
-        check_heads(self.d_model, self.n_heads, flag)
+
+    def model_config(self) -> TransformerConfig:
+        """``model`` with the task's vocabulary and positions (the longest sequence, bos and eos)."""
+        return dataclasses.replace(self.model, vocab_size=self.vocab, max_len=self.max_length + 2, pad_id=PAD,
+                                   bos_id=BOS, eos_id=EOS)
 
 
-# each setting's kind and range: the model's and the recipe's as the translation model declares them
+# each task and recipe setting's kind and range, as the translation model's recipe declares them
 RANGES = {"vocab": Whole(FIRST_SYMBOL + 1, 2**22), "min_length": Whole(1, 2**16), "max_length": Whole(1, 2**16),
-          **{name: MODEL_RANGES[name] for name in ("d_model", "n_heads", "d_ff", "dropout")},
-          "layers": MODEL_RANGES["n_encoder_layers"], "batch": Whole(1, 2**20), "steps": TRAIN_RANGES["max_steps"],
+          "batch": Whole(1, 2**20), "steps": TRAIN_RANGES["max_steps"],
           **{name: TRAIN_RANGES[name] for name in ("smoothing", "warmup", "lr_factor", "eval_every", "seed",
                                                    "device", "run_dir", "profile")},
           "eval_size": Whole(1, 10**6), "stop_at": Real(0, 1), "test_size": Whole(1, 10**6)}
@@ -114,10 +121,7 @@ def score(pred: np.ndarray, tgt_out: np.ndarray) -> tuple[float, float]:
 
 
 def build_model(s: CopyTaskSettings) -> Transformer:
-    cfg = TransformerConfig(vocab_size=s.vocab, d_model=s.d_model, n_heads=s.n_heads, d_ff=s.d_ff,
-                            n_encoder_layers=s.layers, n_decoder_layers=s.layers, dropout=s.dropout,
-                            max_len=s.max_length + 2, pad_id=PAD, bos_id=BOS, eos_id=EOS)
-    return Transformer(cfg).to(s.device)
+    return Transformer(s.model_config()).to(s.device)
 
 
 def evaluate(model: Transformer, data, s: CopyTaskSettings) -> tuple[float, float]:
@@ -138,7 +142,7 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
     model = build_model(s)
     opt = paper_adam(model.parameters())
-    sched = NoamSchedule(opt, s.d_model, s.warmup, s.lr_factor)
+    sched = NoamSchedule(opt, s.model.d_model, s.warmup, s.lr_factor)
     log = {"step": [], "loss": [], "lr": [], "eval": []}
     metrics = (run / "metrics.jsonl").open("w")
     t0 = time.perf_counter()

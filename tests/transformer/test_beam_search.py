@@ -16,7 +16,8 @@ from lessonkit.toy import TableModel
 
 @pytest.fixture(scope="module")
 def copy_model(tmp_path_factory):
-    s = CopyTaskSettings(vocab=10, min_length=3, max_length=6, d_model=32, n_heads=2, d_ff=64, layers=1, batch=64,
+    model = TransformerConfig(10, d_model=32, n_heads=2, d_ff=64, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
+    s = CopyTaskSettings(vocab=10, min_length=3, max_length=6, model=model, batch=64,
                          steps=300, warmup=50, eval_every=50, stop_at=1.0, run_dir=str(tmp_path_factory.mktemp("c")),
                          show_progress=False, test_size=20)
     _, model = train_copy_task(s, return_model=True)

@@ -3,9 +3,16 @@ from dataclasses import replace
 
 import numpy as np
 
+from transformer import TransformerConfig
 from transformer.copytask import CopyTaskSettings, make_batch, score, train_copy_task
 
 from ..helpers import strict_json
+
+
+def small_model(d_model: int, d_ff: int) -> TransformerConfig:
+    """A 1+1-layer, 2-head model (its vocabulary and positions are the task's)."""
+    return TransformerConfig(10, d_model=d_model, n_heads=2, d_ff=d_ff, n_encoder_layers=1, n_decoder_layers=1,
+                             dropout=0.0)
 
 
 def test_batches_are_source_bos_shifted_target_and_eos_terminated():
@@ -26,7 +33,7 @@ def test_score_counts_exact_and_token_matches():
 
 
 def test_reduced_copy_task_converges_and_saves_outputs(tmp_path, capsys):
-    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, d_model=32, n_heads=2, d_ff=64, layers=1,
+    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, model=small_model(32, 64),
                          batch=64, steps=800, warmup=50, lr_factor=1.0, eval_every=50, eval_size=100,
                          stop_at=1.0, test_size=100, run_dir=str(tmp_path), show_progress=False)
     summary = train_copy_task(s)
@@ -51,7 +58,7 @@ def test_reduced_copy_task_converges_and_saves_outputs(tmp_path, capsys):
 
 def test_a_copy_task_that_runs_every_update_says_so_and_names_the_missed_target(tmp_path, capsys):
     """When the updates run out before the target, the closing line says all ran and the target was missed."""
-    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, d_model=16, n_heads=2, d_ff=16, layers=1, batch=8,
+    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, model=small_model(16, 16), batch=8,
                          steps=3, eval_every=3, eval_size=10, stop_at=1.0, test_size=10, run_dir=str(tmp_path),
                          show_progress=False)
     summary = train_copy_task(s)
@@ -63,7 +70,7 @@ def test_a_copy_task_that_runs_every_update_says_so_and_names_the_missed_target(
 def test_the_copy_tasks_profile_times_n_updates_after_the_first_and_saves_the_table(tmp_path, capsys):
     """--profile 2: updates 2 and 3 are profiled (not the first, which allocates), the table goes to
     stderr and the same rows to profile.json; the run itself is unchanged."""
-    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, d_model=16, n_heads=2, d_ff=16, layers=1, batch=8,
+    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, model=small_model(16, 16), batch=8,
                          steps=4, eval_every=4, eval_size=10, stop_at=None, test_size=10, run_dir=str(tmp_path),
                          show_progress=False, profile=2)
     summary = train_copy_task(s)
