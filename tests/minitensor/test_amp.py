@@ -133,7 +133,7 @@ def test_loss_scaler_backward_and_step_scale_the_loss_and_undo_it_in_the_optimiz
 
 def test_fp16_training_skips_overflowing_updates_says_so_and_then_learns(tmp_path, capsys):
     from tests.helpers import MULTI30K
-    from tests.transformer.test_training import tiny_settings
+    from tests.transformer.test_train import tiny_settings
     from transformer import data
     from transformer.tokenizer import Tokenizer, encode_cached
     from transformer.train import ParallelData, Trainer

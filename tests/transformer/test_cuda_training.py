@@ -16,7 +16,7 @@ from transformer import Transformer, TransformerConfig
 from transformer.loss import label_smoothed_loss
 
 from ..helpers import translation_batch
-from .test_training import losses, small, tiny_settings  # noqa: F401 (the fixture)
+from .test_train import losses, small, tiny_settings  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.gpu
 

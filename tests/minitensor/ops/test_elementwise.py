@@ -8,7 +8,7 @@ import minitensor as mt
 import minitensor.functional as F
 from minitensor.testing import arrays, broadcastable_shapes, shapes
 
-from ..helpers import close, leaf
+from ...helpers import close, leaf
 
 # name -> (minitensor function, numpy reference, low, high, away_from_zero)
 UNARY = {

@@ -1,0 +1,86 @@
+"""The tests mirror the package tree: the tests of ``minitensor/ops/softmax.py`` live in
+``tests/minitensor/ops/test_softmax.py``. This test lists the modules that have no test file of
+their name yet, each with where it is tested now, so that the list can only shrink: a new module
+without its test file fails here, and so does a module given one without leaving the list."""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# module: where its tests are now (a file of another name, or through the modules that use it)
+UNMIRRORED = {
+    "minitensor/backend.py": "minitensor/cuda/test_cupy_paths.py, minitensor/test_errors.py (devices)",
+    "minitensor/cuda/adam.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/bias_relu.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/build.py": "minitensor/cuda/test_cupy_paths.py, test_nvrtc.py",
+    "minitensor/cuda/cast.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/cross_entropy.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/dropout.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/flash_attention.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/layer_norm.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/loss_scale.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/cuda/memory.py": "transformer/test_cuda_training.py (peak memory)",
+    "minitensor/cuda/softmax.py": "minitensor/cuda/test_kernels.py, test_emulator.py",
+    "minitensor/functional.py": "every op test (F.*), minitensor/ops/test_compare.py (Tensor's operators)",
+    "minitensor/nn/init.py": "minitensor/test_nn.py",
+    "minitensor/nn/layers.py": "minitensor/test_nn.py",
+    "minitensor/nn/module.py": "minitensor/test_nn.py",
+    "minitensor/ops/attention.py": "minitensor/test_ops_nn.py",
+    "minitensor/ops/dropout.py": "minitensor/test_ops_nn.py",
+    "minitensor/ops/embedding.py": "minitensor/test_ops_nn.py",
+    "minitensor/ops/linalg.py": "minitensor/test_ops_nn.py, minitensor/test_amp.py",
+    "minitensor/ops/loss.py": "minitensor/test_ops_nn.py",
+    "minitensor/ops/norm.py": "minitensor/test_ops_nn.py",
+    "minitensor/ops/precision.py": "minitensor/test_amp.py",
+    "minitensor/ops/reduce.py": "minitensor/test_ops_reduce_shape.py",
+    "minitensor/ops/shape.py": "minitensor/test_ops_reduce_shape.py",
+    "minitensor/ops/softmax.py": "minitensor/test_ops_nn.py, minitensor/ops/test_fastpaths.py",
+    "minitensor/random.py": "minitensor/test_autograd.py, minitensor/test_ops_nn.py (dropout's seeds)",
+    "minitensor/tensor.py": "minitensor/test_autograd.py, minitensor/test_errors.py",
+    "minitensor/testing.py": "the hypothesis strategies every op test draws from",
+    "minitensor/threads.py": "minitensor/ops/test_fastpaths.py, minitensor/test_optim.py",
+    "transformer/attention.py": "transformer/test_transformer_layers.py",
+    "transformer/cli.py": "transformer/test_cli_*.py",
+    "transformer/commands.py": "transformer/test_cli_*.py",
+    "transformer/config.py": "transformer/test_model_config.py, transformer/test_flags.py",
+    "transformer/copytask.py": "transformer/test_copy_task.py",
+    "transformer/download.py": "transformer/test_data.py, transformer/test_wmt14_data.py",
+    "transformer/embedding.py": "transformer/test_transformer_layers.py",
+    "transformer/evaluate.py": "transformer/test_decoding.py, transformer/test_cli_decoding.py",
+    "transformer/layers.py": "transformer/test_transformer_layers.py",
+    "transformer/loss.py": "transformer/test_transformer_layers.py, transformer/test_model_config.py",
+    "transformer/masks.py": "transformer/test_transformer_layers.py",
+    "transformer/model.py": "transformer/test_transformer_layers.py",
+    "transformer/plots.py": "transformer/test_train.py (the run's figures)",
+    "transformer/presets.py": "transformer/test_model_config.py, transformer/test_train.py",
+    "transformer/progress.py": "transformer/test_copy_task.py, minitensor/test_profiler.py",
+    "transformer/rundir.py": "transformer/test_cli_nothing_lost.py, transformer/test_cli_run_dirs.py",
+    "transformer/schedule.py": "transformer/test_model_config.py, transformer/test_train.py",
+    "transformer/settings.py": "transformer/test_flags.py, transformer/test_model_config.py",
+    "transformer/signals.py": "transformer/test_cli_nothing_lost.py",
+    "transformer/wmt14.py": "transformer/test_wmt14_data.py",
+}
+
+
+def modules() -> list[str]:
+    """Every module of the two packages, as a path from the repository root (no __init__ or __main__)."""
+    return sorted(str(p.relative_to(ROOT)) for package in ("minitensor", "transformer")
+                  for p in (ROOT / package).rglob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+
+
+def mirror_of(module: str) -> Path:
+    """Where a module's tests belong: tests/<its folder>/test_<its name>."""
+    path = Path(module)
+    return ROOT / "tests" / path.parent / f"test_{path.name}"
+
+
+def test_every_module_has_a_test_file_of_its_name_or_is_listed_with_where_it_is_tested():
+    unmirrored = {m for m in modules() if not mirror_of(m).exists()}
+    assert sorted(unmirrored - set(UNMIRRORED)) == [], "a module without a test file of its name"
+    assert sorted(set(UNMIRRORED) - unmirrored) == [], "listed, but it has a test file of its name (or is gone)"
+
+
+def test_the_listed_places_exist():
+    for where in UNMIRRORED.values():
+        for name in (w.split(" (")[0].strip() for w in where.split(",")):
+            if name.endswith(".py") and "*" not in name and "/" in name:
+                assert (ROOT / "tests" / name).exists(), name
