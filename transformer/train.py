@@ -1,10 +1,13 @@
 """Training a translation model: token batches, label smoothing, the Noam schedule, periodic
 validation, JSONL metrics, plots, checkpoints that survive a crash, exact resume.
 
-The loop in one sentence: for each update, sum the label-smoothed loss of ``update_freq``
-token batches, divide by their number of target tokens, backpropagate, clip (optionally),
-set the learning rate from equation (3), step Adam; every ``eval_every`` updates validate, and
-every ``save_every`` updates write ``checkpoint_<step>.npz`` (keeping the last N and the best).
+The loop in one sentence: for each update, backpropagate the label-smoothed loss of each of
+``update_freq`` token batches, sum the gradients over ranks, set the learning rate from
+equation (3), and step Adam with the gradients divided by the update's target tokens (clipped,
+optionally); every ``eval_every`` updates validate, and every ``save_every`` updates write
+``checkpoint_<step>.npz`` (keeping the last N and the best). :meth:`Trainer.update` is that
+update; :meth:`Trainer.fit` the loop around it, and what follows an update (logging,
+validation, checkpoints).
 """
 from __future__ import annotations
 
