@@ -429,7 +429,7 @@ class Trainer:
         s = self.s
         metrics = open(self.run / "metrics.jsonl", "a") if self.main else None
         bar = progress_bar(s.max_steps, "training", s.progress and self.main, initial=self.step)
-        start = self._clock_start = time.perf_counter() - self.train_seconds
+        self._clock_start = time.perf_counter() - self.train_seconds
         profiled = ProfiledUpdates(s.profile if self.main else 0, self.run, done=self.step)
         log = functools.partial(self._log, metrics, bar)
         unread = None  # the last update's record, its loss not yet read
@@ -441,40 +441,60 @@ class Trainer:
                         log(*unread)
                     return self._finish("max_steps" if self.step >= s.max_steps else "max_epochs")
                 group, batches = self._next_batches()
-                spent = time.perf_counter() - start
-                progress = max(self.step / s.max_steps, spent / (60 * s.max_minutes) if s.max_minutes > 0 else 0.0)
-                flag = OUT_OF_TIME if s.max_minutes > 0 and spent >= 60 * s.max_minutes else GO_ON
+                stop_flag, progress = self._budget()
                 measure = self.on_gpu and s.memory_every > 0 and (self.step + 1) % s.memory_every == 0
                 with (mt.cuda.PeakMemory() if measure else contextlib.nullcontext()) as mem, \
                         profiled.update(self.step + 1):
-                    stop = self.update(batches, stop_flag=flag if self.main else GO_ON,
-                                       progress=progress if self.main else 0.0)
+                    stop = self.update(batches, stop_flag=stop_flag, progress=progress)
                 self.batch_in_epoch += len(group)
-                self.train_seconds = time.perf_counter() - start
-                record = {"step": self.step, "epoch": self.epoch, "lr": self.opt.lr, "seconds": round(self.train_seconds, 2)}
-                if measure:
-                    record["peak_memory_mib"] = round(mem.peak_bytes / 2**20, 1)
-                if self.scaler.enabled:
-                    record["loss_scale"] = self.scaler.scale
-                    if self.last_skipped:
-                        record["skipped"] = True
+                record = self._record(mem if measure else None)
                 self._collate_ahead()  # host work while the device runs the update
-                if unread:
-                    log(*unread)
-                unread = record, self._loss
-                validate = self.main and self.valid_data is not None and self.step % s.eval_every == 0
-                save = self.step % s.save_every == 0 or stop
-                if validate or save:  # each needs the update finished, and logged first
-                    log(*unread, validate=validate)
-                    unread = None
-                if save:
-                    self.save()
+                unread = self._after_update(unread, record, stop, log)
                 if stop:
                     return self._finish("interrupted" if stop == SIGNALLED else "max_minutes")
         finally:
             bar.close()
             if metrics:
                 metrics.close()
+
+    def _budget(self) -> tuple[float, float]:
+        """(stop flag, progress) for the next update: rank 0's clock says whether --max-minutes is
+        spent, and how much of the budget (updates or minutes, whichever is further) is; the other
+        ranks send nothing (they take rank 0's)."""
+        if not self.main:
+            return GO_ON, 0.0
+        s, spent = self.s, time.perf_counter() - self._clock_start
+        progress = max(self.step / s.max_steps, spent / (60 * s.max_minutes) if s.max_minutes > 0 else 0.0)
+        return (OUT_OF_TIME if s.max_minutes > 0 and spent >= 60 * s.max_minutes else GO_ON), progress
+
+    def _record(self, memory=None) -> dict:
+        """The metrics of the update just launched, all but its loss (read later); ``memory``:
+        the PeakMemory that watched it, if one did."""
+        self.train_seconds = time.perf_counter() - self._clock_start
+        record = {"step": self.step, "epoch": self.epoch, "lr": self.opt.lr, "seconds": round(self.train_seconds, 2)}
+        if memory is not None:
+            record["peak_memory_mib"] = round(memory.peak_bytes / 2**20, 1)
+        if self.scaler.enabled:
+            record["loss_scale"] = self.scaler.scale
+            if self.last_skipped:
+                record["skipped"] = True
+        return record
+
+    def _after_update(self, unread, record: dict, stop: float, log):
+        """What follows an update: the update before is logged (its loss is read now, while this
+        one runs); then, when one is due, validation and a checkpoint, which wait for this update
+        and log it first. Returns the record left unread (this update's, or None)."""
+        if unread:
+            log(*unread)
+        unread = record, self._loss
+        validate = self.main and self.valid_data is not None and self.step % self.s.eval_every == 0
+        save = self.step % self.s.save_every == 0 or stop
+        if validate or save:
+            log(*unread, validate=validate)
+            unread = None
+        if save:
+            self.save()
+        return unread
 
     def _roll_epoch(self) -> None:
         """After an epoch's last batch: on to the next epoch."""
