@@ -341,9 +341,11 @@ class Trainer:
         return 1.0 if self.stop_requested else 0.0
 
     def _agreed_stop(self, out_of_time: float, signalled: float) -> float:
-        if signalled and not self.stop_requested and self.main:
-            tqdm.write(f"another rank was asked to stop: stopping after update {self.step} and saving a checkpoint",
-                       file=sys.stderr)
+        """The stop flag the ranks agreed on in this update's exchange; with several ranks, rank 0
+        says which update a signal (its own or another rank's) stops them after."""
+        if signalled and self.main and self.comm.world_size > 1:
+            who = self.stop_requested or "another rank was asked to stop"
+            tqdm.write(f"{who}: stopping after update {self.step} and saving a checkpoint", file=sys.stderr)
         return SIGNALLED if signalled else OUT_OF_TIME if out_of_time else GO_ON
 
     def _skipped(self) -> None:
@@ -395,11 +397,16 @@ class Trainer:
         if self.stop_requested is not None:
             raise KeyboardInterrupt
         self.stop_requested = signal.Signals(signum).name
-        if self.main:  # the update in flight, unless it has already sent its flags to the other ranks
+        if not self.main:
+            return
+        again = "press Ctrl-C again" if self.stop_requested == "SIGINT" else f"send {self.stop_requested} again"
+        if self.comm.world_size == 1:  # the update in flight, unless it has read its stop flag already
             last = self.step + (2 if self.flags_sent == self.step + 1 else 1)
-            again = "press Ctrl-C again" if self.stop_requested == "SIGINT" else f"send {self.stop_requested} again"
             tqdm.write(f"{self.stop_requested}: stopping after update {last} and saving a checkpoint; "
                        f"{again} to stop at once", file=sys.stderr)
+        else:  # another rank may read its flag before or after this one: the exchange decides (_agreed_stop)
+            tqdm.write(f"{self.stop_requested}: stopping when the ranks next exchange their gradients, after that "
+                       f"update, and saving a checkpoint; {again} to stop at once", file=sys.stderr)
 
     def fit(self) -> dict:
         """Train until max_steps, max_epochs or max_minutes; returns the run summary. Raises
