@@ -47,3 +47,13 @@ def test_logical_not_and_argmax_are_numpys_without_history():
 def test_a_tensor_still_hashes_by_identity():
     a, b = mt.tensor([1.0]), mt.tensor([1.0])
     assert len({a, b}) == 2 and a in {a}
+
+
+def test_bind_tensor_methods_makes_every_entry_of_the_table_a_tensor_attribute(monkeypatch):
+    """functional.bind_tensor_methods (called by minitensor/__init__) binds TENSOR_METHODS onto
+    Tensor: an operator removed from Tensor comes back, as the table's own function."""
+    monkeypatch.delattr(mt.Tensor, "__lt__")
+    assert "__lt__" not in vars(mt.Tensor)
+    F.bind_tensor_methods()
+    assert all(vars(mt.Tensor)[name] is method for name, method in F.TENSOR_METHODS.items())
+    assert (mt.tensor([1.0, 3.0]) < 2).numpy().tolist() == [True, False]
