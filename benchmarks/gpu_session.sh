@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in the order a GPU session should run it (each step's log goes
-# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|kernels|step|profile|multi30k|lesson|goals|all]
+# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|wmt|kernels|step|profile|multi30k|lesson|goals|all]
 #
-# `goals` measures what the speed goals are about, and nothing else: the kernels' sections for
+# `goals` measures what the speed goals are about, and nothing else: `train --preset wmt14-base`'s
+# update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
 # attention, the cross-entropy, the fused elementwise kernels and the products, then the base
 # step in the four precisions, PyTorch beside each, and the TF32 step once more with attention on
 # the fused path, auto's alternative (about 3 minutes on an H100, measured in parts).
@@ -14,7 +15,7 @@
 #   TESTS_K       a pytest -k expression choosing among the GPU tests (default: all of them)
 #   KERNELS_ONLY  the sections of benchmarks/kernels.py to run, e.g. "products,cross_entropy" (default: all)
 #   TRAIN_ARGS    further `train` flags for multi30k-gpu, e.g. "--tf32 true" or "--precision bf16"
-#   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, KERNELS, STEP, PROFILE, TRAIN,
+#   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, WMT, KERNELS, STEP, PROFILE, TRAIN,
 #                 EVAL, LESSON; default: no limit), so that a session with a fixed budget still
 #                 gets to its later steps
 set -u
@@ -51,6 +52,11 @@ if [[ $what == cli || $what == all ]]; then
     cli_run evaluate --run-dir "$run_dir" --device cuda --data-dir "$data" --limit 100 --average 3
   } > "$OUT/cli.log" 2>&1
   grep -E "^\\$|rc=|error:|stopped|BLEU" "$OUT/cli.log"
+fi
+if [[ $what == wmt || $what == goals || $what == all ]]; then
+  run "wmt14-base trainer vs base step, TF32" "${LIMIT_WMT:-0}" $py benchmarks/wmt_update.py --device cuda --precision tf32 \
+      --data-dir "$data" --out "$OUT/wmt_update.json" > "$OUT/wmt_update.log" 2>&1
+  tail -3 "$OUT/wmt_update.log"
 fi
 if [[ $what == goals ]]; then
   KERNELS_ONLY=${KERNELS_ONLY:-attention,cross_entropy,fused,products}
