@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -68,7 +69,8 @@ def step_run(a, tmp: Path) -> dict:
            str(a.length), "--steps", str(a.steps), "--warmup", "3", "--precisions", a.precision, "--no-torch",
            "--out", str(path)]
     print("$ " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)  # the checkout's packages
     if out.returncode:
         raise SystemExit(f"the base step failed ({out.returncode}):\n{out.stderr[-4000:]}")
     mine = json.loads(path.read_text())["results"][a.precision]["minitensor"]
