@@ -347,3 +347,19 @@ def test_a_gradient_made_for_one_leaf_alone_is_kept_without_a_copy_and_shared_on
     Both.apply(a, b).backward(mt.tensor(np.ones(1)))
     a.grad.data *= 10
     close(b.grad, [1.0])
+
+
+def test_backward_twice_with_retain_graph_gives_the_same_gradients_where_ops_reuse_saved_arrays(device):
+    # cross entropy, dropout and layer norm overwrite a saved array on its last use only
+    rng = np.random.default_rng(0)
+    x = leaf(rng.standard_normal((6, 5)), device)
+    w, b = leaf(rng.standard_normal(5), device), leaf(rng.standard_normal(5), device)
+    target = mt.tensor(np.array([0, 4, 1, 1, 3, 0]), device=device)
+    mt.manual_seed(2)
+    h = F.layer_norm(F.dropout(x, 0.3, training=True), w, b)
+    loss = F.cross_entropy(h * 3.0, target, label_smoothing=0.1)
+    loss.backward(retain_graph=True)
+    first = x.grad.numpy().copy()
+    loss.backward()
+    close(x.grad, 2 * first)
+    assert np.abs(first).sum() > 0
