@@ -5,7 +5,8 @@ benchmarks/results/cpu_<date>.json, then rewrites the table of docs/performance.
 README's summary from that file (--write JSON does only that).
 
 With --checkout NAME=DIR (twice or more) it compares source trees instead: every run takes
-its minitensor and transformer from one tree (PYTHONPATH), the trees alternate run by run
+its minitensor, transformer and benchmark scripts from one tree (PYTHONPATH; the scripts
+beside this one where the tree has none), the trees alternate run by run
 (A B A B ... for --repeats rounds, in each BLAS setting), and the result goes to
 benchmarks/results/cpu_compare_<date>.json with a table of each tree's ratios against
 PyTorch and of its own figures against the first tree's; the docs are left alone.
@@ -65,11 +66,14 @@ def machine() -> dict:
     return {**environment("cpu"), "commit": commit(HERE)}
 
 
-def run_script(script: str, args: list, env: dict) -> dict:
-    """Run one benchmark script in its own process; its JSON (--out)."""
+def run_script(script: str, args: list, env: dict, tree: Path | None = None) -> dict:
+    """Run one benchmark script in its own process; its JSON (--out). With ``tree``, the script
+    of that tree's benchmarks/ where it has one, so that a script always meets the API it was
+    written for."""
+    where = tree / "benchmarks" if tree is not None and (tree / "benchmarks" / script).exists() else HERE
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.json"
-        subprocess.run([sys.executable, script, *args, "--out", str(out)], cwd=HERE, env=env, check=True,
+        subprocess.run([sys.executable, script, *args, "--out", str(out)], cwd=where, env=env, check=True,
                        stdout=sys.stderr)
         return json.loads(out.read_text())
 
@@ -86,12 +90,12 @@ def blas_settings() -> dict:
     return envs
 
 
-def measure(seeds: list, base_steps: int, env: dict, torch: bool = True) -> dict:
+def measure(seeds: list, base_steps: int, env: dict, torch: bool = True, tree: Path | None = None) -> dict:
     """One copy-task run over ``seeds`` and one base-step run, each its own process (without
-    PyTorch's side when ``torch`` is False)."""
+    PyTorch's side when ``torch`` is False; with ``tree``'s own scripts, see run_script)."""
     alone = [] if torch else ["--no-torch"]
-    copy = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, seeds), *alone], env)
-    base = run_script("base_step_vs_torch.py", ["--steps", str(base_steps), *alone], env)
+    copy = run_script("copy_task_vs_torch.py", ["--seeds", *map(str, seeds), *alone], env, tree)
+    base = run_script("base_step_vs_torch.py", ["--steps", str(base_steps), *alone], env, tree)
     return {"blas": base["environment"]["blas"], "copy_task": copy, "base_step": base}
 
 
@@ -122,7 +126,7 @@ def compare(trees: dict, seeds: list, base_steps: int, repeats: int, torch: bool
         for r in range(repeats):
             for name, tree in trees.items():
                 print(f"== BLAS {setting}, round {r + 1}/{repeats}: {name} ({tree})", file=sys.stderr, flush=True)
-                runs[setting][name].append(measure(seeds, base_steps, {**env, "PYTHONPATH": str(tree)}, torch))
+                runs[setting][name].append(measure(seeds, base_steps, {**env, "PYTHONPATH": str(tree)}, torch, Path(tree)))
     return runs
 
 
