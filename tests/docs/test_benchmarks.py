@@ -1,7 +1,8 @@
 """The benchmarks' own arithmetic, where a wrong count would mislead a reader: the matrix
 products' floor (benchmarks/matmul_floor.py) must count exactly the products a Linear layer
 computes, and the WMT-scale benchmark's corpus and projection (benchmarks/wmt_scale.py) must
-be what its report says."""
+be what its report says; the reading-path tracer (benchmarks/reading_path.py) must count
+what its docstring says."""
 import importlib.util
 import json
 import subprocess
@@ -116,3 +117,24 @@ def test_the_step_profile_on_the_cpu_rates_float32_alone_and_gives_the_blas_rate
     assert sorted(saved["rates"]) == ["float32 (16, 512)x(512, 2048)", "float32 (16, 8, 64)x(16, 64, 8)"]
     rows = {r["op"]: r for r in saved["profiles"]["fp32"]["rows"]}
     assert rows["Linear"]["blas_gflop_per_s"] > 0 and rows["LayerNorm"]["blas_gflop_per_s"] is None
+
+
+@needs_multi30k
+def test_the_reading_path_stops_at_the_first_update_and_counts_each_function_once(monkeypatch, tmp_path):
+    """benchmarks/reading_path.py: the trace reaches Trainer.update, every hop goes from a file of
+    transformer/ into another file, no function is counted twice, and the road (the stack at the
+    first update) runs from the command through cmd_train and Trainer.fit."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("reading_path", BENCHMARKS / "reading_path.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    root = BENCHMARKS.parent
+    argv = ["train", "--run-dir", str(tmp_path / "run"), "--data-dir", str(MULTI30K), "--limit", "200",
+            "--vocab-size", "200", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--max-steps", "1",
+            "--eval-every", "1000", "--bleu-sentences", "0", "--no-progress"]
+    hops, road = module.trace(root, argv)
+    assert {("transformer/commands.py", "cmd_train"), ("transformer/train.py", "Trainer.fit")} <= road
+    assert all(src.startswith("transformer/") and src != dst for src, _, dst, _ in hops)
+    opened = [(dst, callee) for _, _, dst, callee in hops]
+    assert len(opened) == len(set(opened))
+    assert ("transformer/train.py", "Trainer.__init__") in opened and ("transformer/corpus.py", "prepare") in opened
