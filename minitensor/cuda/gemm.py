@@ -66,10 +66,13 @@ def _batched(cupy, x, batch: tuple):
     return x, x.shape[-2] * x.shape[-1]
 
 
-def matmul(a, b, out_dtype=None):
+def matmul(a, b, out_dtype=None, exact: bool = False, out=None):
     """``a @ b`` over the last two axes, leading axes broadcast, written in ``out_dtype``
     (default: the operands' dtype) by one cuBLAS call; CuPy arrays of a type :func:`applies`
-    takes, at least 2-D each."""
+    takes, at least 2-D each. ``exact``: float32 operands are multiplied in float32 even while
+    TF32 is on (a sum written as a product with ones must not round its summands to TF32).
+    ``out``: a C-contiguous array of the result's shape and dtype to write into (a view of a
+    caller's array of another shape, say), returned."""
     import cupy  # noqa: PLC0415
     from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
     from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
@@ -82,7 +85,10 @@ def matmul(a, b, out_dtype=None):
                         f"not {a.dtype} @ {b.dtype} -> {out_dtype}")
     batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     (m, k), n = a.shape[-2:], b.shape[-1]
-    c = cupy.empty(batch + (m, n), out_dtype)
+    if out is not None and (out.shape != batch + (m, n) or out.dtype != out_dtype or not out.flags.c_contiguous):
+        raise ValueError(f"gemm.matmul: out must be a C-contiguous {out_dtype} array of shape {batch + (m, n)}, "
+                         f"not {out.dtype} {out.shape}")
+    c = cupy.empty(batch + (m, n), out_dtype) if out is None else out
     count = int(np.prod(batch)) if batch else 1
     if c.size == 0:
         return c
@@ -95,7 +101,7 @@ def matmul(a, b, out_dtype=None):
     b, trans_b, ldb = _layout(cupy, b)
     if a.dtype.itemsize == 8:
         compute = cublas.CUBLAS_COMPUTE_64F
-    elif a.dtype == np.float32 and linalg.get_compute_type(np.float32) == linalg.COMPUTE_TYPE_TF32:
+    elif a.dtype == np.float32 and not exact and linalg.get_compute_type(np.float32) == linalg.COMPUTE_TYPE_TF32:
         compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32       # set_tf32(True): float32 on TF32 tensor cores
     else:
         compute = cublas.CUBLAS_COMPUTE_32F                 # 16-bit in, float32 accumulation

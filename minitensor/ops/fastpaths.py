@@ -60,13 +60,35 @@ def sum_kept(xp, a, axis):
 
 
 def sum_rows(xp, a, dtype=None):
-    """Reference: ``a.sum(axis=0).astype(dtype)`` for a 2-D ``a`` (``dtype`` None: a's own): on
-    NumPy one GEMV with a vector of ones (BLAS, on every core); elsewhere the reduction itself,
-    written in ``dtype``: one launch where the GEMV and the cast would take three."""
+    """Reference: ``a.sum(axis=0).astype(dtype)`` for a 2-D ``a`` (``dtype`` None: a's own).
+
+    One product with a row of ones: on NumPy a GEMV of the BLAS, on every core; on CuPy one
+    cuBLAS call that reads ``a`` once, row after row, summing in float32 (TF32 or not) and
+    writing ``dtype``, where CuPy's own reduction along axis 0 reads down the columns. The row
+    of ones is made once per device and dtype (:func:`_ones_row`), so a sum is one launch."""
     if xp is not np:
+        from ..cuda import gemm  # noqa: PLC0415
+
+        if a.ndim == 2 and gemm.applies(a.dtype, a.dtype, dtype):
+            s = xp.empty(a.shape[1], a.dtype if dtype is None else dtype)  # an array of its own, not a view
+            gemm.matmul(_ones_row(xp, a.shape[0], a.dtype), a, dtype, exact=True, out=s.reshape(1, -1))
+            return s
         return a.sum(axis=0, dtype=dtype)
     s = xp.ones(a.shape[0], dtype=a.dtype) @ a
     return s if dtype is None or s.dtype == dtype else s.astype(dtype)
+
+
+_ONES: dict = {}  # (device, dtype) -> the longest row of ones made there so far
+
+
+def _ones_row(xp, n: int, dtype):
+    """A (1, n) row of ones of ``dtype`` on the current device: a view of one kept array, made
+    anew only when a longer row is asked for."""
+    key = (xp.cuda.Device().id, np.dtype(dtype))
+    ones = _ONES.get(key)
+    if ones is None or ones.shape[1] < n:
+        ones = _ONES[key] = xp.ones((1, max(n, 1024)), dtype)
+    return ones[:, :n]
 
 
 def product(a, b, out_dtype=None):

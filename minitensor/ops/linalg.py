@@ -127,7 +127,7 @@ class Linear(Function):
         gx = product(g2, w if ctx.transposed else w.T).reshape(x.shape) if nx else None
         # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
         gw = (product(g2.T, x2, ctx.w_dtype) if ctx.transposed else product(x2.T, g2, ctx.w_dtype)) if nw else None
-        gb = sum_rows(ctx.xp, g2, ctx.b_dtype) if nb else None  # why: one GEMV on every core on NumPy (fastpaths)
+        gb = sum_rows(ctx.xp, g2, ctx.b_dtype) if nb else None  # why: one product with ones, read row by row (fastpaths)
         return gx, gw, gb
 
 

@@ -90,6 +90,41 @@ def test_tf32_mode_asks_cublas_for_tf32_and_rounds_the_inputs(cupy_double):
     assert float(fastpaths.product(a, b)[0, 0]) == 1.0 + 2.0**-12
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
+def test_a_sum_over_rows_is_one_cublas_call_reading_rows_and_exact_to_its_output_type(cupy_double, dtype):
+    """A bias's gradient: sum_rows is one product with a kept row of ones (one launch, however
+    many rows, no fill once the row exists) into an array of its own, summed in float32 or wider
+    and rounded once: within
+    the output type's rounding of the float64 sum, for C-contiguous and transposed arrays."""
+    rng = np.random.default_rng(0)
+    out = np.dtype(np.float32) if dtype.itemsize == 2 else None
+    for rows, transposed in ((300, False), (7, True), (1, False)):
+        a = rng.standard_normal((rows, 6)).astype(dtype)
+        x = _device(cupy_double, a, transposed)
+        fastpaths.sum_rows(cupy_double, x, out)            # the row of ones, made at most once
+        before = double.launches()
+        got = fastpaths.sum_rows(cupy_double, x, out)
+        assert double.launches() - before == {"gemmEx": 1}
+        assert got.base is None   # an array of its own: the engine keeps it as the bias's gradient, uncopied
+        exact = a.astype(np.float64).sum(axis=0)
+        got = cupy_double.asnumpy(got)
+        assert got.shape == (6,) and got.dtype == (out or dtype)
+        tol = TOLERANCE[(out or dtype).name] * np.sqrt(rows)
+        np.testing.assert_allclose(got.astype(np.float64), exact, rtol=tol, atol=tol)
+
+
+def test_a_sum_over_rows_stays_float32_while_tf32_is_on(cupy_double):
+    """The ones of sum_rows must not round the summands: with TF32 on, 1000 rows of 1 + 2⁻¹²
+    (TF32 reads each as 1) still sum to 1000 + 1000·2⁻¹², not 1000."""
+    a = cupy_double.asarray(np.full((1000, 2), 1.0 + 2.0**-12, np.float32))
+    try:
+        mt.cuda.set_tf32(True)
+        got = cupy_double.asnumpy(fastpaths.sum_rows(cupy_double, a))
+    finally:
+        mt.cuda.set_tf32(False)
+    np.testing.assert_allclose(got, 1000 * (1.0 + 2.0**-12), rtol=1e-6)
+
+
 def test_gemm_refuses_mixed_operands_it_does_not_take(cupy_double):
     a = cupy_double.asarray(np.ones((2, 2), np.float32))
     with pytest.raises(TypeError, match="one floating type"):
