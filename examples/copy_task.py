@@ -67,6 +67,8 @@ def main(argv=None) -> dict:
     settings = parse_args(argv)
     blas.print_advice(settings.device)
     summary = train_copy_task(settings)
+    copied = round(summary["exact_match"] * settings.test_size)
+    print(f"fresh sequences, never seen in training: {copied} of {settings.test_size} copied exactly")
     shown = {k: summary[k] for k in ("exact_match", "token_accuracy", "train_seconds", "steps", "parameters")}
     print(json.dumps(shown, indent=2))
     extra = " profile.json" if settings.profile else ""
