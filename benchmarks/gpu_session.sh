@@ -6,7 +6,7 @@
 # update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
 # attention, the cross-entropy, the fused elementwise kernels and the products, then the base
 # step in the four precisions, PyTorch beside each, and the TF32 step once more with attention on
-# the fused path, auto's alternative (about 3 minutes on an H100, measured in parts).
+# the fused path, auto's alternative (about 4 minutes on an H100, measured in parts).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k)
