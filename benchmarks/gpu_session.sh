@@ -9,7 +9,9 @@
 # the fused path, auto's alternative (about 4 minutes on an H100, measured in parts).
 #
 # Settings (environment), for a session shorter than the whole run:
-#   DATA          the Multi30k folder (default ../shared/data/multi30k)
+#   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
+#                 the GPU machine, copy the files into the git-ignored data/multi30k and set DATA=data/multi30k
+#                 and MULTI30K_DIR=$PWD/data/multi30k: the wmt step and the tests read them)
 #   MINUTES       multi30k-gpu's training budget in minutes (default: the preset's)
 #   WORKERS       pytest-xdist workers for the GPU tests (default: none, one process)
 #   TESTS_K       a pytest -k expression choosing among the GPU tests (default: all of them)
