@@ -39,7 +39,7 @@ for v in sizes:
     if v == sizes[-1]:
         print("pieces:", tok.pieces("Ein Fahrradfahrer springt über eine Rampe."))
         checks.round_trips(tok, de[:200])
-print("mean German sentence length in pieces:", {v: round(a, 1) for v, a in avg_len.items()},
+print("mean German sentence length in pieces:", {v: round(float(a), 1) for v, a in avg_len.items()},
       "| in words:", round(np.mean([len(s.split()) for s in de[:500]]), 1))
 checks.always_lower([avg_len[sizes[-1]]], [avg_len[sizes[0]]], "pieces per sentence, largest vs smallest vocabulary")
 results["pieces_per_german_sentence"] = avg_len

@@ -4,6 +4,7 @@ on a planted forward use); no lesson checks a wall-clock time; a lesson without 
 says in one line what to set; the READMEs show exactly what the lessons recorded."""
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,9 @@ def test_lesson_runs_in_smoke_mode_and_saves_figures(lesson, tmp_path):
     proc = subprocess.run([sys.executable, str(lesson)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    # a learner reads numbers, not NumPy 2's scalar reprs such as np.float64(28.2)
+    reprs = re.findall(r".*\bnp\.(?:float|int|uint|bool)\w*\(.*", proc.stdout)
+    assert not reprs, f"NumPy scalar reprs in the output: {reprs[:3]}"
     assert list(tmp_path.rglob("*.png")), "the lesson saved no figure"
     assert (tmp_path / lesson.name[:2] / "results.json").exists(), "the lesson recorded no results"
 
