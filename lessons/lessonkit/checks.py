@@ -361,7 +361,9 @@ def sharded_gradients_match(model, src, tgt, pad: int, shards, combine) -> float
     of the shards' summed-loss gradients and their real-token counts. Returns the largest
     difference."""
     whole, per_shard, tokens = shard_gradients(model, src, tgt, pad, shards)
-    return agree(combine(per_shard, tokens), whole, "whole-batch gradients vs the combined shards'", 1e-12, 1e-9)
+    names = [name for name, _ in model.named_parameters()]   # the order of model.parameters()
+    return agree(dict(zip(names, combine(per_shard, tokens))), dict(zip(names, whole)),
+                 "the whole batch's gradient vs the combined shards', of parameter", 1e-12, 1e-9)
 
 
 # ---------------------------------------------------------------- shared: a measured range
