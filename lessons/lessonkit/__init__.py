@@ -42,6 +42,11 @@ if not in_notebook() and "MPLBACKEND" not in os.environ:
 
     matplotlib.use("Agg")   # a script draws to files only: no window, no display needed
 
+if hasattr(sys.stdout, "reconfigure"):
+    # each line shows as it is printed, also piped into a log or a pager: a lesson that runs for
+    # minutes says how far it is between seeds, rather than all at once at the end
+    sys.stdout.reconfigure(line_buffering=True)
+
 
 def smoke() -> bool:
     """True with ``--smoke`` on the command line or ``LESSON_SMOKE=1``: every lesson then runs in seconds."""

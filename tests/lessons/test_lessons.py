@@ -40,6 +40,17 @@ def test_lesson_runs_in_smoke_mode_and_saves_figures(lesson, tmp_path):
     assert (tmp_path / lesson.name[:2] / "results.json").exists(), "the lesson recorded no results"
 
 
+def test_a_lesson_prints_each_line_as_it_goes_even_into_a_pipe():
+    """Piped (into tee, a log, a pager), Python holds printed lines back until its buffer fills:
+    a lesson that runs for minutes would show nothing until the end. The kit makes stdout
+    line-buffered, so each seed's line arrives when it is printed."""
+    lessons = Path(run_all.__file__).resolve().parent
+    proc = subprocess.run([sys.executable, "-c", "import sys, lessonkit; print(sys.stdout.line_buffering)"],
+                          cwd=lessons, capture_output=True, text=True, timeout=60, env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "True"
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
 def test_lesson_is_literate_and_imports_the_package_and_its_kit(lesson):
     text = lesson.read_text()
