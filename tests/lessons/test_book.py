@@ -162,3 +162,14 @@ def test_a_lesson_that_fails_is_marked_and_the_rest_of_the_book_is_still_built(t
     assert index.count("failed in this build") == 1 and "this lesson needs something" in index
     out = capsys.readouterr()
     assert "problem: lesson 01 failed" in out.out and "01_autograd_on_scalars.py failed" in out.err
+
+
+def test_the_lessons_readme_and_the_book_agree_on_when_a_lesson_runs_in_full_mode():
+    """lessons/README.md and book.py's own usage line state the limit the book applies: a lesson
+    runs in full mode when its recorded full run took under FULL_MODE_LIMIT_S seconds."""
+    readme = (Path(book.__file__).parent / "README.md").read_text()
+    limit = book.FULL_MODE_LIMIT_S
+    assert re.search(rf"full mode where its recorded full run took under\s+{limit} s", readme), \
+        "lessons/README.md states another limit than book.FULL_MODE_LIMIT_S"
+    usage = book.__doc__.splitlines()
+    assert any(f"< {limit / 60:g} min" in line for line in usage), "book.py's usage line states another limit"
