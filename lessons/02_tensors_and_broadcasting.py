@@ -71,8 +71,8 @@ print("batched matmul:", h.shape, "@", W.shape, "->", out.shape, "; both gradien
 # ## Devices and dtypes
 #
 # Python floats become float32 (the training dtype); arrays keep theirs (float64 is for
-# gradient checks). `tensor.to("cuda")` moves a tensor to a GPU when CuPy and one are
-# present; lesson 23 is about that.
+# gradient checks). A tensor can also live on a GPU, when CuPy and one are present;
+# lesson 23 is about that.
 
 # %%
 print(mt.tensor([1.0, 2.0]).dtype, mt.tensor(np.zeros(2)).dtype, mt.tensor([1, 2]).dtype)

@@ -147,8 +147,8 @@ results.finding(f"two batches of different sentences give gradients with cosine 
 # loss over its real target tokens, add up their gradients, and divide once by all the
 # tokens of the big batch: that is exactly the big batch's per-token gradient. (Averaging
 # each micro-batch's per-token loss instead weights a token of a short micro-batch more
-# than one of a long micro-batch.) The trainer does this with `TrainSettings(update_freq=k)`;
-# lesson 24 uses the same arithmetic across processes.
+# than one of a long micro-batch.) The command line's trainer does this with
+# `--update-freq k`; lesson 24 uses the same arithmetic across processes.
 
 # %%
 model64 = model.astype(np.float64)

@@ -40,6 +40,7 @@ class Lesson:
     teaches_concepts: list[str] = field(default_factory=list)
     uses_concepts: list[str] = field(default_factory=list)
     code: str = ""                             # the code cells, joined
+    prose: str = ""                            # the markdown cells, joined
 
 
 def lesson_files() -> list[Path]:
@@ -94,7 +95,8 @@ def parse(path: Path, text: str | None = None) -> Lesson:
     if used_names:
         raise ValueError(f"{path.name}: **Uses:** lists concepts only; the code's names are found by reading it")
     return Lesson(int(m.group(1)), path, title, paper.group(1) if paper else "—", names, concepts, used,
-                  "\n".join(src for kind, src in cells if kind == "code"))
+                  "\n".join(src for kind, src in cells if kind == "code"),
+                  "\n".join(src for kind, src in cells if kind != "code"))
 
 
 def course(texts: dict[str, str] | None = None) -> list[Lesson]:
@@ -170,4 +172,15 @@ def problems(lessons: list[Lesson]) -> list[str]:
         for n in sorted(imported):
             if n not in taught_name:
                 out.append(f"lesson {lesson.number}: imports `{n}`, which no lesson teaches")
+        for n in sorted(prose_names(lesson.prose)):
+            where = taught_name.get(n)
+            if where is not None and where > lesson.number:
+                out.append(f"lesson {lesson.number}: its prose names `{n}`, taught later, in lesson {where}")
     return out
+
+
+def prose_names(markdown: str) -> set[str]:
+    """The identifiers inside the prose's `code spans` (`TrainSettings(update_freq=k)` names
+    TrainSettings and update_freq): what a reader is told to use."""
+    return {ident for span in re.findall(r"`([^`\n]+)`", markdown)
+            for ident in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", span)}

@@ -78,6 +78,13 @@ def test_the_order_test_fails_on_a_forward_use_planted_in_the_code():
     assert found == ["lesson 3: its code uses `greedy_decode`, taught later, in lesson 14"]
 
 
+def test_the_order_test_reads_the_prose_and_fails_on_an_api_name_a_later_lesson_teaches():
+    """A code span in the prose tells the reader what to use: naming a later lesson's API there
+    breaks the order as a use in the code does (the trainer's settings in lesson 21, taught in 22)."""
+    found = _planted("21_", lambda t: t.replace("# `--update-freq k`; lesson 24", "# `TrainSettings(update_freq=k)`; lesson 24", 1))
+    assert found == ["lesson 21: its prose names `TrainSettings`, taught later, in lesson 22"]
+
+
 def test_the_order_test_fails_on_a_method_a_later_lesson_teaches():
     found = _planted("05_", lambda t: t + "\n# %%\nclone.eval()\n")
     assert found == ["lesson 5: its code uses `eval`, taught later, in lesson 6"]
