@@ -126,7 +126,7 @@ def compare(trees: dict, seeds: list, base_steps: int, repeats: int, torch: bool
         for r in range(repeats):
             for name, tree in trees.items():
                 print(f"== BLAS {setting}, round {r + 1}/{repeats}: {name} ({tree})", file=sys.stderr, flush=True)
-                runs[setting][name].append(measure(seeds, base_steps, {**env, "PYTHONPATH": str(tree)}, torch, Path(tree)))
+                runs[setting][name].append(measure(seeds, base_steps, {**env, "PYTHONPATH": str(tree)}, torch, tree))
     return runs
 
 

@@ -31,7 +31,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from harness import environment, write_results  # noqa: E402
+from cpu_session import run_script  # noqa: E402
+from harness import environment, seconds_per_update, write_results  # noqa: E402
 from wmt_scale import synthesise  # noqa: E402
 
 PAPER_UPDATES = 100_000
@@ -51,9 +52,8 @@ def trainer_run(folder: Path, run_dir: Path, a) -> dict:
     if out.returncode:
         raise SystemExit(f"the command line failed ({out.returncode}):\n{out.stderr[-4000:]}")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    seconds = {r["step"]: r["seconds"] for r in records}
     timed = a.updates - a.warmup
-    per_update = (seconds[a.updates] - seconds[a.warmup]) / timed
+    per_update = seconds_per_update(run_dir, a.warmup)
     plan = [line for line in out.stderr.splitlines() if line.startswith("batches:")]
     return {"command": " ".join(cmd[1:]), "wall_seconds": round(time.perf_counter() - start, 1),
             "batches": plan[0] if plan else None, "updates_timed": timed,
@@ -62,19 +62,14 @@ def trainer_run(folder: Path, run_dir: Path, a) -> dict:
             "first_and_last_loss": [records[0]["loss"], records[-1]["loss"]]}
 
 
-def step_run(a, tmp: Path) -> dict:
+def step_run(a) -> dict:
     """The base-step benchmark, minitensor alone, in the same precision."""
-    path = tmp / "base_step.json"
-    cmd = [sys.executable, "base_step_vs_torch.py", "--device", a.device, "--batch", str(a.batch), "--length",
-           str(a.length), "--steps", str(a.steps), "--warmup", "3", "--precisions", a.precision, "--no-torch",
-           "--out", str(path)]
-    print("$ " + " ".join(cmd[1:]), file=sys.stderr, flush=True)
+    args = ["--device", a.device, "--batch", str(a.batch), "--length", str(a.length), "--steps", str(a.steps),
+            "--warmup", "3", "--precisions", a.precision, "--no-torch"]
+    print("$ base_step_vs_torch.py " + " ".join(args), file=sys.stderr, flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE, env=env)  # the checkout's packages
-    if out.returncode:
-        raise SystemExit(f"the base step failed ({out.returncode}):\n{out.stderr[-4000:]}")
-    mine = json.loads(path.read_text())["results"][a.precision]["minitensor"]
-    return {"command": " ".join(cmd[1:]), "seconds_per_step": round(mine["ms_per_step"] / 1e3, 4),
+    mine = run_script("base_step_vs_torch.py", args, env)["results"][a.precision]["minitensor"]  # the checkout's packages
+    return {"command": "base_step_vs_torch.py " + " ".join(args), "seconds_per_step": round(mine["ms_per_step"] / 1e3, 4),
             "tokens_per_step": a.batch * a.length, "peak_memory_gib": mine.get("peak_memory_gib")}
 
 
@@ -106,7 +101,7 @@ def main() -> None:
         trainer = trainer_run(folder, Path(tempfile.mkdtemp(dir=work)) / "run", a)
         print(f"trainer: {trainer['seconds_per_update'] * 1e3:.1f} ms per update ({trainer['batches']})",
               file=sys.stderr, flush=True)
-        step = step_run(a, Path(tmp))
+        step = step_run(a)
     ratio = trainer["seconds_per_update"] / step["seconds_per_step"]
     hours = PAPER_UPDATES * trainer["seconds_per_update"] / 3600
     out = {"benchmark": "train --preset wmt14-base per update against the base step at the same tokens",
