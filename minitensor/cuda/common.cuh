@@ -306,3 +306,48 @@ __device__ __forceinline__ unsigned int to_tf32(float v) {
     return u;
 }
 #endif
+
+// ---------------------------------------------------------------- fragments from shared memory (one warp)
+// ldmatrix_x2<TRANS>(r, row): two 8 x 8 matrices of 16-bit values from shared memory, one per
+// register, in the mma.sync B-fragment layout (PTX ISA, "ldmatrix"). Lanes 8i .. 8i + 7 (i = 0, 1)
+// give the addresses of matrix i's rows 0..7 (each row 8 consecutive values, 16-byte aligned;
+// the other lanes' addresses are not read); lane l = 4g + t then receives in r[i]
+//   TRANS = false:  M_i[g][2t, 2t+1]     (a row of M_i: B's column g when the rows are B's columns)
+//   TRANS = true:   M_i[2t, 2t+1][g]     (a column of M_i: B's column g when the rows are B's rows)
+// with the lower index in the low half: one mma.sync m16n8k16's b[0] and b[1] in one instruction,
+// and with TRANS from a row-major tile, with no transposed copy.
+//
+// On the emulator the warp meets once to hand round the row addresses (as for mma.sync); each
+// lane then reads its own values, so the race tracker sees every read, made by the lane that
+// receives it.
+#ifdef MT_EMULATOR
+template <bool TRANS, typename T>
+__device__ __forceinline__ void ldmatrix_x2(unsigned int r[2], const T* row) {
+    static_assert(sizeof(T) == 2, "ldmatrix moves 16-bit values");
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    const unsigned long long p = reinterpret_cast<unsigned long long>(row);
+    if (lane < 16 && p % 16 != 0)
+        ::mt_emu::fail("%s: ldmatrix row address %p is not 16-byte aligned", ::mt_emu::where(), static_cast<const void*>(row));
+    const unsigned int mine[2] = {static_cast<unsigned int>(p), static_cast<unsigned int>(p >> 32)};
+    const unsigned int* all = ::mt_emu::warp_gather("ldmatrix.m8n8.x2", MT_FULL_MASK, mine, 2);
+    const int W = ::mt_emu::kGatherWords;
+    auto row_of = [&](int i, int k) {   // matrix i's row k, as lane 8i + k gave it
+        const unsigned int* w = all + W * (8 * i + k);
+        return reinterpret_cast<const T*>(static_cast<unsigned long long>(w[0]) | (static_cast<unsigned long long>(w[1]) << 32));
+    };
+    for (int i = 0; i < 2; ++i) {
+        const T lo = TRANS ? row_of(i, 2 * t)[g] : row_of(i, g)[2 * t];
+        const T hi = TRANS ? row_of(i, 2 * t + 1)[g] : row_of(i, g)[2 * t + 1];
+        r[i] = static_cast<unsigned int>(lo.bits) | (static_cast<unsigned int>(hi.bits) << 16);
+    }
+}
+#else
+template <bool TRANS, typename T>
+__device__ __forceinline__ void ldmatrix_x2(unsigned int r[2], const T* row) {
+    const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(row));
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(address));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(address));
+}
+#endif

@@ -46,6 +46,7 @@
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 // One copy per block, shared by the block's threads: blocks run one at a time, so a static
 // local is exactly that. The kernel text sits in an anonymous namespace, which makes these

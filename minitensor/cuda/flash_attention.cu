@@ -266,10 +266,10 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 //
 // Block: 4 warps (128 threads) and 64 rows (queries, or keys in the dK/dV pass), 16 per warp.
 // A warp's own rows of Q, dO, K or V stay in A fragments (registers) for the whole kernel; the
-// other side's rows are staged tile by tile in shared memory, row-major where they are the
-// product's B^T (Q K^T: B's column n is key n's row) and transposed where they are its B (P V:
-// B's column n is value column n, a row only in V^T). Each shared row is padded by 16 bytes, so
-// the 32 lanes' reads of a fragment fall in 32 different banks.
+// other side's rows are staged tile by tile in shared memory, row-major as they lie in memory,
+// and each product reads its B fragments from there: for Q K^T the staged rows are B's columns,
+// for P V they are B's rows (16-bit: ldmatrix, with .trans for the second; TF32: one load per
+// register). Rows are padded so that a fragment's reads fall in different banks.
 //
 // Scores, probabilities and their gradients live in accumulator fragments: lane 4g + t holds
 // rows g and g + 8 and two columns of every 8-column tile. Those are the A fragment's entries of
@@ -280,7 +280,9 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // may be views of (B, T, H, d) projections with no head copies: Q, O, dO and dQ share one set
 // (q_s*), K, V, dK and dV another (k_s*). The head size d is 32, 64 or 128 (no padding); every
 // row starts 4-byte aligned. The mask is read per score through MaskView; `causal` also forbids
-// key j > query i, and then the tiles wholly above the diagonal are skipped (not computed).
+// key j > query i, and then the tiles wholly above the diagonal are skipped (not computed). A
+// warp's tile that every score may enter (no mask, inside both lengths, below the diagonal) skips
+// the per-score check.
 // lse and delta are float32. The backward is two passes without atomics, as above: the result
 // is deterministic. A query with no allowed key gets O = 0, lse = +inf and zero gradients.
 
@@ -290,18 +292,29 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // An accumulator tile's position 2t + e (e = 0, 1) in lane 4g + t is column col(t, e) of the
 // matrix. For 16-bit storage that is 2t + e, the positions as they are. m16n8k8's A fragment
 // wants columns t and t + 4 of a lane instead, so in TF32 every product's 8 output columns are
-// permuted: B's column n is read from row b_row(n) of its 8-row tile (n / 2 + 4 (n % 2)), and
-// position 2t + e then holds column t + 4e, exactly what the next product's A fragment takes.
+// permuted: B's column n is read from column b_row(n) of its 8-column tile (n / 2 + 4 (n % 2)),
+// and position 2t + e then holds column t + 4e, exactly what the next product's A fragment takes.
 // The permutation is one of each tile's columns, so masks, row maxima and stores only need col().
+//
+// B fragments come from a row-major shared tile s (`pitch` values per row) in one of two ways:
+// b_frag_t where s holds B transposed (B[k][n] = s[n][k]: the keys of Q K^T) and b_frag where s
+// holds B itself (B[k][n] = s[k][n]: the values of P V); each gives the 8-column tile n0 at the
+// k-step that starts at column (or row) k0.
 template <typename T>
 struct TcMath {   // f16, bf16: m16n8k16, a pair of values per register
-    static constexpr int KS = 16, PAD = 8;
+    static constexpr int KS = 16, PAD = 8;   // PAD: rows stay 16-byte aligned, and ldmatrix's 8 rows hit 8 bank groups
     __device__ static __forceinline__ int col(int t, int e) { return 2 * t + e; }
-    __device__ static __forceinline__ int b_row(int n) { return n; }
     // A fragment register r of a 16-row block: p is its row g + 8 (r % 2) at the k-step's first column
     __device__ static __forceinline__ unsigned int a_reg(const T* p, int t, int r) { return pair_at(p + 2 * t + (r / 2) * 8); }
-    // B fragment register r from a staged row (values already as the tensor cores take them)
-    __device__ static __forceinline__ unsigned int b_reg(const T* p, int t, int r) { return pair_at(p + 2 * t + 8 * r); }
+    // ldmatrix's matrix i (lanes 8i .. 8i + 7) is b[i]: k from k0 + 8i
+    __device__ static __forceinline__ void b_frag_t(unsigned int b[2], const T* s, int pitch, int n0, int k0) {
+        const int lane = threadIdx.x % MT_WARP;
+        ldmatrix_x2<false>(b, s + (n0 + lane % 8) * pitch + k0 + 8 * (lane / 8 % 2));
+    }
+    __device__ static __forceinline__ void b_frag(unsigned int b[2], const T* s, int pitch, int n0, int k0) {
+        const int lane = threadIdx.x % MT_WARP;
+        ldmatrix_x2<true>(b, s + (k0 + 8 * (lane / 8 % 2) + lane % 8) * pitch + n0);
+    }
     __device__ static __forceinline__ void mma(float acc[4], const unsigned int a[4], const unsigned int b[2]) {
         mma_16x8x16<T>(acc, a, b, acc);
     }
@@ -312,13 +325,8 @@ struct TcMath {   // f16, bf16: m16n8k16, a pair of values per register
         a[2] = pack_pair<T>(acc[1][0], acc[1][1]);
         a[3] = pack_pair<T>(acc[1][2], acc[1][3]);
     }
-    // one 32-bit word of a row (4-byte aligned), as staged; and its value v
+    // one 32-bit word of a row (4-byte aligned), as staged
     __device__ static __forceinline__ unsigned int word(const T* p) { return pair_at(p); }
-    __device__ static __forceinline__ T part(unsigned int w, int v) {
-        T h;
-        h.bits = static_cast<unsigned short>(v ? w >> 16 : w & 0xffffu);
-        return h;
-    }
     // positions 2t + e, e = 0, 1 of an output tile: p is the tile's first column
     __device__ static __forceinline__ void store(T* p, int t, float v0, float v1) {
         *reinterpret_cast<unsigned int*>(p + 2 * t) = pack_pair<T>(v0, v1);
@@ -328,11 +336,21 @@ struct TcMath {   // f16, bf16: m16n8k16, a pair of values per register
 #ifdef MT_HAS_TENSOR_CORES
 template <>
 struct TcMath<float> {   // TF32: m16n8k8, one value per register, every value rounded by to_tf32
-    static constexpr int KS = 8, PAD = 4;
+    static constexpr int KS = 8, PAD = 4;   // PAD: b_frag_t's 32 reads hit 32 banks (b_frag's: at most 2 a bank)
     __device__ static __forceinline__ int col(int t, int e) { return t + 4 * e; }
     __device__ static __forceinline__ int b_row(int n) { return n / 2 + 4 * (n % 2); }
     __device__ static __forceinline__ unsigned int a_reg(const float* p, int t, int r) { return to_tf32(p[t + (r / 2) * 4]); }
-    __device__ static __forceinline__ unsigned int b_reg(const float* p, int t, int r) { return __float_as_uint(p[t + 4 * r]); }
+    // b[r] = B[k0 + t + 4r][n0 + b_row(g)] (the staged values are already TF32)
+    __device__ static __forceinline__ void b_frag_t(unsigned int b[2], const float* s, int pitch, int n0, int k0) {
+        const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+        b[0] = __float_as_uint(s[(n0 + b_row(g)) * pitch + k0 + t]);
+        b[1] = __float_as_uint(s[(n0 + b_row(g)) * pitch + k0 + t + 4]);
+    }
+    __device__ static __forceinline__ void b_frag(unsigned int b[2], const float* s, int pitch, int n0, int k0) {
+        const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+        b[0] = __float_as_uint(s[(k0 + t) * pitch + n0 + b_row(g)]);
+        b[1] = __float_as_uint(s[(k0 + t + 4) * pitch + n0 + b_row(g)]);
+    }
     __device__ static __forceinline__ void mma(float acc[4], const unsigned int a[4], const unsigned int b[2]) {
         mma_16x8x8_tf32(acc, a, b, acc);
     }
@@ -343,7 +361,6 @@ struct TcMath<float> {   // TF32: m16n8k8, one value per register, every value r
         a[3] = to_tf32(acc[0][3]);   // A[g + 8][t + 4]
     }
     __device__ static __forceinline__ unsigned int word(const float* p) { return to_tf32(*p); }
-    __device__ static __forceinline__ float part(unsigned int w, int) { return __uint_as_float(w); }
     __device__ static __forceinline__ void store(float* p, int t, float v0, float v1) {
         p[t] = v0;
         p[t + 4] = v1;
@@ -356,6 +373,11 @@ struct AllowedKeys {   // may query i attend to key j?
     int b, h, Tq, Tk, causal;
     __device__ __forceinline__ bool operator()(int i, int j) const {
         return i < Tq && j < Tk && (!causal || j <= i) && mv.allows(mv.row(b, h, i), j);
+    }
+    // may every query of [i0, i0 + rows) attend to every key of [j0, j0 + cols), with no mask to
+    // read? (Then a tile's scores need no check: most tiles, when only the causal flag masks.)
+    __device__ __forceinline__ bool whole(int i0, int rows, int j0, int cols) const {
+        return mv.data == nullptr && i0 + rows <= Tq && j0 + cols <= Tk && (!causal || j0 + cols - 1 <= i0);
     }
 };
 
@@ -422,37 +444,34 @@ __device__ __forceinline__ void row_dots(float out[2], const T* __restrict__ a, 
     }
 }
 
-// Stage rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into shared memory,
-// zero past `rows`, as the tensor cores take them (TF32: rounded): row-major into s[R][D + PAD]
-// and/or transposed into tr[D][R + PAD] (either may be null). The block's 128 threads read
-// consecutive 32-bit words of a row (coalesced).
+// Stage rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into the row-major
+// shared tile s[R][D + PAD], zero past `rows`, as the tensor cores take them (TF32: rounded).
+// The block's 128 threads read consecutive 32-bit words of a row (coalesced).
 template <typename T, int R, int D>
-__device__ __forceinline__ void stage_rows(T* s, T* tr, const T* __restrict__ base, long long stride,
-                                           int row0, int rows) {
+__device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, long long stride, int row0, int rows) {
     constexpr int V = 4 / sizeof(T), PAD = TcMath<T>::PAD;   // values per word
     for (int e = threadIdx.x; e < R * D / V; e += 128) {
         const int r = e / (D / V), c = V * (e % (D / V)), row = row0 + r;
         const unsigned int w = row < rows ? TcMath<T>::word(base + row * stride + c) : 0u;
-        if (s != nullptr) *reinterpret_cast<unsigned int*>(s + r * (D + PAD) + c) = w;
-        if (tr != nullptr)
-#pragma unroll
-            for (int v = 0; v < V; ++v) tr[(c + v) * (R + PAD) + r] = TcMath<T>::part(w, v);
+        *reinterpret_cast<unsigned int*>(s + r * (D + PAD) + c) = w;
     }
 }
 
-// acc[nt] += A (16 x KS KK) times the shared tile's rows [8 nt, 8 nt + 8) transposed: B's column n
-// of tile nt is the staged row 8 nt + b_row(n) (s has PITCH values per row). With s row-major
-// this is A S^T; with s a transposed tile it is A S.
-template <typename T, int NT, int KK, int PITCH>
-__device__ __forceinline__ void mma_rows(float acc[NT][4], const unsigned int a[KK][4], const T* s) {
+// acc[nt] += A (16 x KS KK) B for the NT 8-column tiles of B, read from the shared tile s (PITCH
+// values per row): A S^T where s holds B's columns as rows (B_T, as the keys of Q K^T), A S where
+// it holds B's rows (as the values of P V).
+template <typename T, int NT, int KK, int PITCH, bool B_T>
+__device__ __forceinline__ void mma_shared(float acc[NT][4], const unsigned int a[KK][4], const T* s) {
     constexpr int KS = TcMath<T>::KS;
-    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int kk = 0; kk < KK; ++kk) {
-            const T* row = s + (nt * 8 + TcMath<T>::b_row(g)) * PITCH + kk * KS;
-            const unsigned int b[2] = {TcMath<T>::b_reg(row, t, 0), TcMath<T>::b_reg(row, t, 1)};
+            unsigned int b[2];
+            if (B_T)
+                TcMath<T>::b_frag_t(b, s, PITCH, nt * 8, kk * KS);
+            else
+                TcMath<T>::b_frag(b, s, PITCH, nt * 8, kk * KS);
             TcMath<T>::mma(acc[nt], a[kk], b);
         }
 }
@@ -491,8 +510,8 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                            long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    __shared__ T Ks[BK][D + PAD];     // the tile's keys, row-major (for Q K^T)
-    __shared__ T Vt[D][BK + PAD];     // its values, transposed (for P V)
+    __shared__ __align__(16) T Ks[BK][D + PAD];   // the tile's keys (for Q K^T)
+    __shared__ __align__(16) T Vs[BK][D + PAD];   // and values (for P V), both row-major
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
@@ -507,20 +526,21 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
     const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;   // causal: no key past the block's last query
     for (int j0 = 0; j0 < k_end; j0 += BK) {
         __syncthreads();                                      // the last tile's reads are done
-        stage_rows<T, BK, D>(&Ks[0][0], nullptr, K + k_off, k_st, j0, Tk);
-        stage_rows<T, BK, D>(nullptr, &Vt[0][0], V + k_off, k_st, j0, Tk);
+        stage_rows<T, BK, D>(&Ks[0][0], K + k_off, k_st, j0, Tk);
+        stage_rows<T, BK, D>(&Vs[0][0], V + k_off, k_st, j0, Tk);
         __syncthreads();
         float s[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        mma_rows<T, BK / 8, D / KS, D + PAD>(s, qf, &Ks[0][0]);      // S = Q K^T
+        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[0][0]);   // S = Q K^T
+        const bool whole = allowed.whole(q0, 16, j0, BK);                  // no score to check
         float tile_max[2] = {-MT_INF, -MT_INF};
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + TcMath<T>::col(t, e % 2);
-                s[nt][e] = allowed(i, j) ? s[nt][e] * scale : -MT_INF;
+                s[nt][e] = (whole || allowed(i, j)) ? s[nt][e] * scale : -MT_INF;
                 tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
             }
         float correction[2];
@@ -545,7 +565,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
             for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e / 2];
         unsigned int pf[BK / KS][4];
         pack_a<T, BK / 8>(pf, s);
-        mma_rows<T, D / 8, BK / KS, BK + PAD>(o, pf, &Vt[0][0]);   // O += P V
+        mma_shared<T, D / 8, BK / KS, D + PAD, false>(o, pf, &Vs[0][0]);  // O += P V
     }
     float inv[2];
 #pragma unroll
@@ -573,9 +593,8 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                                int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                                long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    __shared__ T Ks[BK][D + PAD];     // keys, row-major (for Q K^T)
-    __shared__ T Kt[D][BK + PAD];     // keys, transposed (for dS K)
-    __shared__ T Vs[BK][D + PAD];     // values, row-major (for dO V^T)
+    __shared__ __align__(16) T Ks[BK][D + PAD];   // keys (for Q K^T and dS K)
+    __shared__ __align__(16) T Vs[BK][D + PAD];   // values (for dO V^T), both row-major
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
@@ -599,27 +618,28 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
     const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;
     for (int j0 = 0; j0 < k_end; j0 += BK) {
         __syncthreads();
-        stage_rows<T, BK, D>(&Ks[0][0], &Kt[0][0], K + k_off, k_st, j0, Tk);
-        stage_rows<T, BK, D>(&Vs[0][0], nullptr, V + k_off, k_st, j0, Tk);
+        stage_rows<T, BK, D>(&Ks[0][0], K + k_off, k_st, j0, Tk);
+        stage_rows<T, BK, D>(&Vs[0][0], V + k_off, k_st, j0, Tk);
         __syncthreads();
         float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
-        mma_rows<T, BK / 8, D / KS, D + PAD>(s, qf, &Ks[0][0]);     // S = Q K^T
-        mma_rows<T, BK / 8, D / KS, D + PAD>(dp, dof, &Vs[0][0]);   // dP = dO V^T
+        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[0][0]);     // S = Q K^T
+        mma_shared<T, BK / 8, D / KS, D + PAD, true>(dp, dof, &Vs[0][0]);   // dP = dO V^T
+        const bool whole = allowed.whole(q0, 16, j0, BK);
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + TcMath<T>::col(t, e % 2);
-                const float p = allowed(i, j) ? exp_(s[nt][e] * scale - lse[e / 2]) : 0.f;
+                const float p = (whole || allowed(i, j)) ? exp_(s[nt][e] * scale - lse[e / 2]) : 0.f;
                 dp[nt][e] = p * (dp[nt][e] - delta[e / 2]);              // dS
             }
         unsigned int dsf[BK / KS][4];
         pack_a<T, BK / 8>(dsf, dp);
-        mma_rows<T, D / 8, BK / KS, BK + PAD>(dq, dsf, &Kt[0][0]);  // dQ += dS K
+        mma_shared<T, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[0][0]);  // dQ += dS K
     }
     store_rows<T, D>(dQ + q_off, q_st, q0, Tq, dq, scale);
 }
@@ -637,8 +657,8 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                                  long long q_sb, long long q_sh, long long q_st,
                                  long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    __shared__ T Qs[BQ][D + PAD], Qt[D][BQ + PAD];     // queries, row-major and transposed
-    __shared__ T dOs[BQ][D + PAD], dOt[D][BQ + PAD];   // their output gradients, likewise
+    __shared__ __align__(16) T Qs[BQ][D + PAD];    // queries
+    __shared__ __align__(16) T dOs[BQ][D + PAD];   // and their output gradients, both row-major
     __shared__ float lse_s[BQ], delta_s[BQ];
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
@@ -657,8 +677,8 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
     const int i_begin = causal ? block_k0 / BQ * BQ : 0;   // causal: no query before the block's first key
     for (int i0 = i_begin; i0 < Tq; i0 += BQ) {
         __syncthreads();
-        stage_rows<T, BQ, D>(&Qs[0][0], &Qt[0][0], Q + q_off, q_st, i0, Tq);
-        stage_rows<T, BQ, D>(&dOs[0][0], &dOt[0][0], dO + q_off, q_st, i0, Tq);
+        stage_rows<T, BQ, D>(&Qs[0][0], Q + q_off, q_st, i0, Tq);
+        stage_rows<T, BQ, D>(&dOs[0][0], dO + q_off, q_st, i0, Tq);
         for (int r = threadIdx.x; r < BQ; r += 128) {
             const int i = i0 + r;
             lse_s[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
@@ -670,22 +690,23 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[nt][e] = dpt[nt][e] = 0.f;
-        mma_rows<T, BQ / 8, D / KS, D + PAD>(st, kf, &Qs[0][0]);     // S^T = K Q^T
-        mma_rows<T, BQ / 8, D / KS, D + PAD>(dpt, vf, &dOs[0][0]);   // dP^T = V dO^T
+        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(st, kf, &Qs[0][0]);     // S^T = K Q^T
+        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(dpt, vf, &dOs[0][0]);   // dP^T = V dO^T
+        const bool whole = allowed.whole(i0, BQ, k0, 16);
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int c = nt * 8 + TcMath<T>::col(t, e % 2), j = k0 + g + (e / 2) * 8;   // query i0 + c, key j
-                const float p = allowed(i0 + c, j) ? exp_(st[nt][e] * scale - lse_s[c]) : 0.f;
+                const float p = (whole || allowed(i0 + c, j)) ? exp_(st[nt][e] * scale - lse_s[c]) : 0.f;
                 st[nt][e] = p;                                                // P^T
                 dpt[nt][e] = p * (dpt[nt][e] - delta_s[c]);                   // dS^T
             }
         unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);
         pack_a<T, BQ / 8>(dsf, dpt);
-        mma_rows<T, D / 8, BQ / KS, BQ + PAD>(dv, pf, &dOt[0][0]);   // dV += P^T dO
-        mma_rows<T, D / 8, BQ / KS, BQ + PAD>(dk, dsf, &Qt[0][0]);   // dK += dS^T Q
+        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dv, pf, &dOs[0][0]);   // dV += P^T dO
+        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dk, dsf, &Qs[0][0]);   // dK += dS^T Q
     }
     store_rows<T, D>(dK + k_off, k_st, k0, Tk, dk, scale);
     store_rows<T, D>(dV + k_off, k_st, k0, Tk, dv, 1.f);

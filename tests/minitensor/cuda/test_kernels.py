@@ -1121,6 +1121,20 @@ __global__ void mma_tile_tf32(const float* A, const float* B, const float* C, fl
     mma_16x8x8_tf32(d, a, b, c);
     for (int i = 0; i < 4; ++i) D[(g + (i / 2) * 8) * 8 + 2 * t + i % 2] = d[i];
 }
+
+// one warp: ldmatrix_x2 of the 16 x 8 matrix M (row-major in memory), staged in shared memory with
+// rows of 16 values; lane 8i + r points at row r of the 8 x 8 block (0, 8i) of M (lanes 16..31 at
+// a row that is not read). R[lane][i] is the lane's register i.
+template <bool TRANS>
+__global__ void ldmatrix_tile(const f16* M, unsigned int* R) {
+    __shared__ __align__(16) f16 Ms[8][16];
+    const int lane = threadIdx.x;
+    for (int e = lane; e < 128; e += 32) Ms[e / 16][e % 16] = M[e];
+    __syncwarp();
+    unsigned int r[2];
+    ldmatrix_x2<TRANS>(r, &Ms[lane % 8][lane < 16 ? 8 * (lane / 8) : 0]);
+    for (int k = 0; k < 2; ++k) R[lane * 2 + k] = r[k];
+}
 """
 
 
@@ -1170,3 +1184,23 @@ def test_one_warps_tensor_core_product_follows_the_documented_fragments(dev, dty
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * (np.abs(exact_a) @ np.abs(exact_b)).max())
+
+
+@pytest.mark.parametrize("trans", [False, True])
+def test_one_warps_ldmatrix_follows_the_documented_fragments(dev, trans):
+    """ldmatrix_x2 (common.cuh) hands lane 4g + t, in register i, the pair (M_i[g][2t], M_i[g][2t+1])
+    of the 8 x 8 matrix M_i whose row addresses lanes 8i..8i+7 gave, or with TRANS the pair
+    (M_i[2t][g], M_i[2t+1][g]), the lower index in the low half. Every 16-bit pattern is distinct,
+    so any value from the wrong place fails; the GPU's ldmatrix instruction runs the same test."""
+    bits = _rng("ldmatrix", trans).permutation(2 ** 16)[:128].astype(np.uint16).reshape(8, 16)
+    kernel = _own_kernel(dev, MMA_TILE, f"ldmatrix_tile<{'true' if trans else 'false'}>")
+    out = dev.asarray(np.zeros((32, 2), np.uint32))
+    kernel((1,), (32,), (dev.asarray(bits.view(np.float16)), out))
+    want = np.zeros((32, 2), np.uint32)
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        for i in range(2):
+            m = bits[:, 8 * i:8 * i + 8].astype(np.uint32)
+            lo, hi = (m[2 * t, g], m[2 * t + 1, g]) if trans else (m[g, 2 * t], m[g, 2 * t + 1])
+            want[lane, i] = lo | (hi << 16)
+    np.testing.assert_array_equal(mt.backend.to_numpy(out), want)
