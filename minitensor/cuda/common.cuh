@@ -351,3 +351,39 @@ __device__ __forceinline__ void ldmatrix_x2(unsigned int r[2], const T* row) {
         asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(address));
 }
 #endif
+
+// ---------------------------------------------------------------- copies behind the computation (cp.async)
+// cp_async<BYTES>(dst, src, valid): copy BYTES (4 or 16, both addresses aligned to it) from global
+// src to shared dst without passing through registers, or, with valid false, write BYTES zeros
+// (src is then not read). The copies a thread issues between two cp_async_commit() form a group;
+// cp_async_wait<N>() waits until at most the N newest of its groups are in flight. The block sees
+// a copy after the wait and a __syncthreads. A kernel can so copy the next tile while it computes
+// on this one (sm_80 and newer).
+//
+// On the emulator a copy is made at the wait, not at the issue (emulator.h's cp_async), so a
+// destination read too early reads the old bytes, and the race check sees the write at the wait.
+#ifdef MT_EMULATOR
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
+    ::mt_emu::cp_async(dst, src, BYTES, valid ? BYTES : 0);
+}
+__device__ __forceinline__ void cp_async_commit() { ::mt_emu::cp_async_commit(); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { ::mt_emu::cp_async_wait(N); }
+#else
+template <int BYTES>
+__device__ __forceinline__ void cp_async(void* dst, const void* src, bool valid) {
+    static_assert(BYTES == 4 || BYTES == 16, "cp.async copies 4 or 16 bytes here");
+    const unsigned int address = static_cast<unsigned int>(__cvta_generic_to_shared(dst));
+    const int src_bytes = valid ? BYTES : 0;
+    if (BYTES == 16)   // .cg: through L2 only (the tile is read once per block)
+        asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %1; cp.async.cg.shared.global [%0], [g], 16, %2; }"
+                     :: "r"(address), "l"(src), "r"(src_bytes) : "memory");
+    else
+        asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %1; cp.async.ca.shared.global [%0], [g], 4, %2; }"
+                     :: "r"(address), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+#endif

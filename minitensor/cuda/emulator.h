@@ -13,6 +13,7 @@
 //     (a thread that exited, or waits somewhere else) is reported, never hung on;
 //   * __shfl_sync and its _up/_down/_xor forms, __syncwarp, __ballot/__all/__any_sync,
 //     atomicAdd, the float intrinsics, and the f16 conversions that round as PTX cvt does;
+//   * cp.async copies, queued at the issue and made at the wait (see cp_async below);
 //   * with MT_EMU_RACE (check="race"): a shared-memory race tracker fed by the compiler's
 //     ThreadSanitizer instrumentation (-fsanitize=thread emits a call before every load and
 //     store; the calls land in the __tsan_* functions below, not in ThreadSanitizer);
@@ -71,10 +72,18 @@ struct dim3 { unsigned int x, y, z; };
 
 constexpr int kWarp = 32;
 constexpr int kGatherWords = 8;   // the most 32-bit words a lane hands in to a warp gather
+constexpr int kAsyncCopies = 128; // the most cp.async copies a thread may have in flight
 constexpr int kMaxThreads = 1024;
 constexpr size_t kStackBytes = 256 * 1024;
 
 enum Wait { RUNNABLE = 0, AT_BARRIER = 1, AT_WARP = 2, EXITED = 3 };
+
+// a cp.async copy in flight: made when its thread waits for its group (group: commits before it)
+struct AsyncCopy {
+    void* dst;
+    const void* src;
+    unsigned bytes, src_bytes, group;
+};
 
 struct Thread {
     ucontext_t ctx;
@@ -84,6 +93,9 @@ struct Thread {
     int src;                   // the lane it reads (shuffles)
     unsigned long long result; // what the warp operation gave it
     unsigned gathered[kWarp * kGatherWords];  // what a warp gather gave it: lane l's words from l * kGatherWords
+    int copies;                // cp.async copies in flight...
+    unsigned groups;           // ...and the groups committed so far
+    AsyncCopy copy[kAsyncCopies];
 #if defined(__SANITIZE_ADDRESS__)
     void* fake_stack;
 #endif
@@ -223,6 +235,7 @@ MT_RT inline void fiber_main() {
     __sanitizer_finish_switch_fiber(nullptr, &rt.main_bottom, &rt.main_size);
 #endif
     rt.entry(rt.args);
+    if (t->copies) fail("%s: exits with %d cp.async copies never waited for", where(), t->copies);
     t->state = EXITED;
     for (;;) yield();  // never resumed after this
 }
@@ -320,6 +333,38 @@ MT_RT inline void track(const void* p, size_t n, bool write) {
             c.reader = -2;
         }
     }
+}
+
+// ---------------------------------------------------------------- asynchronous copies (cp.async)
+// A copy is queued when issued and made when its thread waits for its group, so shared memory
+// holds the old bytes until then: a read of the destination before the wait sees them, and
+// another thread's read before the wait and a __syncthreads is a race (the write is tracked at
+// the wait). The source is read at the wait too, by memcpy, which AddressSanitizer checks.
+MT_RT inline void cp_async(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
+    Thread* t = rt.current;
+    if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) % bytes != 0)
+        fail("%s: cp.async of %u bytes from %p to %p, which are not both %u-byte aligned", where(), bytes, src, dst, bytes);
+    if (t->copies == kAsyncCopies) fail("%s: more than %d cp.async copies in flight", where(), kAsyncCopies);
+    t->copy[t->copies++] = AsyncCopy{dst, src, bytes, src_bytes, t->groups};
+}
+
+MT_RT inline void cp_async_commit() { ++rt.current->groups; }
+
+// cp.async.wait_group n: every committed group but the newest n is complete
+MT_RT inline void cp_async_wait(unsigned n) {
+    Thread* t = rt.current;
+    int kept = 0;
+    for (int i = 0; i < t->copies; ++i) {
+        const AsyncCopy c = t->copy[i];
+        if (c.group + n < t->groups) {
+            track(c.dst, c.bytes, true);
+            std::memcpy(c.dst, c.src, c.src_bytes);
+            std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);   // zero fill
+        } else {
+            t->copy[kept++] = c;
+        }
+    }
+    t->copies = kept;
 }
 
 // ---------------------------------------------------------------- barriers

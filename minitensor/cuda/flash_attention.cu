@@ -269,7 +269,9 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // other side's rows are staged tile by tile in shared memory, row-major as they lie in memory,
 // and each product reads its B fragments from there: for Q K^T the staged rows are B's columns,
 // for P V they are B's rows (16-bit: ldmatrix, with .trans for the second; TF32: one load per
-// register). Rows are padded so that a fragment's reads fall in different banks.
+// register). Rows are padded so that a fragment's reads fall in different banks. Tiles are
+// copied with cp.async, 16 bytes at a time where the rows allow; where two tiles' buffers fit in
+// the static 48 KB, the next tile is copied while this one is computed (TilePipe).
 //
 // Scores, probabilities and their gradients live in accumulator fragments: lane 4g + t holds
 // rows g and g + 8 and two columns of every 8-column tile. Those are the A fragment's entries of
@@ -325,8 +327,6 @@ struct TcMath {   // f16, bf16: m16n8k16, a pair of values per register
         a[2] = pack_pair<T>(acc[1][0], acc[1][1]);
         a[3] = pack_pair<T>(acc[1][2], acc[1][3]);
     }
-    // one 32-bit word of a row (4-byte aligned), as staged
-    __device__ static __forceinline__ unsigned int word(const T* p) { return pair_at(p); }
     // positions 2t + e, e = 0, 1 of an output tile: p is the tile's first column
     __device__ static __forceinline__ void store(T* p, int t, float v0, float v1) {
         *reinterpret_cast<unsigned int*>(p + 2 * t) = pack_pair<T>(v0, v1);
@@ -335,21 +335,21 @@ struct TcMath {   // f16, bf16: m16n8k16, a pair of values per register
 
 #ifdef MT_HAS_TENSOR_CORES
 template <>
-struct TcMath<float> {   // TF32: m16n8k8, one value per register, every value rounded by to_tf32
+struct TcMath<float> {   // TF32: m16n8k8, one value per register, every value rounded by to_tf32 as read
     static constexpr int KS = 8, PAD = 4;   // PAD: b_frag_t's 32 reads hit 32 banks (b_frag's: at most 2 a bank)
     __device__ static __forceinline__ int col(int t, int e) { return t + 4 * e; }
     __device__ static __forceinline__ int b_row(int n) { return n / 2 + 4 * (n % 2); }
     __device__ static __forceinline__ unsigned int a_reg(const float* p, int t, int r) { return to_tf32(p[t + (r / 2) * 4]); }
-    // b[r] = B[k0 + t + 4r][n0 + b_row(g)] (the staged values are already TF32)
+    // b[r] = B[k0 + t + 4r][n0 + b_row(g)], rounded to TF32 as it is read
     __device__ static __forceinline__ void b_frag_t(unsigned int b[2], const float* s, int pitch, int n0, int k0) {
         const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-        b[0] = __float_as_uint(s[(n0 + b_row(g)) * pitch + k0 + t]);
-        b[1] = __float_as_uint(s[(n0 + b_row(g)) * pitch + k0 + t + 4]);
+        b[0] = to_tf32(s[(n0 + b_row(g)) * pitch + k0 + t]);
+        b[1] = to_tf32(s[(n0 + b_row(g)) * pitch + k0 + t + 4]);
     }
     __device__ static __forceinline__ void b_frag(unsigned int b[2], const float* s, int pitch, int n0, int k0) {
         const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
-        b[0] = __float_as_uint(s[(k0 + t) * pitch + n0 + b_row(g)]);
-        b[1] = __float_as_uint(s[(k0 + t + 4) * pitch + n0 + b_row(g)]);
+        b[0] = to_tf32(s[(k0 + t) * pitch + n0 + b_row(g)]);
+        b[1] = to_tf32(s[(k0 + t + 4) * pitch + n0 + b_row(g)]);
     }
     __device__ static __forceinline__ void mma(float acc[4], const unsigned int a[4], const unsigned int b[2]) {
         mma_16x8x8_tf32(acc, a, b, acc);
@@ -360,7 +360,6 @@ struct TcMath<float> {   // TF32: m16n8k8, one value per register, every value r
         a[2] = to_tf32(acc[0][1]);   // A[g][t + 4]
         a[3] = to_tf32(acc[0][3]);   // A[g + 8][t + 4]
     }
-    __device__ static __forceinline__ unsigned int word(const float* p) { return to_tf32(*p); }
     __device__ static __forceinline__ void store(float* p, int t, float v0, float v1) {
         p[t] = v0;
         p[t + 4] = v1;
@@ -444,18 +443,70 @@ __device__ __forceinline__ void row_dots(float out[2], const T* __restrict__ a, 
     }
 }
 
-// Stage rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into the row-major
-// shared tile s[R][D + PAD], zero past `rows`, as the tensor cores take them (TF32: rounded).
-// The block's 128 threads read consecutive 32-bit words of a row (coalesced).
-template <typename T, int R, int D>
-__device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, long long stride, int row0, int rows) {
-    constexpr int V = 4 / sizeof(T), PAD = TcMath<T>::PAD;   // values per word
+// Start copying rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into the
+// row-major shared tile s[R][D + PAD], zeros past `rows` (cp.async, BYTES at a time: the block's
+// 128 threads take consecutive pieces of a row, so the reads are coalesced).
+template <int BYTES, typename T, int R, int D>
+__device__ __forceinline__ void copy_rows(T* s, const T* __restrict__ base, long long stride, int row0, int rows) {
+    constexpr int V = BYTES / sizeof(T), PAD = TcMath<T>::PAD;   // values per copy
     for (int e = threadIdx.x; e < R * D / V; e += 128) {
         const int r = e / (D / V), c = V * (e % (D / V)), row = row0 + r;
-        const unsigned int w = row < rows ? TcMath<T>::word(base + row * stride + c) : 0u;
-        *reinterpret_cast<unsigned int*>(s + r * (D + PAD) + c) = w;
+        cp_async<BYTES>(s + r * (D + PAD) + c, base + (row < rows ? row : 0) * stride + c, row < rows);
     }
 }
+
+// does every row of a matrix at p, `stride` elements apart, start 16-byte aligned?
+template <typename T>
+__device__ __forceinline__ bool rows_aligned_16(const T* p, long long stride) {
+    return ((reinterpret_cast<unsigned long long>(p) | static_cast<unsigned long long>(stride * sizeof(T))) % 16) == 0;
+}
+
+// copy_rows in 16-byte pieces where the rows allow (wide), else in 4-byte ones
+template <typename T, int R, int D>
+__device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, long long stride, int row0, int rows,
+                                           bool wide) {
+    if (wide)
+        copy_rows<16, T, R, D>(s, base, stride, row0, rows);
+    else
+        copy_rows<4, T, R, D>(s, base, stride, row0, rows);
+}
+
+// How many shared buffers a kernel's tiles get: two where two fit in the static 48 KB, so that
+// the next tile is copied while this one is computed.
+__host__ __device__ constexpr int tc_stages(int bytes_per_tile) { return 2 * bytes_per_tile <= 48 * 1024 ? 2 : 1; }
+
+// The tile loop's copies: tile `it` goes to buffer it % STAGES, by copy(it, buffer) (which only
+// starts cp.async copies). begin() before the loop (when it has a tile); await() at the top of
+// each tile, after which the block sees the tile; release() at its end, after which no warp reads
+// its buffer. With two buffers await() first starts the next tile's copies, so they run behind
+// this tile's products; with one, release() starts them.
+template <int STAGES>
+struct TilePipe {
+    template <typename Copy>
+    __device__ __forceinline__ static void begin(Copy copy) {
+        copy(0, 0);
+        cp_async_commit();
+    }
+    template <typename Copy>
+    __device__ __forceinline__ static void await(int it, bool has_next, Copy copy) {
+        if (STAGES == 2) {
+            if (has_next) copy(it + 1, (it + 1) % 2);
+            cp_async_commit();
+            cp_async_wait<1>();   // all but the newest group (the next tile's) have landed
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+    }
+    template <typename Copy>
+    __device__ __forceinline__ static void release(int it, bool has_next, Copy copy) {
+        __syncthreads();
+        if (STAGES == 1 && has_next) {
+            copy(it + 1, 0);
+            cp_async_commit();
+        }
+    }
+};
 
 // acc[nt] += A (16 x KS KK) B for the NT 8-column tiles of B, read from the shared tile s (PITCH
 // values per row): A S^T where s holds B's columns as rows (B_T, as the keys of Q K^T), A S where
@@ -502,16 +553,19 @@ __device__ __forceinline__ void store_rows(T* __restrict__ base, long long strid
 }
 
 // Forward: a block per (batch, head) pair and 64 queries, walking over tiles of BK keys.
+// (__launch_bounds__(128, 1): ptxas may use up to 255 registers; with no minimum it held some
+// instantiations to 128 and spilled.)
 template <typename T, int D, int BK>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, 1)
 flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                            T* __restrict__ O, float* __restrict__ LSE, const unsigned char* __restrict__ mask,
                            long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
                            int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                            long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    __shared__ __align__(16) T Ks[BK][D + PAD];   // the tile's keys (for Q K^T)
-    __shared__ __align__(16) T Vs[BK][D + PAD];   // and values (for P V), both row-major
+    constexpr int STAGES = tc_stages(2 * BK * (D + PAD) * sizeof(T));
+    __shared__ __align__(16) T Ks[STAGES][BK][D + PAD];   // the tile's keys (for Q K^T)
+    __shared__ __align__(16) T Vs[STAGES][BK][D + PAD];   // and values (for P V), both row-major
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
@@ -524,16 +578,21 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
     for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
 
     const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;   // causal: no key past the block's last query
-    for (int j0 = 0; j0 < k_end; j0 += BK) {
-        __syncthreads();                                      // the last tile's reads are done
-        stage_rows<T, BK, D>(&Ks[0][0], K + k_off, k_st, j0, Tk);
-        stage_rows<T, BK, D>(&Vs[0][0], V + k_off, k_st, j0, Tk);
-        __syncthreads();
+    const int tiles = (k_end + BK - 1) / BK;
+    const bool wide = rows_aligned_16(K + k_off, k_st) && rows_aligned_16(V + k_off, k_st);
+    auto copy = [&](int it, int buf) {
+        stage_rows<T, BK, D>(&Ks[buf][0][0], K + k_off, k_st, it * BK, Tk, wide);
+        stage_rows<T, BK, D>(&Vs[buf][0][0], V + k_off, k_st, it * BK, Tk, wide);
+    };
+    if (tiles > 0) TilePipe<STAGES>::begin(copy);
+    for (int it = 0; it < tiles; ++it) {
+        const int j0 = it * BK, buf = it % STAGES;
+        TilePipe<STAGES>::await(it, it + 1 < tiles, copy);
         float s[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[0][0]);   // S = Q K^T
-        const bool whole = allowed.whole(q0, 16, j0, BK);                  // no score to check
+        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
+        const bool whole = allowed.whole(q0, 16, j0, BK);                       // no score to check
         float tile_max[2] = {-MT_INF, -MT_INF};
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
@@ -565,7 +624,8 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
             for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e / 2];
         unsigned int pf[BK / KS][4];
         pack_a<T, BK / 8>(pf, s);
-        mma_shared<T, D / 8, BK / KS, D + PAD, false>(o, pf, &Vs[0][0]);  // O += P V
+        mma_shared<T, D / 8, BK / KS, D + PAD, false>(o, pf, &Vs[buf][0][0]);  // O += P V
+        TilePipe<STAGES>::release(it, it + 1 < tiles, copy);
     }
     float inv[2];
 #pragma unroll
@@ -585,7 +645,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
 // dQ, and delta_i = dO_i . O_i for the dK/dV pass (which runs after this one): a block per
 // (batch, head) pair and 64 queries, walking over tiles of BK keys.
 template <typename T, int D, int BK>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                const T* __restrict__ O, const T* __restrict__ dO, const float* __restrict__ LSE,
                                float* __restrict__ Delta, T* __restrict__ dQ, const unsigned char* __restrict__ mask,
@@ -593,8 +653,9 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                                int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                                long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    __shared__ __align__(16) T Ks[BK][D + PAD];   // keys (for Q K^T and dS K)
-    __shared__ __align__(16) T Vs[BK][D + PAD];   // values (for dO V^T), both row-major
+    constexpr int STAGES = tc_stages(2 * BK * (D + PAD) * sizeof(T));
+    __shared__ __align__(16) T Ks[STAGES][BK][D + PAD];   // keys (for Q K^T and dS K)
+    __shared__ __align__(16) T Vs[STAGES][BK][D + PAD];   // values (for dO V^T), both row-major
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
@@ -616,18 +677,23 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
     for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
 
     const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;
-    for (int j0 = 0; j0 < k_end; j0 += BK) {
-        __syncthreads();
-        stage_rows<T, BK, D>(&Ks[0][0], K + k_off, k_st, j0, Tk);
-        stage_rows<T, BK, D>(&Vs[0][0], V + k_off, k_st, j0, Tk);
-        __syncthreads();
+    const int tiles = (k_end + BK - 1) / BK;
+    const bool wide = rows_aligned_16(K + k_off, k_st) && rows_aligned_16(V + k_off, k_st);
+    auto copy = [&](int it, int buf) {
+        stage_rows<T, BK, D>(&Ks[buf][0][0], K + k_off, k_st, it * BK, Tk, wide);
+        stage_rows<T, BK, D>(&Vs[buf][0][0], V + k_off, k_st, it * BK, Tk, wide);
+    };
+    if (tiles > 0) TilePipe<STAGES>::begin(copy);
+    for (int it = 0; it < tiles; ++it) {
+        const int j0 = it * BK, buf = it % STAGES;
+        TilePipe<STAGES>::await(it, it + 1 < tiles, copy);
         float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
-        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[0][0]);     // S = Q K^T
-        mma_shared<T, BK / 8, D / KS, D + PAD, true>(dp, dof, &Vs[0][0]);   // dP = dO V^T
+        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);     // S = Q K^T
+        mma_shared<T, BK / 8, D / KS, D + PAD, true>(dp, dof, &Vs[buf][0][0]);   // dP = dO V^T
         const bool whole = allowed.whole(q0, 16, j0, BK);
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
@@ -639,7 +705,8 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
             }
         unsigned int dsf[BK / KS][4];
         pack_a<T, BK / 8>(dsf, dp);
-        mma_shared<T, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[0][0]);  // dQ += dS K
+        mma_shared<T, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
+        TilePipe<STAGES>::release(it, it + 1 < tiles, copy);
     }
     store_rows<T, D>(dQ + q_off, q_st, q0, Tq, dq, scale);
 }
@@ -648,7 +715,7 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
 // warp computes the transposed products (keys as rows): S^T = K Q^T, dP^T = V dO^T,
 // dV += P^T dO, dK += dS^T Q.
 template <typename T, int D, int BQ>
-__global__ void __launch_bounds__(128)
+__global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                  const T* __restrict__ dO, const float* __restrict__ LSE,
                                  const float* __restrict__ Delta, T* __restrict__ dK, T* __restrict__ dV,
@@ -657,9 +724,10 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                                  long long q_sb, long long q_sh, long long q_st,
                                  long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    __shared__ __align__(16) T Qs[BQ][D + PAD];    // queries
-    __shared__ __align__(16) T dOs[BQ][D + PAD];   // and their output gradients, both row-major
-    __shared__ float lse_s[BQ], delta_s[BQ];
+    constexpr int STAGES = tc_stages(2 * BQ * (D + PAD) * sizeof(T) + 2 * BQ * sizeof(float));
+    __shared__ __align__(16) T Qs[STAGES][BQ][D + PAD];    // queries
+    __shared__ __align__(16) T dOs[STAGES][BQ][D + PAD];   // and their output gradients, both row-major
+    __shared__ __align__(16) float lse_s[STAGES][BQ], delta_s[STAGES][BQ];
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
     const AllowedKeys& allowed = at.allowed;
@@ -667,7 +735,10 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
 
     unsigned int kf[D / KS][4], vf[D / KS][4];
     load_rows_a<T, D>(kf, K + k_off, k_st, k0, Tk);
-    load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
+    // V's fragments are held like K's, except at head size 128, where holding both would spill
+    // registers: there they are read again for each tile (from the cache)
+    constexpr bool HOLD_V = D <= 64;
+    if (HOLD_V) load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
@@ -675,38 +746,46 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         for (int e = 0; e < 4; ++e) dk[dt][e] = dv[dt][e] = 0.f;
 
     const int i_begin = causal ? block_k0 / BQ * BQ : 0;   // causal: no query before the block's first key
-    for (int i0 = i_begin; i0 < Tq; i0 += BQ) {
-        __syncthreads();
-        stage_rows<T, BQ, D>(&Qs[0][0], Q + q_off, q_st, i0, Tq);
-        stage_rows<T, BQ, D>(&dOs[0][0], dO + q_off, q_st, i0, Tq);
-        for (int r = threadIdx.x; r < BQ; r += 128) {
-            const int i = i0 + r;
-            lse_s[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
-            delta_s[r] = i < Tq ? Delta[static_cast<long long>(n) * Tq + i] : 0.f;
+    const int tiles = Tq > i_begin ? (Tq - i_begin + BQ - 1) / BQ : 0;
+    const bool wide = rows_aligned_16(Q + q_off, q_st) && rows_aligned_16(dO + q_off, q_st);
+    auto copy = [&](int it, int buf) {
+        const int i0 = i_begin + it * BQ;
+        stage_rows<T, BQ, D>(&Qs[buf][0][0], Q + q_off, q_st, i0, Tq, wide);
+        stage_rows<T, BQ, D>(&dOs[buf][0][0], dO + q_off, q_st, i0, Tq, wide);
+        for (int r = threadIdx.x; r < BQ; r += 128) {   // zeros past Tq, where no score is allowed
+            const long long i = static_cast<long long>(n) * Tq + (i0 + r < Tq ? i0 + r : 0);
+            cp_async<4>(&lse_s[buf][r], LSE + i, i0 + r < Tq);
+            cp_async<4>(&delta_s[buf][r], Delta + i, i0 + r < Tq);
         }
-        __syncthreads();
+    };
+    if (tiles > 0) TilePipe<STAGES>::begin(copy);
+    for (int it = 0; it < tiles; ++it) {
+        const int i0 = i_begin + it * BQ, buf = it % STAGES;
+        TilePipe<STAGES>::await(it, it + 1 < tiles, copy);
         float st[BQ / 8][4], dpt[BQ / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[nt][e] = dpt[nt][e] = 0.f;
-        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(st, kf, &Qs[0][0]);     // S^T = K Q^T
-        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(dpt, vf, &dOs[0][0]);   // dP^T = V dO^T
+        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(st, kf, &Qs[buf][0][0]);     // S^T = K Q^T
+        if (!HOLD_V) load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
+        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(dpt, vf, &dOs[buf][0][0]);   // dP^T = V dO^T
         const bool whole = allowed.whole(i0, BQ, k0, 16);
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int c = nt * 8 + TcMath<T>::col(t, e % 2), j = k0 + g + (e / 2) * 8;   // query i0 + c, key j
-                const float p = (whole || allowed(i0 + c, j)) ? exp_(st[nt][e] * scale - lse_s[c]) : 0.f;
+                const float p = (whole || allowed(i0 + c, j)) ? exp_(st[nt][e] * scale - lse_s[buf][c]) : 0.f;
                 st[nt][e] = p;                                                // P^T
-                dpt[nt][e] = p * (dpt[nt][e] - delta_s[c]);                   // dS^T
+                dpt[nt][e] = p * (dpt[nt][e] - delta_s[buf][c]);              // dS^T
             }
         unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);
         pack_a<T, BQ / 8>(dsf, dpt);
-        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dv, pf, &dOs[0][0]);   // dV += P^T dO
-        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dk, dsf, &Qs[0][0]);   // dK += dS^T Q
+        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dv, pf, &dOs[buf][0][0]);   // dV += P^T dO
+        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dk, dsf, &Qs[buf][0][0]);   // dK += dS^T Q
+        TilePipe<STAGES>::release(it, it + 1 < tiles, copy);
     }
     store_rows<T, D>(dK + k_off, k_st, k0, Tk, dk, scale);
     store_rows<T, D>(dV + k_off, k_st, k0, Tk, dv, 1.f);

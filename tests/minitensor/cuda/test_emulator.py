@@ -322,6 +322,97 @@ def test_without_the_race_check_the_same_bug_still_shows_as_nan_from_unwritten_s
     assert np.isnan(pg).any()
 
 
+CP_ASYNC = r'''
+#include "common.cuh"
+// thread i copies src[i] (or, with `zero`, zeros) into s[i] with cp.async, reads s[i] before or
+// after waiting (out[i]), then reads its neighbour's s[i + 1] after a barrier, or without one
+__global__ void copy_then_read(const float* src, float* out, int zero, int read_first, int barrier) {
+    __shared__ __align__(16) float s[64];
+    const int i = threadIdx.x;
+    cp_async<4>(&s[i], src + i, !zero);
+    cp_async_commit();
+    if (!read_first) cp_async_wait<0>();
+    out[i] = s[i];
+    if (read_first) cp_async_wait<0>();
+    if (barrier) __syncthreads();
+    out[64 + i] = s[(i + 1) % 64];
+}
+
+// two groups: after wait<1> the first has landed and the second not; after wait<0> both
+__global__ void two_groups(const float* src, float* out) {
+    __shared__ __align__(16) float s[2][64];
+    const int i = threadIdx.x;
+    cp_async<16>(&s[0][4 * i], src + 4 * i, true);
+    cp_async_commit();
+    cp_async<16>(&s[1][4 * i], src + 64 + 4 * i, true);
+    cp_async_commit();
+    cp_async_wait<1>();
+    for (int k = 0; k < 4; ++k) out[4 * i + k] = s[0][4 * i + k], out[64 + 4 * i + k] = s[1][4 * i + k];
+    cp_async_wait<0>();
+    for (int k = 0; k < 4; ++k) out[128 + 4 * i + k] = s[1][4 * i + k];
+}
+
+// a copy never waited for; and a 16-byte copy from an address 4 bytes past a 16-byte boundary
+__global__ void never_waits(const float* src) {
+    __shared__ __align__(16) float s[64];
+    cp_async<4>(&s[threadIdx.x], src + threadIdx.x, true);
+    cp_async_commit();
+}
+__global__ void misaligned(const float* src) {
+    __shared__ __align__(16) float s[8];
+    cp_async<16>(&s[0], src + 1, true);
+    cp_async_commit();
+    cp_async_wait<0>();
+}
+'''
+
+
+@pytest.mark.parametrize("zero", [False, True])
+def test_cp_async_lands_at_the_wait_and_zero_fills(zero):
+    """A cp.async copy is made when its thread waits: read after the wait, a thread sees src (or
+    zeros, when the copy is told to read nothing), and after a barrier so does its neighbour.
+    Read before the wait, the bytes are still those of unwritten shared memory (NaN)."""
+    src = np.arange(1, 65, dtype=np.float32)
+    want = np.zeros(64, np.float32) if zero else src
+    for read_first in (0, 1):
+        out = np.full(128, -1.0, np.float32)
+        compile_source(CP_ASYNC, "copy_then_read")((1,), (64,), (src, out, np.int32(zero), np.int32(read_first),
+                                                                   np.int32(1)))
+        if read_first:
+            assert np.isnan(out[:64]).all()
+        else:
+            np.testing.assert_array_equal(out[:64], want)
+        np.testing.assert_array_equal(out[64:], np.roll(want, -1))
+
+
+def test_cp_async_wait_leaves_the_newest_groups_in_flight():
+    src = np.arange(1, 129, dtype=np.float32)
+    out = np.full(192, -1.0, np.float32)
+    compile_source(CP_ASYNC, "two_groups")((1,), (16,), (src, out))
+    np.testing.assert_array_equal(out[:64], src[:64])
+    assert np.isnan(out[64:128]).all()
+    np.testing.assert_array_equal(out[128:], src[64:])
+
+
+def test_a_neighbours_read_of_a_cp_async_copy_without_a_barrier_is_a_race():
+    """The copy's write is tracked at the wait, so a neighbour that reads it with no barrier in
+    between races with it, as on the GPU, where the copy is only visible to the block after one."""
+    src, out = np.arange(64, dtype=np.float32), np.zeros(128, np.float32)
+    args = (src, out, np.int32(0), np.int32(0), np.int32(0))
+    with pytest.raises(EmulatorError, match=r"shared-memory race in copy_then_read, block \(0, 0, 0\), thread \(1, 0, 0\): it "
+                                            r"writes byte 4 of `s` \(static shared memory\), which thread 0 read"):
+        compile_source(CP_ASYNC, "copy_then_read", "race")((1,), (64,), args)
+
+
+def test_cp_async_copies_never_waited_for_and_misaligned_ones_are_errors():
+    src = np.arange(64, dtype=np.float32)
+    with pytest.raises(EmulatorError, match=r"never_waits, block \(0, 0, 0\), thread \(\d+, 0, 0\): exits with 1 "
+                                            r"cp.async copies never waited for"):
+        compile_source(CP_ASYNC, "never_waits")((1,), (64,), (src,))
+    with pytest.raises(EmulatorError, match=r"cp.async of 16 bytes .* not both 16-byte aligned"):
+        compile_source(CP_ASYNC, "misaligned")((1,), (1,), (src,))
+
+
 def test_a_static_shared_race_names_the_array():
     """Flash attention's forward stages K and V tiles between two barriers; without the
     second, the next tile overwrites Ks while other threads still read it."""

@@ -22,6 +22,7 @@ from minitensor.cuda import bias_relu as bias_relu_kernels
 from minitensor.cuda import cast as cast_kernels
 from minitensor.cuda import dropout as dropout_kernels
 from minitensor.cuda import emulator
+from minitensor.cuda.build import address
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import loss_scale as loss_scale_kernels
@@ -520,6 +521,33 @@ def test_tensor_core_flash_attention_takes_slices_of_wider_rows(dev, dtype):
     grads = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, tf32=tf32)
     for got, ref in zip((out,) + grads, _attention_reference(dev.xp, q, k, v, g, None, 0.2)):
         assert got.shape == (B, H, T, d) and _rel(got, ref) < TC_TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "tf32"])
+def test_tensor_core_flash_attention_copies_rows_that_are_only_4_byte_aligned(dev, dtype):
+    """The kernels copy their tiles 16 bytes at a time where every row starts 16-byte aligned, and
+    4 bytes at a time otherwise: arrays that begin 4 bytes into an allocation take the second
+    way (the emulator refuses a misaligned 16-byte copy), and the answer is equation 1's."""
+    rng = _rng("tc 4-byte rows", dtype)
+    B, H, T, d = 2, 2, 40, 32
+    tf32 = dtype == "tf32"
+    dt = np.dtype(np.float32) if tf32 else _half(dtype)
+
+    def shifted(shape):   # C-ordered, 4 bytes past a 16-byte boundary
+        size = int(np.prod(shape))
+        flat = dev.xp.zeros(size + 16, dt)
+        start = (4 - address(flat)) % 16 // dt.itemsize
+        a = flat[start:start + size].reshape(shape)
+        a[...] = _randn(dev, rng, shape, dt)
+        assert address(a) % 16 == 4
+        return a
+
+    q, k, v, g = (shifted((B, H, T, d)) for _ in range(4))
+    out, lse = flash_kernels.forward(q, k, v, None, 0.2, causal=True, tf32=tf32)
+    grads = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True, tf32=tf32)
+    causal = np.tril(np.ones((T, T), bool))
+    for got, ref in zip((out,) + grads, _attention_reference(dev.xp, q, k, v, g, dev.asarray(causal), 0.2)):
+        assert _rel(got, ref) < TC_TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "tf32"])
