@@ -270,8 +270,8 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // and each product reads its B fragments from there: for Q K^T the staged rows are B's columns,
 // for P V they are B's rows (16-bit: ldmatrix, with .trans for the second; TF32: one load per
 // register). Rows are padded so that a fragment's reads fall in different banks. Tiles are
-// copied with cp.async, 16 bytes at a time where the rows allow; where two tiles' buffers fit in
-// the static 48 KB, the next tile is copied while this one is computed (TilePipe).
+// copied with cp.async, 16 bytes at a time where the rows allow, into two buffers: the next tile
+// is copied while this one is computed (TilePipe).
 //
 // Scores, probabilities and their gradients live in accumulator fragments: lane 4g + t holds
 // rows g and g + 8 and two columns of every 8-column tile. Those are the A fragment's entries of
@@ -471,16 +471,11 @@ __device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, lon
         copy_rows<4, T, R, D>(s, base, stride, row0, rows);
 }
 
-// How many shared buffers a kernel's tiles get: two where two fit in the static 48 KB, so that
-// the next tile is copied while this one is computed.
-__host__ __device__ constexpr int tc_stages(int bytes_per_tile) { return 2 * bytes_per_tile <= 48 * 1024 ? 2 : 1; }
-
-// The tile loop's copies: tile `it` goes to buffer it % STAGES, by copy(it, buffer) (which only
-// starts cp.async copies). begin() before the loop (when it has a tile); await() at the top of
-// each tile, after which the block sees the tile; release() at its end, after which no warp reads
-// its buffer. With two buffers await() first starts the next tile's copies, so they run behind
-// this tile's products; with one, release() starts them.
-template <int STAGES>
+// The tile loop's copies, into two shared buffers: tile `it` goes to buffer it % 2, by
+// copy(it, buffer) (which only starts cp.async copies). begin() before the loop (when it has a
+// tile); await() at the top of each tile: it starts the next tile's copies, which then run behind
+// this tile's products, and returns when the block sees this tile; release() at its end, after
+// which no warp reads its buffer (the next await() refills it).
 struct TilePipe {
     template <typename Copy>
     __device__ __forceinline__ static void begin(Copy copy) {
@@ -489,23 +484,12 @@ struct TilePipe {
     }
     template <typename Copy>
     __device__ __forceinline__ static void await(int it, bool has_next, Copy copy) {
-        if (STAGES == 2) {
-            if (has_next) copy(it + 1, (it + 1) % 2);
-            cp_async_commit();
-            cp_async_wait<1>();   // all but the newest group (the next tile's) have landed
-        } else {
-            cp_async_wait<0>();
-        }
+        if (has_next) copy(it + 1, (it + 1) % 2);
+        cp_async_commit();
+        cp_async_wait<1>();   // all but the newest group (the next tile's) have landed
         __syncthreads();
     }
-    template <typename Copy>
-    __device__ __forceinline__ static void release(int it, bool has_next, Copy copy) {
-        __syncthreads();
-        if (STAGES == 1 && has_next) {
-            copy(it + 1, 0);
-            cp_async_commit();
-        }
-    }
+    __device__ __forceinline__ static void release() { __syncthreads(); }
 };
 
 // acc[nt] += A (16 x KS KK) B for the NT 8-column tiles of B, read from the shared tile s (PITCH
@@ -563,9 +547,9 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                            long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    constexpr int STAGES = tc_stages(2 * BK * (D + PAD) * sizeof(T));
-    __shared__ __align__(16) T Ks[STAGES][BK][D + PAD];   // the tile's keys (for Q K^T)
-    __shared__ __align__(16) T Vs[STAGES][BK][D + PAD];   // and values (for P V), both row-major
+    __shared__ __align__(16) T Ks[2][BK][D + PAD];   // the tile's keys (for Q K^T)
+    __shared__ __align__(16) T Vs[2][BK][D + PAD];   // and values (for P V), both row-major
+    static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
@@ -584,10 +568,10 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         stage_rows<T, BK, D>(&Ks[buf][0][0], K + k_off, k_st, it * BK, Tk, wide);
         stage_rows<T, BK, D>(&Vs[buf][0][0], V + k_off, k_st, it * BK, Tk, wide);
     };
-    if (tiles > 0) TilePipe<STAGES>::begin(copy);
+    if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
-        const int j0 = it * BK, buf = it % STAGES;
-        TilePipe<STAGES>::await(it, it + 1 < tiles, copy);
+        const int j0 = it * BK, buf = it % 2;
+        TilePipe::await(it, it + 1 < tiles, copy);
         float s[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
@@ -625,7 +609,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         unsigned int pf[BK / KS][4];
         pack_a<T, BK / 8>(pf, s);
         mma_shared<T, D / 8, BK / KS, D + PAD, false>(o, pf, &Vs[buf][0][0]);  // O += P V
-        TilePipe<STAGES>::release(it, it + 1 < tiles, copy);
+        TilePipe::release();
     }
     float inv[2];
 #pragma unroll
@@ -653,9 +637,9 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                                int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
                                long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    constexpr int STAGES = tc_stages(2 * BK * (D + PAD) * sizeof(T));
-    __shared__ __align__(16) T Ks[STAGES][BK][D + PAD];   // keys (for Q K^T and dS K)
-    __shared__ __align__(16) T Vs[STAGES][BK][D + PAD];   // values (for dO V^T), both row-major
+    __shared__ __align__(16) T Ks[2][BK][D + PAD];   // keys (for Q K^T and dS K)
+    __shared__ __align__(16) T Vs[2][BK][D + PAD];   // values (for dO V^T), both row-major
+    static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
@@ -683,10 +667,10 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
         stage_rows<T, BK, D>(&Ks[buf][0][0], K + k_off, k_st, it * BK, Tk, wide);
         stage_rows<T, BK, D>(&Vs[buf][0][0], V + k_off, k_st, it * BK, Tk, wide);
     };
-    if (tiles > 0) TilePipe<STAGES>::begin(copy);
+    if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
-        const int j0 = it * BK, buf = it % STAGES;
-        TilePipe<STAGES>::await(it, it + 1 < tiles, copy);
+        const int j0 = it * BK, buf = it % 2;
+        TilePipe::await(it, it + 1 < tiles, copy);
         float s[BK / 8][4], dp[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
@@ -706,7 +690,7 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
         unsigned int dsf[BK / KS][4];
         pack_a<T, BK / 8>(dsf, dp);
         mma_shared<T, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
-        TilePipe<STAGES>::release(it, it + 1 < tiles, copy);
+        TilePipe::release();
     }
     store_rows<T, D>(dQ + q_off, q_st, q0, Tq, dq, scale);
 }
@@ -724,10 +708,10 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                                  long long q_sb, long long q_sh, long long q_st,
                                  long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    constexpr int STAGES = tc_stages(2 * BQ * (D + PAD) * sizeof(T) + 2 * BQ * sizeof(float));
-    __shared__ __align__(16) T Qs[STAGES][BQ][D + PAD];    // queries
-    __shared__ __align__(16) T dOs[STAGES][BQ][D + PAD];   // and their output gradients, both row-major
-    __shared__ __align__(16) float lse_s[STAGES][BQ], delta_s[STAGES][BQ];
+    __shared__ __align__(16) T Qs[2][BQ][D + PAD];    // queries
+    __shared__ __align__(16) T dOs[2][BQ][D + PAD];   // and their output gradients, both row-major
+    __shared__ __align__(16) float lse_s[2][BQ], delta_s[2][BQ];
+    static_assert(sizeof(Qs) + sizeof(dOs) + sizeof(lse_s) + sizeof(delta_s) <= 48 * 1024, "two buffers fit in 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
     const AllowedKeys& allowed = at.allowed;
@@ -758,10 +742,10 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
             cp_async<4>(&delta_s[buf][r], Delta + i, i0 + r < Tq);
         }
     };
-    if (tiles > 0) TilePipe<STAGES>::begin(copy);
+    if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
-        const int i0 = i_begin + it * BQ, buf = it % STAGES;
-        TilePipe<STAGES>::await(it, it + 1 < tiles, copy);
+        const int i0 = i_begin + it * BQ, buf = it % 2;
+        TilePipe::await(it, it + 1 < tiles, copy);
         float st[BQ / 8][4], dpt[BQ / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
@@ -785,7 +769,7 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         pack_a<T, BQ / 8>(dsf, dpt);
         mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dv, pf, &dOs[buf][0][0]);   // dV += P^T dO
         mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dk, dsf, &Qs[buf][0][0]);   // dK += dS^T Q
-        TilePipe<STAGES>::release(it, it + 1 < tiles, copy);
+        TilePipe::release();
     }
     store_rows<T, D>(dK + k_off, k_st, k0, Tk, dk, scale);
     store_rows<T, D>(dV + k_off, k_st, k0, Tk, dv, 1.f);
