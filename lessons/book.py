@@ -94,6 +94,18 @@ def math_to_mathml(markdown: str) -> str:
     return _MATH.sub(repl, markdown)
 
 
+# A range of numbers in the prose ("0.64–0.71", "2–3 blocks"), outside code spans. A browser may
+# break a line after an en dash; a word joiner (U+2060) on each side of it forbids that.
+_RANGE = re.compile(r"(`[^`]*`)|(?<=\d)–(?=\d)")
+WORD_JOINER = "\u2060"
+
+
+def unbreakable_ranges(markdown: str) -> str:
+    """Every en dash between two digits glued to them with word joiners, so that no line of the
+    book ends inside a range; code spans are left alone."""
+    return _RANGE.sub(lambda m: m.group(1) or f"{WORD_JOINER}–{WORD_JOINER}", markdown)
+
+
 def unprefixed_mathml(page: str) -> str:
     """MathML as browsers read it: nbconvert re-serialises headings (to give them anchors)
     through ElementTree, which writes ``<ns0:math xmlns:ns0="…">``; a prefixed element is not
@@ -241,7 +253,7 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
                 if cell.cell_type == "markdown":
                     if j == 0:
                         cell.source = link_uses(cell.source, teaches, item["lesson"].number, pages)
-                    cell.source = math_to_mathml(cell.source)
+                    cell.source = unbreakable_ranges(math_to_mathml(cell.source))
             t0 = time.perf_counter()
             try:
                 execute(nb)
@@ -310,8 +322,9 @@ SCREENSHOTS = ("index.html", "08_", "09_", "23_")   # the index, the first equat
 def check(out: Path, screenshots: Path | None = None) -> list[str]:
     """Open every page in headless Chromium: no broken image, no console error, no math left
     as raw TeX in the prose (``$``, ``_{``, ``^{``, ``\\frac``: code is not prose), no output
-    line wider than its box, and the index listing the lessons in order. Saves screenshots of
-    the index and of lessons 8, 9 and 23. Returns the problems found (empty: all good)."""
+    line wider than its box, no line that breaks inside a range of numbers, and the index listing
+    the lessons in order. Saves screenshots of the index and of lessons 8, 9 and 23. Returns the
+    problems found (empty: all good)."""
     from playwright.sync_api import sync_playwright  # noqa: PLC0415
 
     screenshots = screenshots or out / "screenshots"
@@ -326,6 +339,21 @@ def check(out: Path, screenshots: Path | None = None) -> list[str]:
                        return b.innerText; }"""
     overflowing = """() => Array.from(document.querySelectorAll('.jp-OutputArea-output pre'))
                         .filter(p => p.scrollWidth > p.clientWidth + 1).length"""
+    # ranges of numbers in the prose that the page lays out on more than one line
+    broken_ranges = r"""() => {
+        const skip = 'pre, code, math, script, style, .jp-CodeCell .jp-InputArea, .jp-OutputArea', out = [];
+        const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+            if (n.parentElement.closest(skip)) continue;
+            for (const m of n.data.matchAll(/\d[\d.,]*\u2060?–\u2060?\d[\d.,]*/g)) {
+                const r = document.createRange();
+                r.setStart(n, m.index);
+                r.setEnd(n, m.index + m[0].length);
+                const lines = new Set(Array.from(r.getClientRects()).map(c => Math.round(c.bottom)));
+                if (lines.size > 1) out.push(m[0].replaceAll('\u2060', ''));
+            }
+        }
+        return out; }"""
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=args)
         page = browser.new_page(viewport={"width": 1200, "height": 900})
@@ -348,6 +376,9 @@ def check(out: Path, screenshots: Path | None = None) -> list[str]:
             wide = page.evaluate(overflowing)
             if wide:
                 problems.append(f"{name}: {wide} output blocks wider than the page")
+            split = page.evaluate(broken_ranges)
+            if split:
+                problems.append(f"{name}: a line breaks inside {len(split)} ranges of numbers: {split[:3]}")
             if name == "index.html":
                 listed = page.evaluate("Array.from(document.querySelectorAll('ol.lessons a')).map(a => a.getAttribute('href'))")
                 if listed != pages[1:]:

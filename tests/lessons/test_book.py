@@ -107,6 +107,27 @@ def test_the_browser_check_fails_on_raw_tex_left_in_the_prose(built, tmp_path):
     assert any(p.startswith(f"{page}: raw TeX left in the prose") and "\\frac" in p for p in problems), problems
 
 
+def test_no_line_breaks_inside_a_range_of_numbers_and_the_browser_check_sees_one_that_does(built, tmp_path):
+    """The build glues every en dash between digits to them with word joiners (code spans are left
+    alone), and the browser check reports a range laid out on two lines: a paragraph of 300 ranges
+    of different lengths without the joiners has lines that end after a dash."""
+    book, out, items = built
+    assert book.unbreakable_ranges("from 0.64–0.71× to `a–1` and 2–3, a–b") == \
+        "from 0.64\u2060–\u20600.71× to `a–1` and 2\u2060–\u20603, a–b"
+    require(book.chromium() is not None, "no Chromium (apt install chromium, or set CHROMIUM)")
+    require(importlib.util.find_spec("playwright") is not None, "playwright is not installed")
+    page = _page(items, "14")["page"]
+    copy = tmp_path / "book"
+    shutil.copytree(out, copy)
+    text = (copy / page).read_text()
+    assert "3\u2060–\u206012 are the ten symbols" in text            # the lesson's own range is glued
+    at = text.index("are the ten symbols")
+    planted = " ".join(f"{i}–{i * 37 % 1000}" for i in range(1, 301))   # lengths vary, so lines end anywhere
+    (copy / page).write_text(text[:at] + planted + " " + text[at:])
+    problems = book.check(copy)
+    assert any(p.startswith(f"{page}: a line breaks inside") for p in problems), problems
+
+
 def test_all_prose_math_is_inside_dollars_and_the_source_check_catches_raw_math(tmp_path):
     assert book.raw_math_in_sources() == []
     planted = tmp_path / "99_planted.py"
