@@ -471,6 +471,23 @@ __device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, lon
         copy_rows<4, T, R, D>(s, base, stride, row0, rows);
 }
 
+// The forward's and the dQ pass's copies: keys [it BK, it BK + BK) of K and V (row stride
+// `stride`, Tk rows) into buffer `buf` of the shared tiles Ks and Vs.
+template <typename T, int BK, int D>
+struct KeyValueTiles {
+    T (*Ks)[BK][D + TcMath<T>::PAD];
+    T (*Vs)[BK][D + TcMath<T>::PAD];
+    const T* K;
+    const T* V;
+    long long stride;
+    int Tk;
+    __device__ __forceinline__ void operator()(int it, int buf) const {
+        const bool wide = rows_aligned_16(K, stride) && rows_aligned_16(V, stride);
+        stage_rows<T, BK, D>(&Ks[buf][0][0], K, stride, it * BK, Tk, wide);
+        stage_rows<T, BK, D>(&Vs[buf][0][0], V, stride, it * BK, Tk, wide);
+    }
+};
+
 // The tile loop's copies, into two shared buffers: tile `it` goes to buffer it % 2, by
 // copy(it, buffer) (which only starts cp.async copies). begin() before the loop (when it has a
 // tile); await() at the top of each tile: it starts the next tile's copies, which then run behind
@@ -563,11 +580,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
 
     const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;   // causal: no key past the block's last query
     const int tiles = (k_end + BK - 1) / BK;
-    const bool wide = rows_aligned_16(K + k_off, k_st) && rows_aligned_16(V + k_off, k_st);
-    auto copy = [&](int it, int buf) {
-        stage_rows<T, BK, D>(&Ks[buf][0][0], K + k_off, k_st, it * BK, Tk, wide);
-        stage_rows<T, BK, D>(&Vs[buf][0][0], V + k_off, k_st, it * BK, Tk, wide);
-    };
+    const KeyValueTiles<T, BK, D> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int j0 = it * BK, buf = it % 2;
@@ -662,11 +675,7 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
 
     const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;
     const int tiles = (k_end + BK - 1) / BK;
-    const bool wide = rows_aligned_16(K + k_off, k_st) && rows_aligned_16(V + k_off, k_st);
-    auto copy = [&](int it, int buf) {
-        stage_rows<T, BK, D>(&Ks[buf][0][0], K + k_off, k_st, it * BK, Tk, wide);
-        stage_rows<T, BK, D>(&Vs[buf][0][0], V + k_off, k_st, it * BK, Tk, wide);
-    };
+    const KeyValueTiles<T, BK, D> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int j0 = it * BK, buf = it % 2;
