@@ -1,0 +1,62 @@
+"""The exercise track: the learner's own engine, one file per lesson, each importing the earlier
+ones by module name (``from ex05_module_and_adam import Linear``).
+
+Two tracks exist side by side: the learner's (``lessons/exercises/exNN_*.py``) and the
+reference solutions (``tests/lessons/solutions/``, where a learner does not stumble on them).
+Both use the same module names, so a track is imported inside :func:`importing`, which puts
+its directory first on ``sys.path`` and keeps every ``exNN_*`` module it imports apart from
+the other track's: a module keeps the objects it imported, so the two never mix.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LEARNER = ROOT / "lessons" / "exercises"
+SOLUTIONS = ROOT / "tests" / "lessons" / "solutions"
+NAME = re.compile(r"ex(\d\d)_\w+$")
+
+
+def _ours(name: str) -> bool:
+    return NAME.match(name) is not None
+
+
+@contextmanager
+def importing(directory: Path):
+    """Inside: ``import exNN_...`` finds ``directory``'s files, fresh."""
+    directory = str(Path(directory).resolve())
+    saved = {k: sys.modules.pop(k) for k in list(sys.modules) if _ours(k)}
+    sys.path.insert(0, directory)
+    try:
+        yield
+    finally:
+        sys.path.remove(directory)
+        for k in [k for k in sys.modules if _ours(k)]:
+            del sys.modules[k]
+        sys.modules.update(saved)
+
+
+def path(directory: Path, number: str) -> Path | None:
+    """The file of exercise ``number`` in ``directory`` (None if there is none)."""
+    found = sorted(Path(directory).glob(f"ex{number}_*.py"))
+    return found[0] if found else None
+
+
+def load(directory: Path, number: str):
+    """Exercise ``number`` of the track in ``directory``, imported fresh with the earlier ones it imports."""
+    file = path(directory, number)
+    if file is None:
+        raise FileNotFoundError(f"no ex{number}_*.py in {directory}")
+    with importing(directory):
+        return importlib.import_module(file.stem)
+
+
+def load_all(directory: Path) -> dict:
+    """Every exercise of the track in ``directory``, imported together (number -> module)."""
+    with importing(directory):
+        return {NAME.match(p.stem).group(1): importlib.import_module(p.stem)
+                for p in sorted(Path(directory).glob("ex[0-9][0-9]_*.py"))}

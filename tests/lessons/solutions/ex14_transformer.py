@@ -1,0 +1,82 @@
+"""Exercise 14 (lesson 14) — the whole model, with shared embeddings (Sections 3.1, 3.4).
+
+Write:
+1. ``padding_mask(ids, pad)``: (B, T) ids -> a (B, 1, 1, T) bool array, True at the keys that
+   are not padding (it broadcasts over heads and queries).
+2. ``target_mask(ids, pad)``: (B, T) -> (B, 1, T, T): causal (exercise 08) and not padding.
+3. ``Transformer.encode(src)``, ``Transformer.decode(tgt_in, memory, src_mask)`` and
+   ``Transformer.forward(src, tgt_in)``: embed (``embed``, one table for source and target
+   as in Section 3.4), run the stacks (``encoder``, ``decoder``: lists of layers), and turn
+   the decoder's output h into logits h Eᵀ with the same table E (``embed.weight``). The
+   forward returns logits (B, T_tgt, V).
+
+The names of the parameters are minitensor's (``tgt_embed.weight``, ``encoder.layers.0.
+self_attn.w_q.weight``, ...) so that the grader can load the same weights into both models.
+
+Check it with:  python lessons/check.py 14
+"""
+import numpy as np
+
+from ex05_module_and_adam import Module
+from ex08_attention import causal_mask
+from ex10_positions import Embeddings
+from ex11_encoder_layer import EncoderLayer
+from ex12_decoder_layer import DecoderLayer
+
+
+def padding_mask(ids, pad):
+    # >>> exercise: write padding_mask
+    return (np.asarray(ids) != pad)[:, None, None, :]
+    # <<<
+
+
+def target_mask(ids, pad):
+    # >>> exercise: write target_mask
+    return padding_mask(ids, pad) & causal_mask(np.shape(ids)[1])
+    # <<<
+
+
+class Stack(Module):
+    def __init__(self, layers):
+        self.layers = layers
+
+
+class Transformer(Module):
+    def __init__(self, vocab, d_model=64, h=4, d_ff=128, n_layers=2, p_drop=0.0, max_len=64, pad=0, seed=0):
+        rng = np.random.default_rng(seed)
+        self.pad = pad
+        self.tgt_embed = Embeddings(vocab, d_model, max_len, p_drop, rng)
+        self.encoder = Stack([EncoderLayer(d_model, h, d_ff, p_drop, rng) for _ in range(n_layers)])
+        self.decoder = Stack([DecoderLayer(d_model, h, d_ff, p_drop, rng) for _ in range(n_layers)])
+
+    @property
+    def embed(self):
+        return self.tgt_embed
+
+    def encode(self, src):
+        # >>> exercise: write Transformer.encode
+        mask = padding_mask(src, self.pad)
+        x = self.embed(src)
+        for layer in self.encoder.layers:
+            x = layer(x, mask)
+        return x
+        # <<<
+
+    def decode(self, tgt_in, memory, src_mask):
+        # >>> exercise: write Transformer.decode
+        mask = target_mask(tgt_in, self.pad)
+        x = self.embed(tgt_in)
+        for layer in self.decoder.layers:
+            x = layer(x, memory, mask, src_mask)
+        return x
+        # <<<
+
+    def generator(self, h):
+        # >>> exercise: write Transformer.generator
+        return h @ self.embed.weight.transpose()
+        # <<<
+
+    def forward(self, src, tgt_in):
+        # >>> exercise: write Transformer.forward
+        return self.generator(self.decode(tgt_in, self.encode(src), padding_mask(src, self.pad)))
+        # <<<
