@@ -1,83 +1,109 @@
-"""The exercises' autograder.
+"""The exercises' autograder, and the capstone.
 
-    python lessons/check.py 07                  # check your lessons/exercises/07_*.py
-    python lessons/check.py all                 # every exercise
-    python lessons/check.py 07 --reference      # the package's own answer (it passes)
-    python lessons/check.py 07 --file mine.py   # check another file
     python lessons/check.py --list              # number, title and file of each exercise
+    python lessons/check.py 01                  # check your lessons/exercises/ex01_*.py
+    python lessons/check.py all                 # every exercise, in order
+    python lessons/check.py capstone            # train the copy task on your engine
 
-Each exercise is a stub in ``lessons/exercises/``, numbered like its lesson: fill in the
-functions, then run the check. An exercise has a fixed list of cases, smallest first; they
-run in order and the check stops at the first one your code gets wrong, so the case it
-reports is the smallest that fails. The report shows that case's input, what was expected
-and what your code gave, the entries that differ (or a wrong shape or dtype), and, when your
-answer is one the grader knows as a common mistake, a one-line hint. Code that raises is
-reported with the exception and your line that raised it. The expected values come from the
-package's own code; ``lessonkit/exercises.py`` says where exactly, case by case.
+The exercises form one track: ``lessons/exercises/exNN_*.py``, one per lesson, in which you
+build an engine of your own, each file importing your earlier ones (exercise 09's attention
+uses your exercise 08, which uses your Tensor of exercise 01). Fill in what a file marks with
+``raise NotImplementedError("exercise NN: write ...")``, then run the check.
 
-Exit status: 0 when every checked exercise passes, 1 otherwise.
+An exercise has a fixed list of cases, smallest first; they run in order and the check stops
+at the first one your code gets wrong, so the case it reports is the smallest that fails. The
+report shows that case's input, what was expected (minitensor's answer, in float64) and what
+your code gave, the entries that differ (or a wrong shape or dtype), and, when your answer is
+one the grader knows as a common mistake, a one-line hint. Code that raises is reported with
+the exception and your line that raised it. When an exercise fails and an earlier one it
+builds on fails too, the report says so: fix the earlier one first.
+
+With every exercise passed, ``capstone`` trains the copy task of ``examples/copy_task.py`` on
+your engine and model (same model size, batches, schedule and exact-match target) and prints
+your engine's time per update beside minitensor's.
+
+Exit status: 0 when every checked exercise passes (or the capstone reaches its target), 1 otherwise.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
-import types
 from pathlib import Path
 
-from lessonkit.exercises import EXERCISES, grade, reference
+from lessonkit import track
+from lessonkit.exercises import EXERCISES
+from lessonkit.grader import grade
 
-HERE = Path(__file__).resolve().parent / "exercises"
-
-
-def stub_path(number: str) -> Path:
-    found = sorted(HERE.glob(f"{number}_*.py"))
-    if not found:
-        raise SystemExit(f"no exercise {number}: see python lessons/check.py --list")
-    return found[0]
+CAPSTONE_NEEDS = [n for n in EXERCISES if n <= "16"]   # the engine and the model the copy task trains
 
 
-def load(path: Path) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(f"exercise_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _answer(number: str, args) -> tuple[object, str | None]:
-    """(the answer to grade, None), or (None, why it could not be loaded)."""
-    if args.reference:
-        return reference(number), None
-    path = Path(args.file) if args.file else stub_path(number)
+def load(directory: Path, number: str):
+    """(the module of exercise ``number``, None), or (None, why it does not load, in one line)."""
+    file = track.path(directory, number)
+    if file is None:
+        return None, f"no file ex{number}_*.py in {directory}"
     try:
-        return load(path), None
+        return track.load(directory, number), None
     except Exception as e:  # noqa: BLE001 - a file that does not load is a failure, said in one line
+        where = ""
+        tb = e.__traceback__
+        while tb is not None:                       # the deepest frame in the track's files
+            if track.NAME.match(Path(tb.tb_frame.f_code.co_filename).stem):
+                where = f" ({Path(tb.tb_frame.f_code.co_filename).name}, line {tb.tb_lineno})"
+            tb = tb.tb_next
         if isinstance(e, SyntaxError):
-            return None, f"{path.name} does not load: {type(e).__name__}, line {e.lineno}: {e.msg}"
-        return None, f"{path.name} does not load: {type(e).__name__}: {e}"
+            return None, f"{Path(e.filename or file).name} does not load: SyntaxError, line {e.lineno}: {e.msg}"
+        return None, f"{file.name} does not load: {type(e).__name__}: {e}{where}"
+
+
+def check(directory: Path, number: str) -> tuple[bool, str]:
+    answer, problem = load(directory, number)
+    return (False, problem) if problem else grade(EXERCISES[number], answer)
+
+
+def earlier_failing(directory: Path, number: str) -> list:
+    """The earlier exercises of the track that fail their own check."""
+    return [n for n in EXERCISES if n < number and not check(directory, n)[0]]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("number", nargs="?", help="exercise number (e.g. 07), or 'all'")
-    ap.add_argument("--reference", action="store_true", help="check the package's reference answer instead")
-    ap.add_argument("--file", help="check this file instead of lessons/exercises/NN_*.py")
+    ap.add_argument("number", nargs="?", help="an exercise number (e.g. 07), 'all', or 'capstone'")
     ap.add_argument("--list", action="store_true", help="list the exercises")
+    ap.add_argument("--dir", default=str(track.LEARNER),
+                    help="the track to check (default lessons/exercises; the test suite checks its solutions)")
     args = ap.parse_args(argv)
+    directory = Path(args.dir)
     if args.list or not args.number:
         for number, ex in EXERCISES.items():
-            print(f"{number}  {ex.title:<54} {stub_path(number).relative_to(HERE.parent.parent)}")
+            file = track.path(directory, number)
+            print(f"{number}  {ex.title:<72} {file.name if file else '(no file)'}")
+        print("capstone  the copy task on your engine (needs exercises 01–16)")
         return 0
+    if args.number == "capstone":
+        failing = [n for n in CAPSTONE_NEEDS if not check(directory, n)[0]]
+        if failing:
+            print(f"the capstone needs exercises {CAPSTONE_NEEDS[0]}–{CAPSTONE_NEEDS[-1]} to pass; these do not yet: "
+                  f"{', '.join(failing)} (python lessons/check.py {failing[0]})")
+            return 1
+        from lessonkit import capstone
+        summary = capstone.run(directory, say=lambda line: print(line, flush=True))
+        return 0 if summary["reached"] else 1
     numbers = list(EXERCISES) if args.number == "all" else [args.number.zfill(2)]
     ok_all = True
     for number in numbers:
         if number not in EXERCISES:
             raise SystemExit(f"no exercise {number}: see python lessons/check.py --list")
-        answer, problem = _answer(number, args)
-        ok, report = (False, problem) if problem else grade(number, answer)
+        ok, report = check(directory, number)
         ok_all &= ok
-        print(f"exercise {number} — {EXERCISES[number].title}: {'PASS' if ok else 'FAIL'}")
+        print(f"exercise {number} — {EXERCISES[number].title}: {'PASS' if ok else 'FAIL'}", flush=True)
         print("  " + report.replace("\n", "\n  "))
+        if not ok and args.number != "all":
+            before = earlier_failing(directory, number)
+            if before:
+                print(f"  note: exercise {number} uses your earlier exercises, and {', '.join(before)} "
+                      f"fail{'s' if len(before) == 1 else ''} {'its' if len(before) == 1 else 'their'} own check: "
+                      f"fix {'it' if len(before) == 1 else 'them'} first (python lessons/check.py {before[0]})")
     return 0 if ok_all else 1
 
 

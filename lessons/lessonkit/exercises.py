@@ -1,60 +1,26 @@
-"""The exercises of the lessons: what each asks for, the cases it is graded on, the mistakes
-the grader recognises, and the reference answers.
+"""The exercise track: 25 exercises, one per lesson, in which the learner builds an engine of
+their own (``lessons/exercises/exNN_*.py``, each importing the earlier ones) and, at the end,
+trains the copy task on it (``lessonkit.capstone``). This module says, exercise by exercise,
+what is graded, on which cases, against which minitensor or transformer call, and which
+mistakes the grader recognises; ``lessonkit.grader`` runs the cases and writes the report.
 
-Each exercise is a stub in ``lessons/exercises/NN_*.py`` (NN is the lesson's number) with
-functions to write; ``python lessons/check.py NN`` imports the stub and calls :func:`grade`.
+Expected values come from minitensor in float64: the engine's outputs against the same op's
+(``F.cross_entropy``, ``F.layer_norm``, ``F.scaled_dot_product_attention``, ...), and its
+gradients against minitensor's backward of the same computation with the same output
+gradient. Modules (a Linear, an attention, a layer, the whole model) are graded with
+minitensor's module of the same structure holding the same weights: the grader draws the
+weights, loads them into both by name, and compares outputs and every parameter's gradient.
+A few exercises are judged against what the answer must equal, computed another way (the
+cached decoder step against the whole sequence's forward; the gradient check against
+Functions whose backward the grader has broken on purpose).
 
-**Cases.** An exercise has a fixed list of cases, smallest first: sizes grow, and the edge
-cases come early (T = 1, a single head, step = warmup, a single micro-batch, ...). The
-inputs are fixed (drawn once from seeded generators, most of them rounded to one or two
-decimals so that the report prints them exactly), so every run sees the same cases. The
-grader runs the cases in order and stops at the first one the answer gets wrong, so the
-case it reports is the smallest failing one by construction.
-
-**What is compared.** A case compares one or more values: the result, or each of several
-(Adam's theta, m and v; the cache and the output after each step of decoding; each
-parameter's gradient). The expected values are the reference's (below), except in three
-exercises, which are judged against what the answer must equal, computed another way: the
-LayerNorm backward (07) against central differences of ``F.layer_norm`` with the case's
-cotangent (the report shows ``layer_norm_backward_reference`` as the expected value); the
-cached attention step (12) against attention over the whole sequence under the causal
-mask, and its cache against the keys and values so far; the micro-batches (21) against the
-gradient of the whole batch's per-token loss of a small float64 Transformer
-(``lessonkit.checks.shard_gradients``).
-
-**The report.** On a failure the grader prints the case's input (small arrays, few
-digits, every parameter of the call), the expected value and the answer's, which entries
-differ and by how much, or a wrong shape or dtype as such. Each exercise lists known
-mistakes, each a plausible wrong answer with a one-line hint. The grader runs them on the
-failing case, and when one gives what the answer gave (the same values, to a hundredth of
-the case's tolerance, or the same exception), prints its hint. An answer that raises is
-reported with the exception and the line of the answer that raised it;
-``NotImplementedError`` means the function is not written yet.
-
-**References.** ``reference(NN)`` is a namespace with the stub's functions. 03, 07, 08, 10,
-15 and 16 call the package's function (``numerical_gradient``,
-``layer_norm_backward_reference``, ``causal_mask`` and ``F.scaled_dot_product_attention``,
-``sinusoidal_table``, ``rank_extensions``, ``noam_lr``); 09 calls the ``split_heads`` and
-``merge_heads`` of a ``MultiHeadAttention``. Where the package has no function of the
-stub's shape, the reference composes package calls: 04 differentiates ``F.cross_entropy``;
-05 sets an ``optim.Adam`` to step t − 1 with ``load_state_dict`` and steps it; 12 runs the
-decoding cache of a one-head ``MultiHeadAttention`` whose projections are the identity; 14
-loads E into a ``ScaledEmbedding`` and projects with ``F.linear`` as
-``Transformer.generator`` does. 21's reference is the grader's own sum-then-divide (the
-trainer accumulates inside its update, with no function to call); its cases judge it
-against the package's whole-batch gradient. ``tests/lessons/test_exercises.py`` proves that
-every reference passes, every stub as shipped fails, and every known mistake fails with
-its hint.
+Every exercise has at least two known mistakes; ``tests/lessons/test_exercises.py`` plants
+each one in the reference solution and checks that the grader names it.
 """
 from __future__ import annotations
 
-import functools
 import math
-import traceback
 import types
-import warnings
-from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -62,369 +28,257 @@ import minitensor as mt
 import minitensor.functional as F
 import transformer
 from minitensor.gradcheck import numerical_gradient as _package_numerical_gradient
-from minitensor.ops.norm import layer_norm_backward_reference
-from transformer.decoding import rank_extensions as _package_rank_extensions
+from transformer import masks as _masks
+from transformer.embedding import sinusoidal_table as _package_table
 
-from .checks import shard_gradients
-
-
-# ---------------------------------------------------------------- what an exercise is
-@dataclass(frozen=True)
-class Expect:
-    """One value a case compares: ``label`` says which ("the new m", "after the step of
-    t = 1: cache['k']", or "" when a case compares one value only). ``kind``: "f" numbers, "i" integers, "b"
-    booleans. A number passes within ``atol + rtol·|expected|``. With ``judge``, the answer
-    is judged against it and ``value`` is what the report shows as expected."""
-    label: str
-    value: object
-    kind: str = "f"
-    atol: float = 1e-9
-    rtol: float = 1e-7
-    judge: object = None
+from .grader import Case, Exercise, Expect, Malformed, Missing, Mistake, Using, _r
 
 
-@dataclass(frozen=True)
-class Case:
-    """One input. ``run(answer)`` calls the answer's functions on fresh copies of the input
-    and yields the values to compare, in the order of ``expected``. ``call`` and ``inputs``
-    are what the report shows; ``detail(i)``, when given, adds inputs that matter to the
-    i-th compared value only."""
-    title: str
-    call: str
-    inputs: dict
-    run: Callable
-    expected: list
-    detail: Callable | None = None
+# ---------------------------------------------------------------- helpers: the learner's engine beside minitensor's
+def engine(ns, number="01"):
+    """The learner's module of exercise ``number`` (their Tensor is ``engine(ns).Tensor``)."""
+    return ns.__track__[number]
 
 
-@dataclass(frozen=True)
-class Mistake:
-    """A plausible wrong answer (``answer``: the functions it replaces) and the hint shown
-    when an answer gives what it gives."""
-    hint: str
-    answer: dict
+def _theirs(arrays: dict, grads: tuple, fn, cotangent_seed: int):
+    """minitensor's output of ``fn(**tensors)`` and the gradients of ``grads`` for the output
+    gradient drawn from ``cotangent_seed``: (output, cotangent, [gradients])."""
+    ts = {k: mt.tensor(np.array(v, dtype=np.float64), requires_grad=k in grads) for k, v in arrays.items()}
+    out = fn(**ts)
+    w = _r(np.random.default_rng(cotangent_seed), out.shape)
+    (out * mt.tensor(w)).sum().backward()
+    return out.numpy(), w, [ts[k].grad.numpy() for k in grads]
 
 
-@dataclass(frozen=True)
-class Exercise:
-    number: str                 # the lesson's number
-    title: str
-    functions: tuple            # what the stub must define
-    make_cases: Callable        # () -> list of Case, smallest first
-    reference: dict             # name -> the package's answer
-    mistakes: tuple = field(default=())
-
-    def cases(self) -> list:
-        return _cases(self.number)
+def _grads_of(tensors: dict, names) -> list:
+    out = []
+    for k in names:
+        g = tensors[k].grad
+        out.append(Missing(f"{k}.grad is None: no gradient reached {k}") if g is None else g)
+    return out
 
 
-class Missing:
-    """A value the answer should have produced and did not (a cache without "k")."""
+def op_case(title: str, call: str, arrays: dict, mine, theirs, grads=None, shown=None, seed=0,
+            atol=1e-9, rtol=1e-7, start=True) -> Case:
+    """A case for an operation of the learner's engine: ``mine(ns, **tensors)`` (the learner's
+    Tensors, float64) against ``theirs(**tensors)`` (minitensor's): the output, then the
+    gradient of each name in ``grads`` (default: every array) after a backward that starts from
+    a fixed output gradient (``start=False``: from ``backward()`` with no argument, the output
+    being one number)."""
+    grads = tuple(arrays) if grads is None else tuple(grads)
+    out, w, want = _theirs(arrays, grads, theirs, seed)
+    if not start:
+        out_w = None
+        ts = {k: mt.tensor(np.array(v, dtype=np.float64), requires_grad=k in grads) for k, v in arrays.items()}
+        theirs(**ts).backward()
+        want = [ts[k].grad.numpy() for k in grads]
 
-    def __init__(self, reason: str):
-        self.reason = reason
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        ts = {k: Tensor(np.array(v, dtype=np.float64), requires_grad=k in grads) for k, v in arrays.items()}
+        y = mine(ns, **ts)
+        yield y
+        if not hasattr(y, "backward"):
+            raise Malformed(f"got a {type(y).__name__}, not a Tensor: use the engine's operations")
+        y.backward(w.copy()) if start else y.backward()
+        yield from _grads_of(ts, grads)
 
-
-class Malformed(Exception):
-    """The answer returned something of the wrong form (two values where three belong)."""
-
-
-@functools.lru_cache(maxsize=None)
-def _cases(number: str) -> list:
-    return EXERCISES[number].make_cases()
-
-
-# ---------------------------------------------------------------- grading
-@dataclass
-class _Outcome:
-    index: int                  # which compared value failed (or raised)
-    seen: list                  # the answer's values up to and including it
-    got: object = None
-    lines: list = field(default_factory=list)
-    raised: BaseException | None = None
-
-
-def _array(value):
-    """The answer's value as a NumPy array (minitensor tensors and lists are converted)."""
-    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
-        value = value.numpy()
-    try:
-        a = np.asarray(value)
-    except (ValueError, TypeError):
-        raise Malformed(f"got a {type(value).__name__} that NumPy cannot turn into an array") from None
-    if a.dtype == object:
-        raise Malformed(f"got a {type(value).__name__}, not an array of numbers")
-    return a
-
-
-def _quiet(fn):
-    """Run ``fn()`` without NumPy's warnings (overflow, nan): the report says what went wrong."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        return fn()
-
-
-def _compare(got, exp: Expect) -> list:
-    """What is wrong with ``got`` against ``exp`` (lines for the report); [] when it passes."""
-    if isinstance(got, Missing):
-        return [f"got nothing: {got.reason}"]
-    if got is None:
-        return ["got None: the function returns nothing (is a `return` missing?)"]
-    try:
-        g = _array(got)
-    except Malformed as e:
-        return [str(e)]
-    e = np.asarray(exp.value)
-    if g.shape != e.shape:
-        return [f"wrong shape: expected {e.shape}, got {g.shape}"]
-    if exp.kind == "b" and g.dtype != bool:
-        return [f"wrong dtype: expected a bool array, got {g.dtype}"]
-    if exp.kind == "i" and not np.issubdtype(g.dtype, np.integer):
-        return [f"wrong dtype: expected integers, got {g.dtype}"]
-    if exp.kind == "f" and g.dtype.kind not in "fiu":
-        return [f"wrong dtype: expected numbers, got {g.dtype}"]
-    judge = np.asarray(exp.value if exp.judge is None else exp.judge)
-    if exp.kind in "bi":
-        bad = g != judge
-        diff = None
+    inputs = {**arrays, **(shown or {})}
+    if start:
+        inputs["output gradient"] = w
     else:
-        diff = np.abs(g.astype(np.float64) - judge.astype(np.float64))
-        bad = ~(diff <= exp.atol + exp.rtol * np.abs(judge))   # nan counts as off
-        same_inf = np.isinf(g) & np.isinf(judge) & (np.sign(g) == np.sign(judge))
-        bad &= ~same_inf
-    if not bad.any():
-        return []
-    n, size = int(bad.sum()), bad.size
-    allowed = "" if diff is None else f" (allowed: {exp.atol:g} + {exp.rtol:g}·|expected|)"
-    if diff is not None:
-        finite = diff[bad & np.isfinite(diff)]
-        by = f"{n - finite.size} of them nan or inf" if finite.size < n else f"largest difference {finite.max():.3g}"
-    if g.ndim == 0:
-        return [f"off by {diff.item():.3g}{allowed}" if diff is not None and np.isfinite(diff.item()) else "off"]
-    if n == size:
-        where = {1: "off in its one entry", 2: "off in both entries"}.get(size, f"off in all {size} entries")
-    elif n <= 6:
-        at = ", ".join(str(tuple(int(i) for i in ix)) for ix in np.argwhere(bad))
-        where = f"off in {n} of {size} entries, at {at}"
-    else:
-        where = f"off in {n} of {size} entries"
-    lines = [where if diff is None else f"{where}; {by}{allowed}"]
-    if 6 < n < size:
-        lines.append("the entries off (1):\n" + np.array2string(bad.astype(int), separator=" "))
-    return lines
+        out_w = "backward() with no argument: the output is one number, its gradient 1"
+        inputs["backward"] = out_w
+    return Case(title, call, inputs, run, [Expect("the output", out, atol=atol, rtol=rtol)]
+                + [Expect(f"the gradient of {k}", g, atol=atol, rtol=rtol) for k, g in zip(grads, want)])
 
 
-def _first_failure(case: Case, answer) -> _Outcome | None:
-    """Run the case; the first compared value that fails (or the exception), or None."""
-    seen = []
-    values = case.run(answer)
-    for i, exp in enumerate(case.expected):
-        try:
-            got = _quiet(lambda: next(values))
-        except NotImplementedError:
-            raise
-        except Malformed as e:
-            seen.append(("malformed", str(e)))
-            return _Outcome(i, seen, lines=[str(e)])
-        except Exception as e:  # noqa: BLE001 - the answer raised: the report says so
-            seen.append(("raised", f"{type(e).__name__}: {e}"))
-            return _Outcome(i, seen, raised=e)
-        seen.append(("value", got))
-        lines = _compare(got, exp)
-        if lines:
-            return _Outcome(i, seen, got=got, lines=lines)
-    return None
+def _seeded_weights(module: mt.nn.Module, seed: int, scale=0.5) -> dict:
+    """Give minitensor's ``module`` seeded float64 weights (rounded to print); its state by name."""
+    rng = np.random.default_rng(seed)
+    module.astype(np.float64)
+    for _, p in module.named_parameters():
+        p.data[...] = np.round(rng.normal(0, scale, p.shape), 2)
+    return {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in module.state_dict().items()}
 
 
-def _values(case: Case, answer, upto: int) -> list:
-    """What ``answer`` gives for the case's first ``upto + 1`` compared values (as _first_failure records them)."""
-    seen = []
-    values = case.run(answer)
-    try:
-        for _ in range(upto + 1):
-            seen.append(("value", _quiet(lambda: next(values))))
-    except Malformed as e:
-        seen.append(("malformed", str(e)))
-    except Exception as e:  # noqa: BLE001 - a mistake may raise, as the answer may
-        seen.append(("raised", f"{type(e).__name__}: {e}"))
-    return seen
+def module_case(title: str, call: str, build_mine, reference: mt.nn.Module, inputs: dict, run_mine, run_theirs,
+                seed: int, shown=None, atol=1e-9, rtol=1e-7) -> Case:
+    """A case for a module of the learner's: ``build_mine(ns)`` makes it; the grader loads the
+    weights it gave ``reference`` (minitensor's module of the same structure and names) with the
+    learner's ``load_state_dict``; ``run_mine(ns, module, **inputs)`` and
+    ``run_theirs(reference, **inputs)`` give the outputs; then every parameter's gradient is
+    compared, by name, after a backward from a fixed output gradient."""
+    state = _seeded_weights(reference, seed)
+    out = run_theirs(reference, **inputs)
+    w = _r(np.random.default_rng(seed + 1), out.shape)
+    (out * mt.tensor(w)).sum().backward()
+    named = sorted(reference.named_parameters(), key=lambda kv: (kv[1].size, kv[0]))   # the smallest first
+    want = [(k, p.grad.numpy()) for k, p in named]
+
+    def run(ns):
+        module = build_mine(ns)
+        module.load_state_dict({k: v.copy() for k, v in state.items()})
+        y = run_mine(ns, module, **inputs)
+        yield y
+        y.backward(w.copy())
+        params = dict(module.named_parameters())
+        for k, _ in want:
+            g = params[k].grad
+            yield Missing(f"the parameter {k} got no gradient") if g is None else g
+
+    shown = {**(shown or inputs), "weights": f"the grader's, loaded by name ({len(state)} arrays)",
+             "output gradient": w}
+    return Case(title, call, shown, run, [Expect("the output", out.numpy(), atol=atol, rtol=rtol)]
+                + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=atol, rtol=rtol) for k, g in want])
 
 
-def _same(a, b, exp: Expect) -> bool:
-    """Two recorded values agree: the same shape, both bool or both numbers, and the numbers
-    a hundred times closer than the case allows (or to round-off), nan with nan."""
-    (ka, va), (kb, vb) = a, b
-    if ka != kb:
-        return False
-    if ka != "value":
-        return va == vb
-    if isinstance(va, Missing) or isinstance(vb, Missing):
-        return isinstance(va, Missing) and isinstance(vb, Missing) and va.reason == vb.reason
-    if va is None or vb is None:
-        return va is None and vb is None
-    try:
-        x, y = _array(va), _array(vb)
-    except Malformed:
-        return False
-    if x.shape != y.shape or (x.dtype == bool) != (y.dtype == bool):
-        return False
-    return bool(np.allclose(x.astype(np.float64), y.astype(np.float64), rtol=max(exp.rtol / 100, 1e-12),
-                            atol=exp.atol / 100, equal_nan=True))
+# ---------------------------------------------------------------- 01: Tensor and Function
+def _cases_01():
+    rng = np.random.default_rng(1)
+    n = lambda shape=(): _r(rng, shape)   # noqa: E731
+    specs = [
+        ("x · y, one number each", "x * y", dict(x=n(), y=n()), lambda x, y: x * y),
+        ("x + y, one number each", "x + y", dict(x=n(), y=n()), lambda x, y: x + y),
+        ("arrays of three entries", "x * y", dict(x=n(3), y=n(3)), lambda x, y: x * y),
+        ("one tensor used twice", "x * x", dict(x=n(2)), lambda x: x * x),
+        ("x reaches the output along two paths", "(x + y) * x", dict(x=n(3), y=n(3)), lambda x, y: (x + y) * x),
+        ("a diamond", "u = x * y; (u + x) * u", dict(x=n(2), y=n(2)),
+         lambda x, y: (lambda u: (u + x) * u)(x * y)),
+        ("u is used at two depths of the graph", "u = x * y; (u * u + x) * u", dict(x=n(2), y=n(2)),
+         lambda x, y: (lambda u: (u * u + x) * u)(x * y)),
+        ("three inputs, (2, 2) arrays", "x * y + y * z + z * x", dict(x=n((2, 2)), y=n((2, 2)), z=n((2, 2))),
+         lambda x, y, z: x * y + y * z + z * x),
+    ]
+    cases = [op_case(title, f"out = {formula}; out.backward(output gradient)", arrays,
+                     lambda ns, f=f, **t: f(**t), lambda f=f, **t: f(**t), seed=10 + i)
+             for i, (title, formula, arrays, f) in enumerate(specs)]
+    cases.insert(1, op_case("backward() with no gradient starts from 1", "out = x * y; out.backward()",
+                            dict(x=n(), y=n()), lambda ns, x, y: x * y, lambda x, y: x * y, start=False))
+    return cases
 
 
-def _hints(ex: Exercise, case: Case, outcome: _Outcome) -> list:
-    """The hints of the known mistakes that give what the answer gave, up to the failure."""
-    found = []
-    for mistake in ex.mistakes:
-        wrong = types.SimpleNamespace(**{**ex.reference, **mistake.answer})
-        theirs = _values(case, wrong, outcome.index)
-        if len(theirs) == len(outcome.seen) and \
-                all(_same(a, b, e) for a, b, e in zip(theirs, outcome.seen, case.expected)) \
-                and mistake.hint not in found:
-            found.append(mistake.hint)
-    return found
+def _backward_with(order="topological", accumulate=True, start=True):
+    """Tensor.backward with one thing wrong (the known mistakes of exercise 01)."""
+    def backward(self, grad=None):
+        order_, seen, stack = [], set(), [self]
+        while stack:                  # breadth first: a tensor may come before all its users
+            t = stack.pop(0)
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            order_.append(t)
+            if t.creator is not None:
+                stack.extend(t.creator.inputs)
+        if order == "topological":
+            order_ = _topological(self)
+        grads = {id(self): np.ones_like(self.data) if grad is None or not start else np.asarray(grad)}
+        for t in order_:
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            if t.creator is None:
+                if t.requires_grad:
+                    t.grad = g if t.grad is None else t.grad + g
+                continue
+            for x, gx in zip(t.creator.inputs, t.creator.backward(g)):
+                if gx is not None and x.requires_grad:
+                    grads[id(x)] = grads[id(x)] + gx if accumulate and id(x) in grads else gx
+    return backward
 
 
-def _decimals(a) -> int:
-    """Decimals that show the largest entry of ``a`` to four significant digits (at least 4)."""
-    a = np.asarray(a, dtype=np.float64)
-    a = np.abs(a[np.isfinite(a)])
-    m = a.max() if a.size else 0.0
-    return 4 if m == 0 or m >= 0.1 else min(12, 3 - math.floor(math.log10(m)))
+def _topological(root) -> list:
+    order, seen = [], set()
+
+    def visit(t):
+        if id(t) in seen:
+            return
+        seen.add(id(t))
+        if t.creator is not None:
+            for x in t.creator.inputs:
+                visit(x)
+        order.append(t)
+    visit(root)
+    return order[::-1]
 
 
-def _show(value, precision: int | None = None, indent: int = 0) -> str:
-    """A value as the report prints it: arrays with four significant digits, numbers with six
-    (``precision``: more decimals for arrays, more digits for numbers)."""
-    if isinstance(value, str):
-        return value
-    if value is None or isinstance(value, (bool, np.bool_, int, np.integer)):
-        return str(value)
-    if isinstance(value, (float, np.floating)):
-        return f"{float(value) + 0.0:.{precision or 6}g}"       # + 0.0: no "-0"
-    if isinstance(value, (tuple, list)) and all(np.isscalar(v) for v in value):
-        inner = ", ".join(_show(v) for v in value)
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
-    a = np.asarray(value)
-    if a.ndim == 0:
-        return _show(a.item(), precision)
-    if a.dtype.kind == "f":
-        precision = _decimals(a) if precision is None else precision
-        a = np.where(np.abs(a) < 0.5 * 10.0**-precision, 0.0, a)   # no "-0."
-    text = np.array2string(a, precision=precision or 4, suppress_small=True, max_line_width=96, threshold=400)
-    return text.replace("\n", "\n" + " " * indent)
+MISTAKES_01 = (
+    Mistake("a tensor reached along two paths keeps only the last path's gradient: add the gradients that reach "
+            "it", {"Tensor.backward": _backward_with(accumulate=False)}),
+    Mistake("the graph is walked breadth first, so a tensor passes its gradient on before every tensor that used "
+            "it has added to it: walk it in reverse topological order",
+            {"Tensor.backward": _backward_with(order="breadth first")}),
+    Mistake("the gradient you are given is ignored: start from it (from ones only when it is None)",
+            {"Tensor.backward": _backward_with(start=False)}),
+    Mistake("each input's gradient is the output's gradient times the *other* input: ∂(x·y)/∂x = y",
+            {"Mul.backward": lambda self, grad: (grad * self.x, grad * self.y)}),
+    Mistake("y gets no gradient from x + y: both inputs get the output's gradient unchanged",
+            {"Add.backward": lambda self, grad: (grad, None)}),
+)
 
 
-def _precision(got, exp: Expect) -> int | None:
-    """Digits that show where ``got`` and the expected value differ: for arrays, decimals for
-    four significant digits of the largest entry of either, more when the two agree to
-    those; for a number, six significant digits, more when they agree to six."""
-    e = np.asarray(exp.value)
-    if e.dtype.kind != "f":
-        return None
-    try:
-        g = _array(got).astype(np.float64)
-    except (Malformed, ValueError, TypeError):
-        g = None
-    if g is None or g.shape != e.shape:
-        return _decimals(e) if e.ndim else None
-    d = np.abs(g - e)
-    finite = d[np.isfinite(d) & (d > 0)]
-    if e.ndim == 0:
-        if finite.size == 0:
-            return None
-        rel = finite.max() / max(abs(float(e)), 1e-300)
-        return min(15, max(6, math.ceil(-math.log10(rel)) + 2))
-    p = _decimals(np.concatenate([e.ravel(), g.ravel()]))
-    return p if finite.size == 0 else min(12, max(p, math.ceil(-math.log10(finite.max())) + 1))
+# ---------------------------------------------------------------- 02: sum_to and the matrix product
+def _cases_02():
+    rng = np.random.default_rng(2)
+    cases = []
+    for g_shape, shape, title in [((3,), (3,), "nothing to sum: the shapes agree"),
+                                  ((2, 3), (3,), "an axis broadcasting added in front"),
+                                  ((2, 3), (1, 3), "a size-1 axis"), ((2, 3), (2, 1), "a size-1 axis last"),
+                                  ((2, 3, 4), (3, 1), "both: a new axis in front and a size-1 axis"),
+                                  ((2, 3), (), "down to one number"), ((2, 1, 4), (1, 1, 4), "a size-1 axis of grad")]:
+        g = _r(rng, g_shape)
+        want = g.sum(axis=tuple(range(len(g_shape) - len(shape))))
+        want = want.sum(axis=tuple(i for i, k in enumerate(shape) if k == 1), keepdims=True) if shape else want
+
+        def run(ns, g=g, shape=shape):
+            yield ns.sum_to(g.copy(), shape)
+        cases.append(Case(title, "sum_to(grad, shape)", {"grad": g, "shape": shape}, run, [Expect("", want)]))
+    mm = [("two matrices", (2, 3), (3, 2)), ("a row times a matrix", (1, 3), (3, 4)),
+          ("a stack of matrices times one matrix", (2, 2, 3), (3, 2)),
+          ("two stacks", (2, 2, 3), (2, 3, 2)), ("stacks that broadcast", (2, 1, 2, 3), (3, 3, 2))]
+    for i, (title, a, b) in enumerate(mm):
+        cases.append(op_case(f"x @ y: {title}", "out = x @ y; out.backward(output gradient)",
+                             dict(x=_r(rng, a), y=_r(rng, b)), lambda ns, x, y: x @ y, lambda x, y: x @ y, seed=20 + i))
+    cases.append(op_case("x + y and x · y broadcast", "out = (x + y) * y; out.backward(output gradient)",
+                         dict(x=_r(rng, (2, 3)), y=_r(rng, (3,))), lambda ns, x, y: (x + y) * y,
+                         lambda x, y: (x + y) * y, seed=30))
+    return cases
 
 
-def _where_raised(e: BaseException, answer) -> str:
-    """'in attention, line 12: s = q @ k.T' for the answer's deepest frame, or ''."""
-    files = {f.__code__.co_filename for f in vars(answer).values() if hasattr(f, "__code__")} \
-        if hasattr(answer, "__dict__") else set()
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename in files]
-    if not frames:
-        return ""
-    f = frames[-1]
-    return f"in {f.name}, line {f.lineno}: {f.line}" if f.line else f"in {f.name}, line {f.lineno}"
+def _sum_leading(grad, shape):
+    extra = grad.ndim - len(shape)
+    return grad.sum(axis=tuple(range(extra))) if extra > 0 else grad
 
 
-def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer) -> str:
-    case = cases[n - 1]
-    lines = [f"case {n} of {len(cases)}: {case.title}", f"  {case.call} with"]
-    inputs = dict(case.inputs)
-    if case.detail is not None:
-        inputs.update(case.detail(outcome.index))
-    width = max(len(k) for k in inputs)
-    for name, value in inputs.items():
-        lines.append(f"    {name:<{width}} = {_show(value, indent=width + 7)}")
-    exp = case.expected[outcome.index]
-    if outcome.raised is not None:
-        e = outcome.raised
-        lines.append(f"  your code raised {type(e).__name__}: {e}")
-        where = _where_raised(e, answer)
-        if where:
-            lines.append(f"    {where}")
-    else:
-        p = _precision(outcome.got, exp)
-        pad = "  "
-        if exp.label:
-            lines.append(f"  {exp.label}:")
-            pad = "    "
-        lines.append(f"{pad}expected {_show(exp.value, p, indent=len(pad) + 9)}")
-        if outcome.got is not None and not isinstance(outcome.got, Missing):
-            try:
-                shown = _show(_array(outcome.got), p, indent=len(pad) + 9)
-            except Malformed:
-                shown = repr(outcome.got)
-            lines.append(f"{pad}got      {shown}")
-        for line in outcome.lines:
-            lines.append(pad + line.replace("\n", "\n" + pad))
-    lines += [f"  hint: {h}" for h in _hints(ex, case, outcome)]
-    if n > 1:
-        lines.append(f"(cases 1–{n - 1} of {len(cases)} pass)" if n > 2 else f"(case 1 of {len(cases)} passes)")
-    return "\n".join(lines)
+def _sum_without_keepdims(grad, shape):
+    grad = _sum_leading(grad, shape)
+    axes = tuple(i for i, k in enumerate(shape) if k == 1 and grad.shape[i] != 1)
+    return grad.sum(axis=axes) if axes else grad
 
 
-def grade(number: str, answer) -> tuple[bool, str]:
-    """(passed, report) for ``answer``, a module or namespace with the exercise's functions.
-    The cases run in order; the report describes the first one that fails."""
-    ex = EXERCISES[number]
-    missing = [f for f in ex.functions if not callable(getattr(answer, f, None))]
-    if missing:
-        return False, f"missing: {', '.join(missing)} (the file must define {', '.join(ex.functions)})"
-    cases = ex.cases()
-    for n, case in enumerate(cases, 1):
-        try:
-            outcome = _first_failure(case, answer)
-        except NotImplementedError as e:
-            passed = f"; cases 1–{n - 1} of {len(cases)} pass" if n > 1 else ""
-            return False, f"not written yet ({e}){passed}"
-        if outcome is not None:
-            return False, _report(ex, cases, n, outcome, answer)
-    return True, f"all {len(cases)} cases pass"
+def _matmul_backward(transposed=True, reduce=True):
+    def make(mod):
+        def backward(self, grad):
+            t = (lambda a: np.swapaxes(a, -1, -2)) if transposed else (lambda a: a)
+            gx, gy = grad @ t(self.y), t(self.x) @ grad
+            return (mod.sum_to(gx, self.x.shape), mod.sum_to(gy, self.y.shape)) if reduce else (gx, gy)
+        return backward
+    return Using(make)
 
 
-def reference(number: str) -> types.SimpleNamespace:
-    """The package's answer to exercise ``number`` (a namespace with the stub's functions)."""
-    return types.SimpleNamespace(**EXERCISES[number].reference)
+MISTAKES_02 = (
+    Mistake("only the axes broadcasting added in front are summed: also sum, keeping them, the axes where shape "
+            "has a 1", {"sum_to": _sum_leading}),
+    Mistake("the size-1 axes are summed away: keep them (keepdims=True), so that the result has the shape asked for",
+            {"sum_to": _sum_without_keepdims}),
+    Mistake("the gradients need the other matrix transposed: grad @ yᵀ for x and xᵀ @ grad for y",
+            {"MatMul.backward": _matmul_backward(transposed=False)}),
+    Mistake("the gradient of a broadcast stack is not brought back to its input's shape: sum_to(..., x.shape)",
+            {"MatMul.backward": _matmul_backward(reduce=False)}),
+)
 
 
-def _r(rng, shape, scale=1.0, decimals=1):
-    """Normal numbers rounded to ``decimals``: inputs the report can print exactly."""
-    return np.round(rng.standard_normal(shape) * scale, decimals)
-
-
-def _c(a):
-    return None if a is None else np.array(a, copy=True)
-
-
-# ---------------------------------------------------------------- 03: numerical gradients
-def _numerical_gradient(f, x, eps):
-    return _package_numerical_gradient(f, x, eps)
-
-
+# ---------------------------------------------------------------- 03: the gradient check
 def _cases_03():
     rng = np.random.default_rng(3)
     specs = [((1,), 1e-4, "one entry"), ((2,), 1e-4, "two entries"), ((3,), 1e-4, "three entries"),
@@ -441,11 +295,42 @@ def _cases_03():
             yield mine
 
         want = _package_numerical_gradient(f, x.copy(), eps)
-        cases.append(Case(title, "numerical_gradient(f, x, eps)",
+        cases.append(Case(f"numerical_gradient: {title}", "numerical_gradient(f, x, eps)",
                           {"f(x)": "sum(c * x**3)", "c": c, "x": x, "eps": eps}, run,
                           [Expect("the result", want, atol=1e-7, rtol=1e-7),
                            Expect("x after the call (every entry must be put back)", x, atol=1e-12, rtol=0)]))
+    checks = [("the engine's own x · y: right", 1.0, 1.0, (3,), True),
+              ("a backward that doubles x's gradient: wrong", 2.0, 1.0, (3,), False),
+              ("a backward wrong in its second input only: wrong", 1.0, -1.0, (2, 2), False),
+              ("a backward 1% off in x: wrong", 1.01, 1.0, (2, 3), False),
+              ("a backward that gives x no gradient (None): wrong", None, 1.0, (2,), False),
+              ("a right backward on (3, 2) arrays: right", 1.0, 1.0, (3, 2), True)]
+    for title, sx, sy, shape, right in checks:
+        x, y = _r(rng, shape), _r(rng, shape)
+
+        def run(ns, sx=sx, sy=sy, x=x, y=y):
+            yield ns.gradcheck(_product(ns, sx, sy), [x.copy(), y.copy()])
+        cases.append(Case(f"gradcheck: {title}", "gradcheck(fn, [x, y])",
+                          {"fn": f"a Function x · y whose backward returns ({_scale_text(sx, 'y')}, "
+                                 f"{_scale_text(sy, 'x')}) times the output's gradient", "x": x, "y": y},
+                          run, [Expect("", np.bool_(right), kind="b")]))
     return cases
+
+
+def _scale_text(s, other):
+    return "None" if s is None else other if s == 1.0 else f"−{other}" if s == -1.0 else f"{s:g}·{other}"
+
+
+def _product(ns, sx, sy):
+    """x · y as a Function of the learner's engine whose backward is scaled by (sx, sy) (None: no gradient)."""
+    class Product(engine(ns).Function):
+        def forward(self, x, y):
+            self.x, self.y = x, y
+            return x * y
+
+        def backward(self, grad):
+            return (None if sx is None else grad * self.y * sx), grad * self.x * sy
+    return lambda x, y: Product.apply(x, y)
 
 
 def _one_sided(f, x, eps, sign=1):
@@ -476,6 +361,27 @@ def _not_restored(f, x, eps):
     return g
 
 
+def _gradcheck_inputs(mod, which):
+    """gradcheck comparing only the inputs ``which`` picks (a list of indices)."""
+    Tensor = mod.__track__["01"].Tensor
+
+    def gradcheck(fn, arrays, eps=1e-6, atol=1e-5, rtol=1e-4):
+        arrays = [np.array(a, dtype=np.float64) for a in arrays]
+        inputs = [Tensor(a.copy(), requires_grad=True) for a in arrays]
+        out = fn(*inputs)
+        w = mod.weights(out.shape)
+        (out * Tensor(w)).sum().backward()
+        for k in which(len(arrays)):
+            def loss(a, k=k):
+                return float((fn(*[Tensor(a if j == k else b) for j, b in enumerate(arrays)]).data * w).sum())
+            numeric = mod.numerical_gradient(loss, arrays[k].copy(), eps)
+            analytic = np.zeros_like(numeric) if inputs[k].grad is None else inputs[k].grad
+            if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):
+                return False
+        return True
+    return gradcheck
+
+
 MISTAKES_03 = (
     Mistake("this is the one-sided difference (f(x + eps·e_i) − f(x)) / eps: its error is O(eps), the central "
             "one's O(eps²)", dict(numerical_gradient=_one_sided)),
@@ -489,564 +395,782 @@ MISTAKES_03 = (
             dict(numerical_gradient=lambda f, x, eps: _central(f, x, 1e-6))),
     Mistake("x is left changed after each entry: put every entry back before moving the next one",
             dict(numerical_gradient=_not_restored)),
+    Mistake("only the first input's gradient is checked: check every input",
+            dict(gradcheck=Using(lambda mod: _gradcheck_inputs(mod, lambda n: range(1))))),
+    Mistake("no input's gradient is compared: return False as soon as one entry of one input disagrees",
+            dict(gradcheck=Using(lambda mod: _gradcheck_inputs(mod, lambda n: range(0))))),
 )
 
 
-# ---------------------------------------------------------------- 04: the label-smoothed gradient
-def _label_smoothed_gradient(logits, target, eps):
-    x = mt.tensor(np.asarray(logits, dtype=np.float64), requires_grad=True)
-    F.cross_entropy(x, mt.tensor(np.asarray(target)), label_smoothing=eps, reduction="sum").backward()
-    return x.grad.numpy()
-
-
+# ---------------------------------------------------------------- 04: log-softmax and the smoothed loss
 def _cases_04():
     rng = np.random.default_rng(4)
-    specs = [(1, 2, 0.0, "no smoothing (ε = 0): plain cross-entropy"), (1, 2, 0.1, "two classes"),
-             (1, 3, 0.1, "three classes"), (2, 3, 0.1, "two examples"), (2, 4, 0.2, "two examples, ε = 0.2"),
-             (3, 5, 1.0, "ε = 1: the target is uniform"),
-             (2, 4, 0.1, "logits near 1000: exp overflows unless the row's largest logit is subtracted")]
-    cases = []
-    for N, V, eps, title in specs:
-        logits = _r(rng, (N, V)) + (1000.0 if "1000" in title else 0.0)
-        target = rng.integers(0, V, N)
+    cases = [op_case(f"log_softmax: {title}", "out = log_softmax(x); out.backward(output gradient)",
+                     dict(x=_r(rng, shape) + shift), lambda ns, x: ns.log_softmax(x),
+                     lambda x: F.log_softmax(x, axis=-1), seed=40 + i)
+             for i, (shape, shift, title) in enumerate([((2,), 0.0, "two entries"), ((2, 3), 0.0, "two rows"),
+                                                        ((2, 2, 4), 0.0, "three axes: over the last"),
+                                                        ((2, 3), 1000.0, "entries near 1000: exp overflows unless "
+                                                                         "the row's largest entry is subtracted")])]
+    specs = [((1, 2), 0.0, None, "no smoothing (ε = 0): plain cross-entropy"), ((1, 3), 0.1, None, "three classes"),
+             ((2, 4), 0.1, None, "two positions"), ((3, 5), 1.0, None, "ε = 1: the target is uniform"),
+             ((2, 3, 5), 0.1, None, "a batch of sequences (B, T, V)"),
+             ((2, 4, 5), 0.1, 0, "pad positions count for nothing, in the sum or in the count"),
+             ((2, 3), 0.1, None, "logits near 1000")]
+    for i, (shape, eps, pad, title) in enumerate(specs):
+        logits = _r(rng, shape) + (1000.0 if "1000" in title else 0.0)
+        target = rng.integers(1, shape[-1], shape[:-1])
+        if pad is not None:
+            target[0, -2:] = pad
+            target[1, -1] = pad
+        pad_id = 0 if pad is not None else -1
 
-        def run(ns, logits=logits, target=target, eps=eps):
-            yield ns.label_smoothed_gradient(logits.copy(), target.copy(), eps)
+        def mine(ns, logits, target=target, eps=eps, pad_id=pad_id):
+            return ns.cross_entropy(logits, target.copy(), eps, pad_id)
 
-        cases.append(Case(title, "label_smoothed_gradient(logits, target, eps)",
-                          {"logits": logits, "target": target, "eps": eps}, run,
-                          [Expect("", _label_smoothed_gradient(logits, target, eps))]))
+        def theirs(logits, target=target, eps=eps, pad_id=pad_id):
+            return transformer.label_smoothed_loss(logits, mt.tensor(target), pad_id, eps)
+        cases.append(op_case(f"cross_entropy: {title}", "loss = cross_entropy(logits, target, smoothing, pad); "
+                             "loss.backward()", dict(logits=logits), mine, theirs,
+                             shown={"target": target, "smoothing": eps, "pad": pad_id}, start=False))
     return cases
 
 
-def _softmax(s, axis=-1):
-    e = np.exp(s - s.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+def _log_softmax_unshifted(self, x):
+    self.out = x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+    return self.out
 
 
-def _smoothed(logits, target, true, other, softmax=_softmax):
-    """softmax(logits) − q with q = ``true`` on the target class and ``other`` elsewhere."""
-    N, V = logits.shape
-    onehot = np.eye(V)[target]
-    return softmax(logits) - (onehot * true + (1 - onehot) * other)
+def _cross_entropy(mod, smoothing_over="V", count="real", divide=True):
+    Tensor = mod.__track__["01"].Tensor
 
-
-def _naive_softmax(s):
-    e = np.exp(s)
-    return e / e.sum(-1, keepdims=True)
+    def cross_entropy(logits, target, smoothing, pad):
+        V = logits.shape[-1]
+        target = np.asarray(target)
+        real = target != pad
+        spread = smoothing / (V - 1 if smoothing_over == "V-1" else V)
+        on = 1 - smoothing + (0 if smoothing_over == "V-1" else spread)
+        q = np.full(logits.shape, spread)
+        np.put_along_axis(q, target[..., None], on, axis=-1)
+        q *= real[..., None]
+        n = real.sum() if count == "real" else real.size
+        loss = -(mod.log_softmax(logits) * Tensor(q)).sum()
+        return loss / max(1, int(n)) if divide else loss
+    return cross_entropy
 
 
 MISTAKES_04 = (
-    Mistake("this is the gradient without smoothing: ε is not used",
-            dict(label_smoothed_gradient=lambda x, t, eps: _smoothed(x, t, 1.0, 0.0))),
-    Mistake("your target q gives ε/(V−1) to each wrong class; lesson 4 (PyTorch's definition) gives ε/V to every "
-            "class, the true one included", dict(label_smoothed_gradient=lambda x, t, eps: _smoothed(
-                x, t, 1 - eps, eps / (x.shape[1] - 1)))),
-    Mistake("your target gives the true class 1 + ε/V: its one-hot part must shrink to 1 − ε, so that q sums to 1",
-            dict(label_smoothed_gradient=lambda x, t, eps: _smoothed(x, t, 1 + eps / x.shape[1], eps / x.shape[1]))),
-    Mistake("your target leaves ε/V off the true class: every class gets ε/V, and the true one 1 − ε on top",
-            dict(label_smoothed_gradient=lambda x, t, eps: _smoothed(x, t, 1 - eps, eps / x.shape[1]))),
-    Mistake("the sign is flipped: the gradient of the loss is p − q, not q − p",
-            dict(label_smoothed_gradient=lambda x, t, eps: -_label_smoothed_gradient(x, t, eps))),
-    Mistake("you divided by N: the loss here is summed over the examples, not averaged",
-            dict(label_smoothed_gradient=lambda x, t, eps: _label_smoothed_gradient(x, t, eps) / len(t))),
-    Mistake("the softmax ran over the examples (axis 0): it must run over each row's V classes, the last axis",
-            dict(label_smoothed_gradient=lambda x, t, eps: _smoothed(
-                x, t, 1 - eps + eps / x.shape[1], eps / x.shape[1], lambda s: _softmax(s, 0)))),
-    Mistake("nan: exp overflows for large logits; subtract each row's largest logit first, which changes nothing "
-            "else (lesson 4)", dict(label_smoothed_gradient=lambda x, t, eps: _smoothed(
-                x, t, 1 - eps + eps / x.shape[1], eps / x.shape[1], _naive_softmax))),
+    Mistake("exp overflowed: subtract each row's largest entry before exp (log softmax does not change)",
+            {"LogSoftmax.forward": _log_softmax_unshifted}),
+    Mistake("the backward of log softmax is grad − softmax(x)·Σgrad: the softmax term is missing",
+            {"LogSoftmax.backward": lambda self, grad: (grad,)}),
+    Mistake("the smoothing mass is spread over the V − 1 other tokens: the paper's (and PyTorch's) target puts "
+            "ε/V on every token, the true one included", dict(cross_entropy=Using(lambda m: _cross_entropy(m, "V-1")))),
+    Mistake("divided by every position, pad included: divide by the number of non-pad positions",
+            dict(cross_entropy=Using(lambda m: _cross_entropy(m, count="all")))),
+    Mistake("the sum is not divided: the loss is per non-pad position",
+            dict(cross_entropy=Using(lambda m: _cross_entropy(m, divide=False)))),
 )
 
 
-# ---------------------------------------------------------------- 05: one Adam update
-def _adam_update(theta, grad, m, v, t, lr, betas, eps):
-    p = mt.tensor(np.array(theta, dtype=np.float64), requires_grad=True)
-    opt = mt.optim.Adam([p], lr=lr, betas=betas, eps=eps)
-    opt.load_state_dict({"steps": t - 1,            # the optimizer as it stands after step t − 1
-                         "hyper": {"lr": lr, "betas": list(betas), "eps": eps, "weight_decay": 0.0},
-                         "state": [{"m": np.array(m, dtype=np.float64), "v": np.array(v, dtype=np.float64)}]})
-    p.grad = mt.tensor(np.array(grad, dtype=np.float64))
-    opt.step()
-    state = opt.state_dict()["state"][0]
-    return p.numpy().copy(), state["m"], state["v"]
+# ---------------------------------------------------------------- 05: Module, Linear, Adam
+def _modules_05(ns):
+    """The grader's small modules, built from the learner's Module, Parameter and Linear."""
+    Module, P, Linear = ns.Module, ns.Parameter, ns.Linear
+    rng = np.random.default_rng(0)
+
+    class One(Module):
+        def __init__(self):
+            self.weight = P(np.ones(2))
+
+    class Two(Module):
+        def __init__(self):
+            self.a, self.scale, self.b = Linear(2, 3, rng), P(np.ones(1)), Linear(3, 1, rng)
+
+    class Stack(Module):
+        def __init__(self):
+            self.layers = [Two(), Two()]
+            self.out = Linear(1, 1, rng)
+
+    class Shared(Module):
+        def __init__(self):
+            self.first = Linear(1, 2, rng)
+            self.again = self.first.weight
+            self.note = "not a parameter"
+    return {"One": One, "Two": Two, "Stack": Stack, "Shared": Shared}
+
+
+_NAMES_05 = {
+    "One": ("a parameter attribute", ["weight"]),
+    "Two": ("modules inside: their names get the attribute's name in front",
+            ["a.weight", "a.bias", "scale", "b.weight", "b.bias"]),
+    "Stack": ("a list of modules: layers.0, layers.1, ...",
+              [f"layers.{i}.{n}" for i in range(2) for n in ("a.weight", "a.bias", "scale", "b.weight", "b.bias")]
+              + ["out.weight", "out.bias"]),
+    "Shared": ("one parameter held by two attributes: named once, by the first", ["first.weight", "first.bias"]),
+}
+
+
+def _adam_reference(params: list, grads: list, lr, betas, eps) -> list:
+    """minitensor's Adam on ``params``: the parameters after each step (grads[t] is step t's)."""
+    ps = [mt.tensor(np.array(p, dtype=np.float64), requires_grad=True) for p in params]
+    opt = mt.optim.Adam(ps, lr=lr, betas=betas, eps=eps)
+    out = []
+    for step in grads:
+        for p, g in zip(ps, step):
+            p.grad = mt.tensor(np.array(g, dtype=np.float64))
+        opt.step()
+        out.append([p.numpy().copy() for p in ps])
+    return out
 
 
 def _cases_05():
     rng = np.random.default_rng(5)
-    paper = (0.01, (0.9, 0.98), 1e-9)
-    specs = [((1,), 1, paper, "the first step (t = 1, m = v = 0), one weight"), ((2,), 1, paper, "the first step"),
-             ((2,), 2, paper, "the second step"), ((3,), 10, paper, "step 10"),
-             ((2, 3), 1000, paper, "step 1000: the bias corrections are nearly 1"),
-             ((2,), 3, (0.1, (0.5, 0.8), 1e-3), "other settings of lr, betas and eps")]
     cases = []
-    for shape, t, (lr, betas, eps), title in specs:
-        theta, grad = _r(rng, shape), _r(rng, shape)
-        if t == 1:
-            m, v = np.zeros(shape), np.zeros(shape)
-        else:
-            m, v = _r(rng, shape, 0.1, 2), np.round(0.01 + 0.1 * rng.random(shape), 3)
+    for cls, (title, names) in _NAMES_05.items():
+        def run(ns, cls=cls):
+            yield [name for name, _ in _modules_05(ns)[cls]().named_parameters()]
+        cases.append(Case(f"named_parameters: {title}", f"{cls}().named_parameters()",
+                          {"the module": _MODULE_TEXT_05[cls]}, run, [Expect("the names, in order", names, kind="s")]))
+    for i, (n_in, n_out, lead) in enumerate([(1, 1, (1,)), (3, 2, (2,)), (2, 3, (2, 2))]):
+        x = _r(rng, lead + (n_in,))
+        cases.append(module_case(f"Linear({n_in}, {n_out}) on x of shape {x.shape}", "out = Linear(...)(x)",
+                                 lambda ns, a=n_in, b=n_out: ns.Linear(a, b, np.random.default_rng(0)),
+                                 mt.nn.Linear(n_in, n_out), {"x": x},
+                                 lambda ns, m, x: m(engine(ns).Tensor(x)), lambda m, x: m(mt.tensor(x)), seed=50 + i))
+    for title, shapes, steps, hyper in [
+            ("one step of one parameter", [(1,)], 1, (0.01, (0.9, 0.98), 1e-9)),
+            ("three steps of two parameters", [(2,), (2, 3)], 3, (0.01, (0.9, 0.98), 1e-9)),
+            ("other settings of lr, betas and eps", [(3,)], 3, (0.1, (0.5, 0.8), 1e-3)),
+            ("a parameter without a gradient is left alone", [(2,), (2,)], 2, (0.01, (0.9, 0.98), 1e-9))]:
+        params = [_r(rng, s) for s in shapes]
+        grads = [[_r(rng, s) for s in shapes] for _ in range(steps)]
+        idle = "without" in title
+        want = _adam_reference(params[:1] if idle else params, [g[:1] if idle else g for g in grads], *hyper)
+        if idle:
+            want = [w + [params[1]] for w in want]
 
-        def run(ns, a=(theta, grad, m, v, t, lr, betas, eps)):
-            out = ns.adam_update(_c(a[0]), _c(a[1]), _c(a[2]), _c(a[3]), *a[4:])
-            if not isinstance(out, (tuple, list)) or len(out) != 3:
-                got = f"{len(out)} values" if isinstance(out, (tuple, list)) else f"a {type(out).__name__}"
-                raise Malformed(f"adam_update must return three arrays (theta, m, v); it returned {got}")
-            yield from out
-
-        new = _adam_update(theta, grad, m, v, t, lr, betas, eps)
-        cases.append(Case(title, "adam_update(theta, grad, m, v, t, lr, betas, eps)",
-                          {"theta": theta, "grad": grad, "m": m, "v": v, "t": t, "lr": lr, "betas": betas, "eps": eps},
-                          run, [Expect(f"the new {name}", value, atol=1e-12, rtol=1e-8)
-                                for name, value in zip(("theta", "m", "v"), new)]))
+        def run(ns, params=params, grads=grads, hyper=hyper, idle=idle):
+            ps = [ns.Parameter(p.copy()) for p in params]
+            opt = ns.Adam(ps, lr=hyper[0], betas=hyper[1], eps=hyper[2])
+            for step in grads:
+                opt.zero_grad()
+                for k, (p, g) in enumerate(zip(ps, step)):
+                    p.grad = None if idle and k == 1 else g.copy()
+                opt.step()
+                yield from (p.data.copy() for p in ps)
+        lr, betas, eps = hyper
+        cases.append(Case(f"Adam: {title}", "Adam(params, lr, betas, eps); then, for each step: set .grad; step()",
+                          {"params": params, "grads (one list per step)": grads, "lr": lr, "betas": betas,
+                           "eps": eps}, run,
+                          [Expect(f"after step {t + 1}: parameter {k}", w, atol=1e-12, rtol=1e-8)
+                           for t, step in enumerate(want) for k, w in enumerate(step)]))
     return cases
 
 
-def _adam(theta, grad, m, v, t, lr, betas, eps, correct=True, shift=0, eps_inside=False, sign=-1, swap=False,
-          keep=False):
-    b1, b2 = betas
-    m2 = b1 * grad + (1 - b1) * m if swap else b1 * m + (1 - b1) * grad
-    v2 = b2 * grad * grad + (1 - b2) * v if swap else b2 * v + (1 - b2) * grad * grad
-    c1, c2 = (1 - b1 ** (t + shift), 1 - b2 ** (t + shift)) if correct else (1.0, 1.0)
-    denominator = np.sqrt(v2 / c2 + eps) if eps_inside else np.sqrt(v2 / c2) + eps
-    new = theta + sign * lr * (m2 / c1) / denominator
-    return (new, m, v) if keep else (new, m2, v2)
+_MODULE_TEXT_05 = {
+    "One": "weight = Parameter(ones(2))",
+    "Two": "a = Linear(2, 3); scale = Parameter(ones(1)); b = Linear(3, 1)",
+    "Stack": "layers = [Two(), Two()]; out = Linear(1, 1)",
+    "Shared": "first = Linear(1, 2); again = first.weight; note = 'not a parameter'",
+}
+
+
+def _named_parameters(prefixes=True, lists=True, once=True):
+    def named_parameters(self):
+        seen, out = set(), []
+
+        def walk(module, prefix):
+            for name, value in vars(module).items():
+                if isinstance(value, list):
+                    items = [(f"{name}.{i}", v) for i, v in enumerate(value)] if lists else []
+                else:
+                    items = [(name, value)]
+                for key, item in items:
+                    if hasattr(item, "requires_grad") and item.requires_grad:
+                        if once and id(item) in seen:
+                            continue
+                        seen.add(id(item))
+                        out.append(((prefix if prefixes else "") + key, item))
+                    elif hasattr(item, "named_parameters"):
+                        walk(item, prefix + key + ".")
+        walk(self, "")
+        return out
+    return named_parameters
+
+
+def _adam_step(correct=True, eps_inside=False):
+    def step(self):
+        self.t += 1
+        b1, b2 = self.betas
+        for p, m, v in zip(self.params, self.m, self.v):
+            if p.grad is None:
+                continue
+            m *= b1
+            m += (1 - b1) * p.grad
+            v *= b2
+            v += (1 - b2) * p.grad**2
+            mh, vh = (m / (1 - b1**self.t), v / (1 - b2**self.t)) if correct else (m, v)
+            p.data -= self.lr * mh / (np.sqrt(vh + self.eps) if eps_inside else np.sqrt(vh) + self.eps)
+    return step
 
 
 MISTAKES_05 = (
-    Mistake("this is Adam without its bias corrections: m and v start at 0, and lesson 5 divides them by "
-            "1 − β₁ᵗ and 1 − β₂ᵗ", dict(adam_update=functools.partial(_adam, correct=False))),
-    Mistake("the bias corrections use t + 1: t is this step's number, counted from 1",
-            dict(adam_update=functools.partial(_adam, shift=1))),
-    Mistake("ε went inside the square root: Adam adds it to √v̂",
-            dict(adam_update=functools.partial(_adam, eps_inside=True))),
-    Mistake("θ moved up the gradient: Adam subtracts its step", dict(adam_update=functools.partial(_adam, sign=1))),
-    Mistake("the averages give the new gradient the weight β: it gets 1 − β, and the old average β",
-            dict(adam_update=functools.partial(_adam, swap=True))),
-    Mistake("the m and v you return are the ones you were given: return the updated moments, the next step starts "
-            "from them", dict(adam_update=functools.partial(_adam, keep=True))),
-    Mistake("your answer ignores the lr, betas or eps it is given (it uses the paper's): use the arguments",
-            dict(adam_update=lambda theta, grad, m, v, t, lr, betas, eps: _adam(theta, grad, m, v, t, 0.01,
-                                                                                (0.9, 0.98), 1e-9))),
+    Mistake("a parameter inside a module needs the module's attribute name in front: 'a.weight', not 'weight'",
+            {"Module.named_parameters": _named_parameters(prefixes=False)}),
+    Mistake("the modules in a list attribute are missed: name them layers.0, layers.1, ...",
+            {"Module.named_parameters": _named_parameters(lists=False)}),
+    Mistake("a parameter held by two attributes is listed twice: list each parameter once",
+            {"Module.named_parameters": _named_parameters(once=False)}),
+    Mistake("the bias b is not added", {"Linear.forward": lambda self, x: x @ self.weight}),
+    Mistake("the bias corrections are missing: divide m by 1 − β1ᵗ and v by 1 − β2ᵗ",
+            {"Adam.step": _adam_step(correct=False)}),
+    Mistake("ε goes outside the square root: √v̂ + ε", {"Adam.step": _adam_step(eps_inside=True)}),
 )
 
 
-# ---------------------------------------------------------------- 07: the LayerNorm backward
-def _layer_norm_backward(grad, xhat, r, weight):
-    return layer_norm_backward_reference(np, grad, xhat, r, weight, (True, False, False))[0]
-
-
-def _layer_norm_parts(x):
-    mu = x.mean(-1, keepdims=True)
-    r = 1 / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
-    return (x - mu) * r, r
-
-
-def _cases_07():
-    rng = np.random.default_rng(7)
-    specs = [((1, 1), True, "D = 1: x̂ is 0 whatever x is"),
-             ((1, 2), True, "D = 2, γ = 1: x̂ is (1, −1) or (−1, 1), up to ε, whatever x is"),
-             ((1, 3), True, "D = 3, γ = 1"), ((1, 3), False, "D = 3, γ ≠ 1"), ((2, 4), False, "two rows"),
-             ((2, 2, 3), False, "three axes: the last one is normalised"), ((3, 6), False, "three rows of six")]
+# ---------------------------------------------------------------- 06: Xavier initialisation and dropout
+def _cases_06():
+    from minitensor.ops.dropout import dropped
+    rng = np.random.default_rng(6)
     cases = []
-    for shape, unit, title in specs:
-        x, grad = _r(rng, shape, 2.0), _r(rng, shape)
-        weight = np.ones(shape[-1]) if unit else np.round(rng.uniform(0.5, 1.5, shape[-1]), 1)
-        xhat, r = _layer_norm_parts(x)
-        cotangent = (lambda g, w: lambda a: float(
-            (g * F.layer_norm(mt.tensor(a), mt.tensor(w), None, eps=1e-5).numpy()).sum()))(grad, weight)
-        numeric = _package_numerical_gradient(cotangent, x.copy(), 1e-6)
-        shown = _layer_norm_backward(grad, xhat, r, weight)
-        assert np.allclose(shown, numeric, atol=1e-6), "the package's backward disagrees with central differences"
+    for fan_in, fan_out, seed in [(1, 1, 0), (2, 3, 1), (3, 2, 2), (4, 4, 3)]:
+        a = math.sqrt(6.0 / (fan_in + fan_out))    # as mt.nn.init.xavier_uniform_
+        want = np.random.default_rng(seed).uniform(-a, a, size=(fan_in, fan_out))
 
-        def run(ns, a=(grad, xhat, r, weight)):
-            yield ns.layer_norm_backward(*(_c(v) for v in a))
+        def run(ns, fan_in=fan_in, fan_out=fan_out, seed=seed):
+            yield ns.xavier_uniform(fan_in, fan_out, np.random.default_rng(seed))
+        cases.append(Case(f"xavier_uniform: {fan_in} × {fan_out}", "xavier_uniform(fan_in, fan_out, rng)",
+                          {"fan_in": fan_in, "fan_out": fan_out, "rng": f"np.random.default_rng({seed})",
+                           "the bound a": round(a, 6)}, run, [Expect("", want, atol=1e-12)]))
+    for i, (shape, p, training, title) in enumerate([((4,), 0.5, True, "p = 0.5"), ((2, 3), 0.1, True, "p = 0.1"),
+                                                     ((2, 3), 0.3, False, "not training: x itself"),
+                                                     ((3,), 0.0, True, "p = 0: x itself"),
+                                                     ((2, 2, 3), 0.25, True, "three axes")]):
+        x, seed = _r(rng, shape), 60 + i
+        keep = np.random.default_rng(seed).random(shape) >= p
+        out = dropped(x, keep, p) if training and p > 0 else x
+        w = _r(np.random.default_rng(seed + 100), shape)
+        gx = dropped(w, keep, p) if training and p > 0 else w
 
-        call = "layer_norm_backward(grad, xhat, r, weight), the backward at x of y = weight ⊙ xhat,"
-        cases.append(Case(title, call, {"x": x, "grad": grad, "xhat": xhat, "r": r, "weight": weight}, run,
-                          [Expect("", shown, atol=1e-5, rtol=1e-4, judge=numeric)]))
+        def run(ns, x=x, p=p, training=training, seed=seed, w=w):
+            t = engine(ns).Tensor(x.copy(), requires_grad=True)
+            y = ns.dropout(t, p, np.random.default_rng(seed), training)
+            yield y
+            y.backward(w.copy())
+            yield Missing("x.grad is None") if t.grad is None else t.grad
+        cases.append(Case(f"dropout: {title}", "out = dropout(x, p, rng, training); out.backward(output gradient)",
+                          {"x": x, "p": p, "training": training, "rng": f"np.random.default_rng({seed})",
+                           "output gradient": w}, run,
+                          [Expect("the output", out, atol=1e-12), Expect("the gradient of x", gx, atol=1e-12)]))
     return cases
 
 
-def _ln(grad, xhat, r, weight, mean=True, variance=True, gamma=True, scale=True, reduce=np.mean):
-    g = grad * weight if gamma else grad
-    out = g.copy()
-    if mean:
-        out = out - reduce(g, axis=-1, keepdims=True)
-    if variance:
-        out = out - xhat * reduce(g * xhat, axis=-1, keepdims=True)
-    return r * out if scale else out
+def _dropout_forward(keep_below=False, scale="divide"):
+    def forward(self, x, p, rng):
+        draw = rng.random(x.shape)
+        keep = draw < p if keep_below else draw >= p
+        self.scale = keep / (1.0 - p) if scale == "divide" else keep * (1.0 - p) if scale == "multiply" else keep * 1.0
+        return x * self.scale
+    return forward
+
+
+MISTAKES_06 = (
+    Mistake("a = √(2 / (fan_in + fan_out)) is the standard deviation of Xavier's normal version; the uniform "
+            "one's bound is √(6 / (fan_in + fan_out))",
+            dict(xavier_uniform=lambda i, o, rng: rng.uniform(-math.sqrt(2 / (i + o)), math.sqrt(2 / (i + o)),
+                                                              size=(i, o)))),
+    Mistake("the bound uses fan_in alone: Xavier's is √(6 / (fan_in + fan_out))",
+            dict(xavier_uniform=lambda i, o, rng: rng.uniform(-math.sqrt(6 / i), math.sqrt(6 / i), size=(i, o)))),
+    Mistake("the entries drawn below p are the ones dropped: keep = rng.random(shape) >= p",
+            {"Dropout.forward": _dropout_forward(keep_below=True)}),
+    Mistake("the kept entries are multiplied by 1 − p: divide by it, so that the expected output is x",
+            {"Dropout.forward": _dropout_forward(scale="multiply")}),
+    Mistake("the kept entries are not scaled: divide them by 1 − p, so that the expected output is x",
+            {"Dropout.forward": _dropout_forward(scale="none")}),
+    Mistake("the backward lets the gradient through every entry: only the kept ones, scaled by 1/(1 − p)",
+            {"Dropout.backward": lambda self, grad: (grad,)}),
+    Mistake("dropout also runs when not training: at evaluation it is the identity",
+            dict(dropout=Using(lambda m: lambda x, p, rng, training: m.Dropout.apply(x, p=p, rng=rng) if p > 0 else x))),
+)
+
+
+# ---------------------------------------------------------------- 07: LayerNorm
+def _cases_07():
+    rng = np.random.default_rng(7)
+    cases = []
+    for i, (shape, eps, title) in enumerate([((1, 2), 1e-5, "one vector of two entries"),
+                                             ((2, 3), 1e-5, "two vectors"), ((2, 4), 0.1, "a large eps"),
+                                             ((2, 2, 3), 1e-5, "three axes: normalise over the last"),
+                                             ((3, 5), 1e-5, "five entries each")]):
+        arrays = dict(x=_r(rng, shape), gamma=_r(rng, shape[-1:]) + 1.0, beta=_r(rng, shape[-1:]))
+        cases.append(op_case(f"LayerNormFunction: {title}",
+                             "out = LayerNormFunction.apply(x, gamma, beta, eps=eps); out.backward(output gradient)",
+                             arrays, lambda ns, x, gamma, beta, eps=eps: ns.LayerNormFunction.apply(x, gamma, beta,
+                                                                                                     eps=eps),
+                             lambda x, gamma, beta, eps=eps: F.layer_norm(x, gamma, beta, eps), shown={"eps": eps},
+                             seed=70 + i))
+    return cases
+
+
+def _ln_forward(ddof=0, eps_outside=False):
+    def forward(self, x, gamma, beta, eps):
+        mu = x.mean(axis=-1, keepdims=True)
+        var = ((x - mu) ** 2).sum(axis=-1, keepdims=True) / (x.shape[-1] - ddof)
+        self.rstd = 1.0 / (np.sqrt(var) + eps) if eps_outside else 1.0 / np.sqrt(var + eps)
+        self.xhat, self.gamma = (x - mu) * self.rstd, gamma
+        return self.xhat * gamma + beta
+    return forward
+
+
+def _ln_backward(mean_term=True, xhat_term=True, param_axes="all"):
+    def backward(self, grad):
+        g = grad * self.gamma
+        dx = g - (g.mean(axis=-1, keepdims=True) if mean_term else 0) \
+            - (self.xhat * (g * self.xhat).mean(axis=-1, keepdims=True) if xhat_term else 0)
+        axes = tuple(range(grad.ndim - 1)) if param_axes == "all" else 0
+        return dx * self.rstd, (grad * self.xhat).sum(axis=axes), grad.sum(axis=axes)
+    return backward
 
 
 MISTAKES_07 = (
-    Mistake("this backward forgets the path through the variance: x̂ depends on every x_j through σ² too (lesson 7)",
-            dict(layer_norm_backward=functools.partial(_ln, variance=False))),
-    Mistake("this backward forgets the path through the mean: x̂ depends on every x_j through μ too (lesson 7)",
-            dict(layer_norm_backward=functools.partial(_ln, mean=False))),
-    Mistake("this backward keeps only the direct path: x_i also reaches every x̂_j through μ and σ²",
-            dict(layer_norm_backward=functools.partial(_ln, mean=False, variance=False))),
-    Mistake("γ is missing: the cotangent that reaches x̂ is grad ⊙ γ",
-            dict(layer_norm_backward=functools.partial(_ln, gamma=False))),
-    Mistake("the factor r = 1/√(σ² + ε) is missing",
-            dict(layer_norm_backward=functools.partial(_ln, scale=False))),
-    Mistake("sums over the last axis where means belong: each sum must be divided by D",
-            dict(layer_norm_backward=functools.partial(_ln, reduce=np.sum))),
+    Mistake("the variance is divided by n − 1: LayerNorm's is the biased one, divided by n",
+            {"LayerNormFunction.forward": _ln_forward(ddof=1)}),
+    Mistake("eps goes inside the square root: √(σ² + eps)", {"LayerNormFunction.forward": _ln_forward(eps_outside=True)}),
+    Mistake("dx misses − mean(g): every entry of x moves μ, so each gets a share of the others' gradient",
+            {"LayerNormFunction.backward": _ln_backward(mean_term=False)}),
+    Mistake("dx misses − x̂ · mean(g · x̂): every entry of x moves σ too",
+            {"LayerNormFunction.backward": _ln_backward(xhat_term=False)}),
+    Mistake("dγ and dβ are summed over the first axis only: sum over every axis but the last",
+            {"LayerNormFunction.backward": _ln_backward(param_axes="first")}),
 )
 
 
-# ---------------------------------------------------------------- 08: the causal mask and attention
-def _causal_mask(T):
-    return transformer.causal_mask(T).numpy()
-
-
-def _attention(q, k, v, mask):
-    return F.scaled_dot_product_attention(
-        *(mt.tensor(a) for a in (q, k, v)), mask=None if mask is None else mt.tensor(mask)).numpy()
-
-
+# ---------------------------------------------------------------- 08: attention with masks
 def _cases_08():
-    cases = []
-    for T in (1, 2, 3, 4, 6):
+    rng = np.random.default_rng(8)
+    cases = [op_case(f"softmax: {title}", "out = softmax(x); out.backward(output gradient)",
+                     dict(x=_r(rng, shape) + shift), lambda ns, x: ns.softmax(x), lambda x: F.softmax(x, axis=-1),
+                     seed=80 + i)
+             for i, (shape, shift, title) in enumerate([((3,), 0.0, "three entries"), ((2, 3), 0.0, "over the last axis"),
+                                                        ((2, 3), 1000.0, "entries near 1000")])]
+    for T in (1, 2, 4):
         def run(ns, T=T):
             yield ns.causal_mask(T)
-        cases.append(Case(f"T = {T}", "causal_mask(T)", {"T": T}, run, [Expect("", _causal_mask(T), kind="b")]))
-    rng = np.random.default_rng(8)
-    pad = np.array([[True, True, True, True], [True, True, False, False]])[:, None, :]   # (B, 1, T): 2 pad keys
-    specs = [((1, 1, 1), None, "one position, d = 1"), ((1, 2, 1), None, "two positions, d = 1, no mask"),
-             ((1, 2, 2), None, "d = 2: the scale 1/√d_k matters"), ((1, 3, 2), "causal", "a causal mask"),
-             ((2, 3, 4), "causal", "two sequences, a causal mask"),
-             ((2, 4, 3), pad, "a padding mask of shape (B, 1, T): sequence 1 has two pad keys"),
-             ((2, 5, 8), "causal", "a causal mask, d = 8")]
-    for (B, T, d), mask, title in specs:
-        q, k, v = (_r(rng, (B, T, d)) for _ in range(3))
-        if isinstance(mask, str):
-            mask = _causal_mask(T)
-
-        def run(ns, a=(q, k, v, mask)):
-            yield ns.attention(*(_c(x) for x in a))
-
-        cases.append(Case(title, "attention(q, k, v, mask)", {"q": q, "k": k, "v": v, "mask": mask}, run,
-                          [Expect("", _attention(q, k, v, mask))]))
+        cases.append(Case(f"causal_mask({T})", "causal_mask(T)", {"T": T}, run,
+                          [Expect("", np.asarray(_masks.causal_mask(T).numpy(), bool), kind="b")]))
+    specs = [("one query, one key", (1, 1, 2), (1, 1, 2), None),
+             ("two queries, three keys", (1, 2, 2), (1, 3, 2), None),
+             ("d_k = 4: the scores are divided by √4", (1, 2, 4), (1, 2, 4), None),
+             ("a causal mask", (1, 3, 2), (1, 3, 2), "causal"),
+             ("a padding mask: the last key of the second sequence is padding", (2, 2, 2), (2, 3, 2), "padding"),
+             ("heads: (B, h, T, d_k) with a causal mask", (1, 2, 3, 2), (1, 2, 3, 2), "causal")]
+    for i, (title, qs, ks, kind) in enumerate(specs):
+        arrays = dict(q=_r(rng, qs), k=_r(rng, ks), v=_r(rng, ks[:-1] + (3,)))
+        if kind == "causal":
+            mask = np.tril(np.ones((qs[-2], ks[-2]), bool))
+        elif kind == "padding":
+            mask = np.ones((ks[0], 1, ks[-2]), bool)
+            mask[1, 0, -1] = False
+        else:
+            mask = None
+        cases.append(op_case(f"attention: {title}", "out = attention(q, k, v, mask); out.backward(output gradient)",
+                             arrays, lambda ns, q, k, v, mask=mask: ns.attention(q, k, v, mask),
+                             lambda q, k, v, mask=mask: F.scaled_dot_product_attention(
+                                 q, k, v, None if mask is None else mt.tensor(mask)),
+                             shown={"mask": "None" if mask is None else mask}, seed=85 + i))
     return cases
 
 
-def _attend(q, k, v, mask, scale=None, invert=False, axis=-1, after=False, transpose=lambda k: k.swapaxes(-1, -2)):
-    d = q.shape[-1]
-    s = q @ transpose(k) / (np.sqrt(d) if scale is None else scale(d))
-    if mask is not None and not after:
-        s = np.where(~mask if invert else mask, s, -np.inf)
-    p = _softmax(s, axis)
-    if mask is not None and after:
-        p = p * mask
-    return p @ v
+def _attention(mod, scale="sqrt", mask_means="may attend"):
+    def attention(q, k, v, mask=None):
+        d = q.shape[-1]
+        s = q @ k.transpose()
+        s = s / {"sqrt": np.sqrt(d), "d": d, "none": 1.0}[scale]
+        if mask is not None:
+            m = np.asarray(mask, bool)
+            s = s.masked_fill(m if mask_means == "blocked" else ~m, -1e9)
+        return mod.softmax(s) @ v
+    return attention
 
 
 MISTAKES_08 = (
-    Mistake("the diagonal is False: query i may attend to key i, itself",
-            dict(causal_mask=lambda T: np.tril(np.ones((T, T), bool), -1))),
-    Mistake("this is the upper triangle: query i may attend to the keys j ≤ i, the past and itself",
-            dict(causal_mask=lambda T: np.triu(np.ones((T, T), bool)))),
-    Mistake("True here marks the future keys: the mask says where attention is allowed, not where it is blocked",
-            dict(causal_mask=lambda T: np.triu(np.ones((T, T), bool), 1))),
-    Mistake("the entries are right but not bool: return a bool array",
-            dict(causal_mask=lambda T: np.tril(np.ones((T, T))))),
-    Mistake("k.T reverses all three axes of a (B, T, d) array: swap only the last two, k.swapaxes(-1, -2)",
-            dict(attention=functools.partial(_attend, transpose=lambda k: k.T))),
-    Mistake("the scores are not divided by √d_k (equation 1)",
-            dict(attention=functools.partial(_attend, scale=lambda d: 1))),
-    Mistake("the scores are divided by d_k: divide them by its square root",
-            dict(attention=functools.partial(_attend, scale=lambda d: d))),
-    Mistake("the scores are multiplied by √d_k: divide them by it",
-            dict(attention=functools.partial(_attend, scale=lambda d: 1 / np.sqrt(d)))),
-    Mistake("−∞ went where the mask is True: True means may attend",
-            dict(attention=functools.partial(_attend, invert=True))),
-    Mistake("the mask has no effect: where it is False the score must be −∞ before the softmax",
-            dict(attention=lambda q, k, v, mask: _attend(q, k, v, None))),
-    Mistake("the mask was applied after the softmax: a query's weights no longer sum to 1; mask the scores before it",
-            dict(attention=functools.partial(_attend, after=True))),
-    Mistake("the softmax ran over the queries: each query's weights over the keys (the last axis) must sum to 1",
-            dict(attention=functools.partial(_attend, axis=-2))),
+    Mistake("softmax over the wrong axis: the weights of one query sum to 1 over the keys, the last axis",
+            dict(softmax=lambda x: (lambda e: e / e.sum(axis=0, keepdims=True))((x - x.max(axis=0, keepdims=True)).exp()))),
+    Mistake("the causal mask is the upper triangle: query i may see keys j ≤ i, the lower one",
+            dict(causal_mask=lambda T: np.triu(np.ones((T, T), dtype=bool)))),
+    Mistake("the causal mask hides the diagonal too: a position may attend to itself",
+            dict(causal_mask=lambda T: np.tril(np.ones((T, T), dtype=bool), -1))),
+    Mistake("the scores are divided by d_k: equation 1 divides by √d_k", dict(attention=Using(lambda m: _attention(m, "d")))),
+    Mistake("the scores are not scaled: divide q kᵀ by √d_k", dict(attention=Using(lambda m: _attention(m, "none")))),
+    Mistake("the mask is read the wrong way round: True means may attend, so fill where it is False",
+            dict(attention=Using(lambda m: _attention(m, mask_means="blocked")))),
 )
 
 
-# ---------------------------------------------------------------- 09: heads
-@functools.lru_cache(maxsize=None)
-def _mha(d_model: int, h: int):
-    return transformer.MultiHeadAttention(d_model, h)
-
-
-def _split_heads(x, h):
-    return _mha(x.shape[-1], h).split_heads(mt.tensor(x)).numpy()
-
-
-def _merge_heads(x):
-    B, h, T, dk = x.shape
-    return _mha(h * dk, h).merge_heads(mt.tensor(x)).numpy()
-
-
-_HEAD_SPECS = [((1, 1, 1), 1, "one position, one head, d_model = 1"), ((1, 1, 4), 2, "one position, two heads"),
-               ((1, 3, 4), 1, "a single head"), ((1, 2, 6), 3, "two positions, three heads"),
-               ((2, 3, 4), 2, "two sequences, two heads"), ((2, 2, 8), 4, "four heads of d_k = 2"),
-               ((1, 3, 4), 4, "d_k = 1")]
-
-
+# ---------------------------------------------------------------- 09: multi-head attention
 def _cases_09():
+    rng = np.random.default_rng(9)
     cases = []
-    for shape, h, title in _HEAD_SPECS:
-        x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    for i, (B, T, d, h, title) in enumerate([(1, 1, 2, 1, "one head: nothing to split"), (1, 2, 4, 2, "two heads"),
+                                            (2, 3, 6, 3, "three heads, a batch of two")]):
+        mha = transformer.MultiHeadAttention(d, h)
+        x = _r(rng, (B, T, d))
+        cases.append(op_case(f"split_heads: {title}", "out = split_heads(x, h); out.backward(output gradient)",
+                             dict(x=x), lambda ns, x, h=h: ns.split_heads(x, h), lambda x, mha=mha: mha.split_heads(x),
+                             shown={"h": h}, seed=90 + i))
+        y = _r(rng, (B, h, T, d // h))
+        cases.append(op_case(f"merge_heads: {title}", "out = merge_heads(x); out.backward(output gradient)",
+                             dict(x=y), lambda ns, x: ns.merge_heads(x), lambda x, mha=mha: mha.merge_heads(x),
+                             seed=95 + i))
+    for i, (B, Tq, Tk, d, h, masked, title) in enumerate([
+            (1, 1, 1, 2, 1, False, "one head, one position"), (1, 2, 2, 4, 2, False, "self-attention, two heads"),
+            (2, 2, 3, 4, 2, True, "attention to another sequence, with padding"),
+            (1, 3, 3, 6, 3, True, "three heads, a causal mask")]):
+        query, key = _r(rng, (B, Tq, d)), _r(rng, (B, Tk, d))
+        self_attn = "self" in title
+        if not masked:
+            mask = None
+        elif "causal" in title:
+            mask = np.tril(np.ones((Tq, Tk), bool))
+        else:
+            mask = np.ones((B, 1, 1, Tk), bool)
+            mask[-1, ..., -1] = False
+        inputs = {"query": query} if self_attn or "causal" in title else {"query": query, "key": key}
 
-        def run(ns, x=x, h=h):
-            yield ns.split_heads(x.copy(), h)
+        def mine(ns, m, query, key=None, mask=mask):
+            T = engine(ns).Tensor
+            q = T(query)
+            kv = q if key is None else T(key)
+            return m(q, kv, kv, mask)
 
-        cases.append(Case(f"split_heads: {title}", "split_heads(x, h)", {"x": x, "h": h}, run,
-                          [Expect("", _split_heads(x, h), atol=0, rtol=0)]))
-    for shape, h, title in _HEAD_SPECS:
-        x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
-        heads = _split_heads(x, h)
-
-        def run(ns, heads=heads):
-            yield ns.merge_heads(heads.copy())
-
-        cases.append(Case(f"merge_heads: {title}", "merge_heads(x)", {"x": heads}, run,
-                          [Expect("", _merge_heads(heads), atol=0, rtol=0)]))
+        def theirs(m, query, key=None, mask=mask):
+            q = mt.tensor(query)
+            kv = q if key is None else mt.tensor(key)
+            return m(q, kv, kv, None if mask is None else mt.tensor(mask))
+        cases.append(module_case(f"MultiHeadAttention: {title}", "out = MultiHeadAttention(d_model, h)(query, key, "
+                                 "value, mask)", lambda ns, d=d, h=h: ns.MultiHeadAttention(d, h, np.random.default_rng(0)),
+                                 transformer.MultiHeadAttention(d, h), inputs, mine, theirs, seed=900 + i,
+                                 shown={**inputs, "key = value": "query" if "key" not in inputs else "key", "h": h,
+                                        "mask": "None" if mask is None else mask}))
     return cases
-
-
-def _split_no_transpose(x, h):
-    B, T, D = x.shape
-    return x.reshape(B, h, T, D // h)
-
-
-def _split_strided(x, h):
-    B, T, D = x.shape
-    return x.reshape(B, T, D // h, h).transpose(0, 3, 1, 2)
-
-
-def _split_no_swap(x, h):
-    B, T, D = x.shape
-    return x.reshape(B, T, h, D // h)
 
 
 MISTAKES_09 = (
-    Mistake("a plain reshape to (B, h, T, d_k) mixes positions into heads: split d_model into (h, d_k), then move "
-            "the head axis before the positions", dict(split_heads=_split_no_transpose)),
-    Mistake("head i got every h-th column (i, i + h, …): its columns are the block i·d_k … (i+1)·d_k − 1",
-            dict(split_heads=_split_strided)),
-    Mistake("the axes come out as (B, T, h, d_k): the head axis goes before the positions",
-            dict(split_heads=_split_no_swap)),
-    Mistake("a plain reshape of (B, h, T, d_k) to (B, T, d_model) mixes positions: move the head axis back after "
-            "the positions first", dict(merge_heads=lambda x: x.reshape(x.shape[0], x.shape[2], -1))),
-    Mistake("the heads' columns came out interleaved: head i's d_k columns sit side by side, after head i − 1's",
-            dict(merge_heads=lambda x: x.transpose(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1))),
+    Mistake("reshaped straight to (B, h, T, d_k): that mixes positions into heads; reshape to (B, T, h, d_k), "
+            "then swap the axes of T and h", dict(split_heads=lambda x, h: x.reshape(x.shape[0], h, x.shape[1],
+                                                                                   x.shape[2] // h))),
+    Mistake("reshaped straight back to (B, T, d_model): swap the axes of h and T first, then reshape",
+            dict(merge_heads=lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]))),
+    Mistake("the output projection w_o is missing: Concat(heads) W^O",
+            {"MultiHeadAttention.forward": Using(lambda m: lambda self, q, k, v, mask=None: m.merge_heads(m.attention(
+                *(m.split_heads(lin(x), self.h) for lin, x in ((self.w_q, q), (self.w_k, k), (self.w_v, v))), mask)))}),
 )
 
 
-# ---------------------------------------------------------------- 10: sinusoids
-def _sinusoidal_table(n, d):
-    return transformer.sinusoidal_table(n, d)
-
-
+# ---------------------------------------------------------------- 10: embeddings and positions
 def _cases_10():
+    rng = np.random.default_rng(10)
     cases = []
-    for n, d, title in [(1, 2, "position 0 only, one pair"), (2, 2, "two positions, one pair"),
-                        (1, 4, "position 0 only, two pairs"), (2, 4, "two positions, two pairs"),
-                        (3, 6, "three pairs"), (5, 8, "four pairs"), (10, 16, "d = 16"), (50, 32, "50 positions")]:
-        def run(ns, n=n, d=d):
-            yield ns.sinusoidal_table(n, d)
-        cases.append(Case(title, "sinusoidal_table(n, d)", {"n": n, "d": d}, run,
-                          [Expect("", _sinusoidal_table(n, d).astype(np.float64), atol=1e-5, rtol=0)]))
+    for T, d in [(1, 2), (3, 2), (4, 6), (50, 8), (2, 5)]:
+        def run(ns, T=T, d=d):
+            yield ns.sinusoidal_table(T, d)
+        title = "an odd width: the last column is a sine" if d % 2 else f"T = {T}, d = {d}"
+        cases.append(Case(f"sinusoidal_table: {title}", "sinusoidal_table(T, d)", {"T": T, "d": d}, run,
+                          [Expect("", _package_table(T, d).astype(np.float64), atol=1e-6, rtol=0)]))
+    for i, (V, d, ids, title) in enumerate([(3, 2, [1], "one id"), (4, 2, [2, 0, 3], "three ids"),
+                                            (4, 3, [[1, 1], [3, 1]], "a repeated id: its rows' gradients add up")]):
+        ids = np.array(ids)
+        cases.append(op_case(f"Embedding: {title}", "out = Embedding.apply(weight, ids=ids); "
+                             "out.backward(output gradient)", dict(weight=_r(rng, (V, d))),
+                             lambda ns, weight, ids=ids: ns.Embedding.apply(weight, ids=ids.copy()),
+                             lambda weight, ids=ids: F.embedding(mt.tensor(ids), weight), shown={"ids": ids},
+                             seed=100 + i))
+    for i, (V, d, ids, offset, title) in enumerate([(5, 4, [[3, 1]], 0, "two tokens"),
+                                                    (5, 4, [[2, 4, 1], [1, 1, 0]], 0, "a batch of two"),
+                                                    (5, 4, [[2]], 3, "one token at offset 3, as in decoding")]):
+        ids = np.array(ids)
+        table = _package_table(offset + ids.shape[1], d).astype(np.float64)[offset:]
+
+        def mine(ns, weight, ids=ids, offset=offset, V=V, d=d):
+            emb = ns.Embeddings(V, d, 16, 0.0, np.random.default_rng(0))
+            emb.weight = weight
+            return emb(ids.copy(), offset=offset)
+        cases.append(op_case(f"Embeddings: {title}", "out = Embeddings(V, d, max_len, 0.0, rng) with weight, "
+                             "(ids, offset=offset); out.backward(output gradient)", dict(weight=_r(rng, (V, d))), mine,
+                             lambda weight, ids=ids, d=d, table=table:
+                             F.embedding(mt.tensor(ids), weight) * math.sqrt(d) + mt.tensor(table),
+                             shown={"ids": ids, "offset": offset}, seed=105 + i, atol=1e-6, rtol=1e-6))
     return cases
 
 
-def _table(n, d, exponent=lambda two_i, d: two_i / d, order="interleaved", start=0):
-    pos = np.arange(start, start + n, dtype=np.float64)[:, None]
-    two_i = np.arange(0, d, 2, dtype=np.float64)
-    angle = pos / 10000 ** exponent(two_i, d)
-    if order == "blocks":
-        return np.concatenate([np.sin(angle), np.cos(angle)], 1)
-    out = np.zeros((n, d))
-    even, odd = (np.cos(angle), np.sin(angle)) if order == "swapped" else (np.sin(angle), np.cos(angle))
-    out[:, 0::2], out[:, 1::2] = even, odd
-    return out
+def _table(swap=False, exponent="2i"):
+    def sinusoidal_table(T, d):
+        i = np.arange(0, d, 2) if exponent == "2i" else np.arange((d + 1) // 2)
+        angle = np.arange(T)[:, None] / 10000.0 ** (i / d)
+        table = np.zeros((T, d))
+        table[:, 0::2] = np.cos(angle) if swap else np.sin(angle)
+        table[:, 1::2] = (np.sin if swap else np.cos)(angle[:, : d // 2])
+        return table
+    return sinusoidal_table
 
 
-def _table_by_column(n, d):
-    j = np.arange(d, dtype=np.float64)
-    angle = np.arange(n, dtype=np.float64)[:, None] / 10000 ** (j / d)
-    return np.where(j % 2 == 0, np.sin(angle), np.cos(angle))
+def _embedding_backward_assigned(self, grad):
+    g = np.zeros(self.shape, grad.dtype)
+    g[self.ids] = grad
+    return (g,)
+
+
+def _embeddings_forward(mod, scale=True, offset_used=True):
+    Tensor = mod.__track__["01"].Tensor
+
+    def forward(self, ids, offset=0):
+        ids = np.asarray(ids)
+        start = offset if offset_used else 0
+        x = mod.Embedding.apply(self.weight, ids=ids)
+        x = x * np.sqrt(self.weight.shape[1]) if scale else x
+        return x + Tensor(self.table[start:start + ids.shape[-1]])
+    return forward
 
 
 MISTAKES_10 = (
-    Mistake("all the sines come first, then all the cosines: they alternate, column 2i a sine and 2i + 1 the cosine "
-            "of the same angle", dict(sinusoidal_table=functools.partial(_table, order="blocks"))),
-    Mistake("sine and cosine are swapped: the even columns hold sines", dict(
-        sinusoidal_table=functools.partial(_table, order="swapped"))),
-    Mistake("pair i's wavelength uses 10000^(i/d): the exponent is 2i/d (Section 3.5)",
-            dict(sinusoidal_table=functools.partial(_table, exponent=lambda two_i, d: two_i / 2 / d))),
-    Mistake("the cosine column 2i + 1 has a frequency of its own in yours: it shares the sine's, that of pair i",
-            dict(sinusoidal_table=_table_by_column)),
-    Mistake("positions count from 0: row 0 is sin 0 = 0 and cos 0 = 1", dict(
-        sinusoidal_table=functools.partial(_table, start=1))),
+    Mistake("sine and cosine are swapped: the even columns (2i) are sines, the odd ones cosines",
+            dict(sinusoidal_table=_table(swap=True))),
+    Mistake("the exponent uses i where the paper has 2i: column 2i's wavelength is 10000^(2i/d)·2π",
+            dict(sinusoidal_table=_table(exponent="i"))),
+    Mistake("a repeated id keeps only one row's gradient: add them (np.add.at), do not assign",
+            {"Embedding.backward": _embedding_backward_assigned}),
+    Mistake("the embedding is not multiplied by √d_model (Section 3.4)",
+            {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, scale=False))}),
+    Mistake("the positions start at 0 whatever the offset: position t of a decoded sequence is row offset + t",
+            {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, offset_used=False))}),
 )
 
 
-# ---------------------------------------------------------------- 12: one step of cached attention
-@functools.lru_cache(maxsize=None)
-def _identity_attention(d: int):
-    """A one-head MultiHeadAttention whose four projections are the identity: what is left is
-    its decoding cache and scaled dot-product attention."""
-    mha = transformer.MultiHeadAttention(d, 1).astype(np.float64).eval()
-    for lin in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
-        lin.weight.data[...] = np.eye(d)
-        lin.bias.data[...] = 0.0
-    return mha
-
-
-def _cached_attention_step(q, k, v, cache):
-    mha = _identity_attention(q.shape[-1])
-    inner = {"k": mt.tensor(cache["k"][:, None]), "v": mt.tensor(cache["v"][:, None])} if "k" in cache else {}
-    out = mha(mt.tensor(q), mt.tensor(k), mt.tensor(v), cache=inner)   # appends the new key and value itself
-    cache["k"], cache["v"] = inner["k"].numpy()[:, 0], inner["v"].numpy()[:, 0]
-    return out.numpy()
-
-
-def _cases_12():
-    rng = np.random.default_rng(12)
-    specs = [((1, 1, 1), "a single position"), ((1, 2, 1), "two positions, d = 1"), ((1, 2, 2), "two positions, d = 2"),
-             ((1, 3, 2), "three positions"), ((2, 3, 4), "two sequences"), ((2, 5, 3), "five positions")]
+# ---------------------------------------------------------------- 11: the encoder layer
+def _cases_11():
+    from transformer.layers import EncoderLayer, PositionwiseFeedForward
+    rng = np.random.default_rng(11)
     cases = []
-    for (B, T, d), title in specs:
-        q, k, v = (_r(rng, (B, T, d)) for _ in range(3))
-        full = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v),
-                                              mask=transformer.causal_mask(T)).numpy()
-
-        def run(ns, q=q, k=k, v=v):
-            cache = {}
-            for t in range(q.shape[1]):
-                out = ns.cached_attention_step(q[:, t:t + 1].copy(), k[:, t:t + 1].copy(), v[:, t:t + 1].copy(), cache)
-                for key in ("k", "v"):
-                    yield np.array(cache[key], copy=True) if key in cache else \
-                        Missing(f"the cache has no {key!r} after this step")
-                yield out
-
-        expected = []
-        for t in range(T):
-            expected += [Expect(f"after the step of t = {t}: cache['k']", k[:, :t + 1]),
-                         Expect(f"after the step of t = {t}: cache['v']", v[:, :t + 1]),
-                         Expect(f"the step of t = {t}: the output", full[:, t:t + 1])]
-        ts = ", ".join(map(str, range(T)))
-        cases.append(Case(title, f"cached_attention_step(q[:, t:t+1], k[:, t:t+1], v[:, t:t+1], cache) for t = {ts}, "
-                                 "starting from cache = {},", {"q": q, "k": k, "v": v}, run, expected))
+    for i, (B, T, d, d_ff) in enumerate([(1, 1, 2, 3), (2, 3, 4, 6)]):
+        x = _r(rng, (B, T, d))
+        cases.append(module_case(f"FeedForward: x of shape {x.shape}, d_ff = {d_ff}", "out = FeedForward(d_model, "
+                                 "d_ff)(x)", lambda ns, d=d, f=d_ff: ns.FeedForward(d, f, np.random.default_rng(0)),
+                                 PositionwiseFeedForward(d, d_ff), {"x": x}, lambda ns, m, x: m(engine(ns).Tensor(x)),
+                                 lambda m, x: m(mt.tensor(x)), seed=110 + i))
+    for i, (B, T, d, h, d_ff, padded, title) in enumerate([(1, 1, 2, 1, 3, False, "one position, one head"),
+                                                          (1, 3, 4, 2, 6, False, "three positions, two heads"),
+                                                          (2, 3, 4, 2, 6, True, "a batch with padding")]):
+        x = _r(rng, (B, T, d))
+        mask = np.ones((B, 1, 1, T), bool)
+        if padded:
+            mask[1, ..., -1] = False
+        cases.append(module_case(f"EncoderLayer: {title}", "out = EncoderLayer(d_model, h, d_ff, 0.0, rng)(x, mask)",
+                                 lambda ns, d=d, h=h, f=d_ff: ns.EncoderLayer(d, h, f, 0.0, np.random.default_rng(0)),
+                                 EncoderLayer(d, h, d_ff, 0.0), {"x": x},
+                                 lambda ns, m, x, mask=mask: m(engine(ns).Tensor(x), mask),
+                                 lambda m, x, mask=mask: m(mt.tensor(x), mt.tensor(mask)), seed=115 + i,
+                                 shown={"x": x, "mask": mask, "h": h}, atol=1e-8, rtol=1e-7))
     return cases
 
 
-def _step(q, k, v, cache, append=True, attend="all", scale=True, order="append", axis=1, store=True,
-          transpose=lambda k: k.swapaxes(1, 2)):
-    if not store:
-        return _softmax(q @ k.swapaxes(1, 2) / np.sqrt(q.shape[-1])) @ v
-    if "k" in cache and append:
-        pair = (cache["k"], k) if order == "append" else (k, cache["k"])
-        cache["k"] = np.concatenate(pair, axis)
-        cache["v"] = np.concatenate((cache["v"], v) if order == "append" else (v, cache["v"]), axis)
-    else:
-        cache["k"], cache["v"] = k, v
-    K, V = (k, v) if attend == "new" else (cache["k"], cache["v"])
-    s = q @ transpose(K) / (np.sqrt(q.shape[-1]) if scale else 1.0)
-    if attend == "first":
-        s = np.where(np.tril(np.ones((1, K.shape[1]), bool)), s, -np.inf)
-    return _softmax(s) @ V
+def _residual(mod, order="post"):
+    def forward(self, x, sublayer):
+        if order == "pre":
+            return x + sublayer(self.norm(x))
+        if order == "no residual":
+            return self.norm(sublayer(x))
+        return self.norm(x + sublayer(x))
+    return forward
 
 
-MISTAKES_12 = (
-    Mistake("the cache holds only the newest position: append the new key and value to what it already holds",
-            dict(cached_attention_step=functools.partial(_step, append=False))),
-    Mistake("the output is the new position's value alone: the new query must attend over every cached key",
-            dict(cached_attention_step=functools.partial(_step, attend="new"))),
-    Mistake("the cache is empty after the step: store the keys and values of the positions so far under 'k' and 'v'",
-            dict(cached_attention_step=functools.partial(_step, store=False))),
-    Mistake("the scores are not divided by √d", dict(cached_attention_step=functools.partial(_step, scale=False))),
-    Mistake("K.T reverses all three axes of a (B, t, d) array: swap only the last two, K.swapaxes(-1, -2)",
-            dict(cached_attention_step=functools.partial(_step, transpose=lambda k: k.T))),
-    Mistake("the newest position went first: append it at the end, so that position j sits at index j",
-            dict(cached_attention_step=functools.partial(_step, order="prepend"))),
-    Mistake("the cache grew along axis 0, the batch: the positions are axis 1",
-            dict(cached_attention_step=functools.partial(_step, axis=0))),
-    Mistake("a causal mask of one row lets the new query see only the first key: the newest position may see "
-            "every cached key, and needs no mask",
-            dict(cached_attention_step=functools.partial(_step, attend="first"))),
+MISTAKES_11 = (
+    Mistake("the ReLU between the two linear maps is missing: max(0, x W1 + b1) W2 + b2",
+            {"FeedForward.forward": lambda self, x: self.w_2(self.w_1(x))}),
+    Mistake("this is the pre-norm order, x + Sublayer(LayerNorm(x)): the paper's is LayerNorm(x + Sublayer(x))",
+            {"Residual.forward": Using(lambda m: _residual(m, "pre"))}),
+    Mistake("the residual connection is missing: LayerNorm(x + Sublayer(x)), x added back",
+            {"Residual.forward": Using(lambda m: _residual(m, "no residual"))}),
 )
 
 
-# ---------------------------------------------------------------- 14: the shared embedding
-def _embed(ids, E):
-    V, d = E.shape
-    layer = transformer.ScaledEmbedding(V, d).astype(np.float64)
-    layer.load_state_dict({"weight": np.asarray(E, dtype=np.float64)})
-    return layer(mt.tensor(np.asarray(ids))).numpy()
+# ---------------------------------------------------------------- 12: the decoder layer and its cached step
+def _decoder_inputs(rng, B, T, Ts, d, padded):
+    y, memory = _r(rng, (B, T, d)), _r(rng, (B, Ts, d))
+    src_mask = np.ones((B, 1, 1, Ts), bool)
+    if padded:
+        src_mask[-1, ..., -1] = False
+    return y, memory, src_mask
 
 
-def _logits(h, E):
-    return F.linear(mt.tensor(np.asarray(h, dtype=np.float64)), mt.tensor(np.asarray(E, dtype=np.float64)).T).numpy()
+def _cases_12():
+    from transformer.layers import DecoderLayer
+    rng = np.random.default_rng(12)
+    cases = []
+    for i, (B, T, Ts, d, h, d_ff, padded, title) in enumerate([(1, 1, 1, 2, 1, 3, False, "one position"),
+                                                              (1, 3, 2, 4, 2, 6, False, "three positions"),
+                                                              (2, 3, 3, 4, 2, 6, True, "a padded source")]):
+        y, memory, src_mask = _decoder_inputs(rng, B, T, Ts, d, padded)
+        tgt_mask = np.tril(np.ones((T, T), bool))
+        cases.append(module_case(
+            f"DecoderLayer.forward: {title}", "out = DecoderLayer(d_model, h, d_ff, 0.0, rng)(x, memory, tgt_mask, "
+            "src_mask)", lambda ns, d=d, h=h, f=d_ff: ns.DecoderLayer(d, h, f, 0.0, np.random.default_rng(0)),
+            DecoderLayer(d, h, d_ff, 0.0), {"x": y, "memory": memory},
+            lambda ns, m, x, memory, a=tgt_mask, b=src_mask: m(engine(ns).Tensor(x), engine(ns).Tensor(memory), a, b),
+            lambda m, x, memory, a=tgt_mask, b=src_mask: m(mt.tensor(x), mt.tensor(memory), mt.tensor(a), mt.tensor(b)),
+            seed=120 + i, shown={"x": y, "memory": memory, "tgt_mask": tgt_mask, "src_mask": src_mask, "h": h},
+            atol=1e-8, rtol=1e-7))
+    for i, (B, T, Ts, d, h, d_ff, padded, title) in enumerate([(1, 1, 2, 2, 1, 3, False, "the first position"),
+                                                              (1, 3, 2, 4, 2, 6, False, "three positions, one by one"),
+                                                              (2, 4, 3, 4, 2, 6, True, "a batch, a padded source")]):
+        y, memory, src_mask = _decoder_inputs(rng, B, T, Ts, d, padded)
+        ref = DecoderLayer(d, h, d_ff, 0.0)
+        state = _seeded_weights(ref, 125 + i)
+        full = ref(mt.tensor(y), mt.tensor(memory), mt.tensor(np.tril(np.ones((T, T), bool))),
+                   mt.tensor(src_mask)).numpy()
+        k_all = ref.self_attn.split_heads(ref.self_attn.w_k(mt.tensor(y))).numpy()
+        v_all = ref.self_attn.split_heads(ref.self_attn.w_v(mt.tensor(y))).numpy()
+
+        def run(ns, y=y, memory=memory, src_mask=src_mask, state=state, d=d, h=h, f=d_ff, T=T):
+            m = ns.DecoderLayer(d, h, f, 0.0, np.random.default_rng(0))
+            m.load_state_dict({k: v.copy() for k, v in state.items()})
+            Tensor, cache = engine(ns).Tensor, {}
+            for t in range(T):
+                out = m.step(Tensor(y[:, t:t + 1]), Tensor(memory), src_mask, cache)
+                yield out
+                yield cache["k"] if "k" in cache else Missing("the cache has no 'k' after the step")
+                yield cache["v"] if "v" in cache else Missing("the cache has no 'v' after the step")
+        expected = []
+        for t in range(T):
+            expected += [Expect(f"after the step of position {t}: the output", full[:, t:t + 1], atol=1e-8, rtol=1e-7),
+                         Expect(f"after the step of position {t}: cache['k'] (B, h, t + 1, d_k)", k_all[:, :, :t + 1],
+                                atol=1e-8, rtol=1e-7),
+                         Expect(f"after the step of position {t}: cache['v']", v_all[:, :, :t + 1], atol=1e-8,
+                                rtol=1e-7)]
+        cases.append(Case(f"DecoderLayer.step: {title}", "cache = {}; for t in range(T): out = layer.step(x[:, t:t+1], "
+                          "memory, src_mask, cache)",
+                          {"x": y, "memory": memory, "src_mask": src_mask, "h": h,
+                           "weights": f"the grader's, loaded by name ({len(state)} arrays)",
+                           "expected": "position t of forward over the whole sequence, under the causal mask"},
+                          run, expected))
+    return cases
+
+
+def _decoder_forward(cross_to="memory", masked=True):
+    def forward(self, x, memory, tgt_mask, src_mask):
+        x = self.sub1(x, lambda x: self.self_attn(x, x, x, tgt_mask if masked else None))
+        x = self.sub2(x, lambda x: self.cross_attn(x, memory, memory, src_mask) if cross_to == "memory"
+                      else self.cross_attn(x, x, x, None))
+        return self.sub3(x, self.ffn)
+    return forward
+
+
+def _step_without_past(mod):
+    def step(self, x, memory, src_mask, cache):
+        a = self.self_attn
+        k, v = mod.split_heads(a.w_k(x), a.h), mod.split_heads(a.w_v(x), a.h)
+        cache["k"], cache["v"] = k, v
+        x = self.sub1(x, lambda x: a.w_o(mod.merge_heads(mod.attention(mod.split_heads(a.w_q(x), a.h), k, v))))
+        x = self.sub2(x, lambda x: self.cross_attn(x, memory, memory, src_mask))
+        return self.sub3(x, self.ffn)
+    return step
+
+
+MISTAKES_12 = (
+    Mistake("the second sublayer attends to the decoder's own positions: its keys and values are the encoder's "
+            "output, memory", {"DecoderLayer.forward": _decoder_forward(cross_to="self")}),
+    Mistake("self-attention is not masked: pass tgt_mask, so that no position sees a later one",
+            {"DecoderLayer.forward": _decoder_forward(masked=False)}),
+    Mistake("the new position attends to itself alone: append its key and value to the cache's, and attend to "
+            "all of them", {"DecoderLayer.step": Using(_step_without_past)}),
+)
+
+
+# ---------------------------------------------------------------- 14: the whole model
+def _ids(rng, B, T, V, pad_from=None):
+    ids = rng.integers(3, V, (B, T))
+    if pad_from is not None:
+        ids[-1, pad_from:] = 0
+    return ids
 
 
 def _cases_14():
     rng = np.random.default_rng(14)
     cases = []
-    for (B, T, V, d), title in [((1, 1, 2, 1), "one token, d_model = 1"), ((1, 2, 3, 2), "two tokens, d_model = 2"),
-                                ((1, 3, 4, 4), "a repeated token"), ((2, 3, 5, 4), "two sentences"),
-                                ((2, 4, 6, 9), "d_model = 9")]:
-        ids, E = rng.integers(0, V, (B, T)), _r(rng, (V, d))
-        if title == "a repeated token":
-            ids[0, 2] = ids[0, 0]
-
-        def run(ns, ids=ids, E=E):
-            yield ns.embed(ids.copy(), E.copy())
-
-        cases.append(Case(f"embed: {title}", "embed(ids, E)", {"ids": ids, "E": E}, run, [Expect("", _embed(ids, E))]))
-    for (B, T, V, d), title in [((1, 1, 2, 1), "one position, d_model = 1"),
-                                ((1, 1, 3, 2), "one position, d_model = 2"),
-                                ((1, 2, 2, 2), "V = d_model"), ((2, 3, 5, 4), "two sentences"),
-                                ((2, 2, 6, 9), "d_model = 9")]:
-        h, E = _r(rng, (B, T, d)), _r(rng, (V, d))
-
-        def run(ns, h=h, E=E):
-            yield ns.logits(h.copy(), E.copy())
-
-        cases.append(Case(f"logits: {title}", "logits(h, E)", {"h": h, "E": E}, run, [Expect("", _logits(h, E))]))
+    for ids in (_ids(rng, 1, 3, 6), _ids(rng, 2, 4, 6, pad_from=2)):
+        for name, ref in (("padding_mask", _masks.padding_mask), ("target_mask", _masks.target_mask)):
+            def run(ns, ids=ids, name=name):
+                yield getattr(ns, name)(ids.copy(), 0)
+            cases.append(Case(f"{name}: ids of shape {ids.shape}" + (", padded" if (ids == 0).any() else ""),
+                              f"{name}(ids, pad)", {"ids": ids, "pad": 0}, run,
+                              [Expect("", np.asarray(ref(mt.tensor(ids), 0).numpy(), bool), kind="b")]))
+    for i, (V, d, h, d_ff, layers, B, Ts, Tt, title) in enumerate([
+            (6, 2, 1, 3, 1, 1, 2, 2, "one layer each, one head"),
+            (8, 4, 2, 6, 2, 2, 3, 4, "two layers each, a padded batch")]):
+        src, tgt = _ids(rng, B, Ts, V, pad_from=2 if B > 1 else None), _ids(rng, B, Tt, V, pad_from=3 if B > 1 else None)
+        tgt[:, 0] = 1
+        cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=d_ff, n_encoder_layers=layers,
+                                            n_decoder_layers=layers, dropout=0.0, max_len=16)
+        cases.append(module_case(
+            f"Transformer: {title}", "logits = Transformer(vocab, d_model, h, d_ff, n_layers, 0.0, max_len)(src, tgt_in)",
+            lambda ns, V=V, d=d, h=h, f=d_ff, n=layers: ns.Transformer(V, d_model=d, h=h, d_ff=f, n_layers=n,
+                                                                       p_drop=0.0, max_len=16),
+            transformer.Transformer(cfg), {"src": src, "tgt_in": tgt}, lambda ns, m, src, tgt_in: m(src, tgt_in),
+            lambda m, src, tgt_in: m(mt.tensor(src), mt.tensor(tgt_in)), seed=140 + i, atol=1e-6, rtol=1e-6))
     return cases
 
 
+def _target_mask_no_padding(mod):
+    return lambda ids, pad: np.broadcast_to(mod.causal_mask(np.shape(ids)[1]), (np.shape(ids)[0], 1) +
+                                            (np.shape(ids)[1],) * 2)
+
+
+def _forward_without_src_mask(self, src, tgt_in):
+    memory = self.encode(src)
+    return self.generator(self.decode(tgt_in, memory, None))
+
+
 MISTAKES_14 = (
-    Mistake("the rows are not multiplied by √d_model (Section 3.4, lesson 10)", dict(embed=lambda ids, E: E[ids])),
-    Mistake("the rows are multiplied by d_model: the factor is its square root",
-            dict(embed=lambda ids, E: E[ids] * E.shape[1])),
-    Mistake("the rows are divided by √d_model: multiply them by it",
-            dict(embed=lambda ids, E: E[ids] / np.sqrt(E.shape[1]))),
-    Mistake("the rows are scaled by √V, the vocabulary's size: the factor is √d_model",
-            dict(embed=lambda ids, E: E[ids] * np.sqrt(E.shape[0]))),
-    Mistake("h E projects with E itself, (V, d_model): the logits use its transpose, (d_model, V)",
-            dict(logits=lambda h, E: h @ E)),
-    Mistake("the logits are scaled by √d_model too: only the embedding lookup is",
-            dict(logits=lambda h, E: h @ E.T * np.sqrt(E.shape[1]))),
-    Mistake("the logits are divided by √d_model: they are not scaled at all",
-            dict(logits=lambda h, E: h @ E.T / np.sqrt(E.shape[1]))),
-    Mistake("these are probabilities: return the logits, before any softmax",
-            dict(logits=lambda h, E: _softmax(h @ E.T))),
+    Mistake("the padding mask is True at the padding: True marks the keys that may be attended to",
+            dict(padding_mask=lambda ids, pad: (np.asarray(ids) == pad)[:, None, None, :])),
+    Mistake("the target mask is causal only: the target's padding must be hidden too",
+            dict(target_mask=Using(_target_mask_no_padding))),
+    Mistake("the decoder attends to the source's padding: pass the source's padding mask to decode",
+            {"Transformer.forward": _forward_without_src_mask}),
 )
 
 
-# ---------------------------------------------------------------- 15: one step of beam search
-def _rank_extensions(scores, logp, n):
-    return _package_rank_extensions(scores, logp, n)
-
-
+# ---------------------------------------------------------------- 15: greedy decoding and beam search's step
 def _cases_15():
+    from transformer.decoding import greedy_decode as _greedy, rank_extensions as _rank_extensions
     rng = np.random.default_rng(15)
-    specs = [((1, 1, 2, 1), "one beam, two tokens, the best one"), ((1, 1, 3, 2), "one beam, three tokens"),
-             ((1, 2, 2, 2), "two beams"), ((1, 2, 3, 3), "two beams, three tokens"),
+    cases = []
+    for i, (V, d, h, layers, src, max_len, title) in enumerate([
+            (7, 4, 2, 1, [[3, 4]], 1, "one step"), (7, 4, 2, 1, [[3, 4, 5]], 4, "four steps"),
+            (9, 4, 2, 2, [[3, 4, 5, 6], [7, 8, 0, 0]], 6, "a batch, a padded source, two layers")]):
+        src = np.array(src)
+        cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                            n_decoder_layers=layers, dropout=0.0, max_len=16)
+        ref = transformer.Transformer(cfg)
+        for seed in range(150 + 100 * i, 250 + 100 * i):   # weights whose output varies from step to step
+            state = _seeded_weights(ref, seed)
+            want = _greedy(ref, mt.tensor(src), max_len=max_len)
+            if want.shape[1] >= min(4, max_len) and all(len(set(row.tolist())) >= min(2, max_len) for row in want):
+                break
+        else:
+            raise AssertionError(f"no weights found for greedy_decode case {i}")
+
+        def run(ns, src=src, state=state, V=V, d=d, h=h, n=layers, max_len=max_len):
+            m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=n, p_drop=0.0, max_len=16)
+            m.load_state_dict({k: v.copy() for k, v in state.items()})
+            yield ns.greedy_decode(m, src.copy(), max_len, 1, 2, 0)
+        cases.append(Case(f"greedy_decode: {title}", "greedy_decode(model, src, max_len, bos=1, eos=2, pad=0)",
+                          {"src": src, "max_len": max_len, "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, "
+                           f"{layers} layer{'s' if layers > 1 else ''} each) with the grader's weights"},
+                          run, [Expect("the tokens", np.asarray(want), kind="i")]))
+    specs = [((1, 1, 2, 1), "one beam, two tokens, the best one"), ((1, 2, 2, 2), "two beams"),
              ((1, 2, 3, 6), "n = K·V: every extension, in order"), ((2, 2, 3, 4), "two sentences"),
              ((2, 3, 4, 6), "three beams, four tokens"), ((1, 2, 3, 3), "beam 1 is unused (score −∞)")]
-    cases = []
     for (B, K, V, n), title in specs:
         while True:   # no ties between the totals: the order is then unique
             scores = np.round(-rng.uniform(0, 3, (B, K)), 2)
@@ -1066,7 +1190,8 @@ def _cases_15():
             yield from out
 
         beam, token, score = _rank_extensions(scores, logp, n)
-        cases.append(Case(title, "rank_extensions(scores, logp, n)", {"scores": scores, "logp": logp, "n": n}, run,
+        cases.append(Case(f"rank_extensions: {title}", "rank_extensions(scores, logp, n)",
+                          {"scores": scores, "logp": logp, "n": n}, run,
                           [Expect("beam", beam, kind="i"), Expect("token", token, kind="i"),
                            Expect("score", score, atol=1e-12)]))
     return cases
@@ -1082,141 +1207,127 @@ def _rank(scores, logp, n, by="total", report="total", order=-1, divide_by="V"):
     return top // width, top % width, np.take_along_axis(shown, top, 1)
 
 
+def _greedy(mod, offsets=True, banned=True):
+    def greedy_decode(model, src, max_len, bos, eos, pad):
+        src = np.asarray(src)
+        with mod.no_grad():
+            src_mask, memory = mod.padding_mask(src, pad), model.encode(src)
+            caches = [{} for _ in model.decoder.layers]
+            ys, done = np.full((len(src), 1), bos, dtype=np.int64), np.zeros(len(src), bool)
+            for t in range(max_len):
+                x = model.embed(ys[:, -1:], offset=t if offsets else 0)
+                for layer, cache in zip(model.decoder.layers, caches):
+                    x = layer.step(x, memory, src_mask, cache)
+                logits = model.generator(x).data[:, -1].copy()
+                if banned:
+                    logits[:, [pad, bos] + ([eos] if t == 0 else [])] = -np.inf
+                nxt = np.where(done, pad, logits.argmax(axis=-1))
+                ys = np.concatenate([ys, nxt[:, None]], axis=1)
+                done |= nxt == eos
+                if done.all():
+                    break
+        return ys[:, 1:]
+    return greedy_decode
+
+
 MISTAKES_15 = (
+    Mistake("every step embeds its token at position 0: the token of step t sits at position t (offset=t)",
+            dict(greedy_decode=Using(lambda m: _greedy(m, offsets=False)))),
+    Mistake("pad or bos was chosen, or eos as the first token: neither pad nor bos is ever an output, and an "
+            "output has at least one token", dict(greedy_decode=Using(lambda m: _greedy(m, banned=False)))),
     Mistake("ranked by the token's log-probability alone: rank by the total, the beam's score plus the token's",
-            dict(rank_extensions=functools.partial(_rank, by="logp"))),
-    Mistake("ranked by the token's log-probability alone: rank by the total, the beam's score plus the token's",
-            dict(rank_extensions=functools.partial(_rank, by="logp", report="logp"))),
+            dict(rank_extensions=lambda s, lp, n: _rank(s, lp, n, by="logp"))),
     Mistake("the scores returned are the tokens' log-probabilities: return the totals you ranked by",
-            dict(rank_extensions=functools.partial(_rank, report="logp"))),
+            dict(rank_extensions=lambda s, lp, n: _rank(s, lp, n, report="logp"))),
     Mistake("worst first: the best extension, the highest total log-probability, comes first",
-            dict(rank_extensions=functools.partial(_rank, order=1))),
+            dict(rank_extensions=lambda s, lp, n: _rank(s, lp, n, order=1))),
     Mistake("extension (beam k, token w) sits at k·V + w of a flattened row: divide that index by V, not K",
-            dict(rank_extensions=functools.partial(_rank, divide_by="K"))),
+            dict(rank_extensions=lambda s, lp, n: _rank(s, lp, n, divide_by="K"))),
 )
 
 
 # ---------------------------------------------------------------- 16: the schedule
-def _noam_lr(step, d_model, warmup):
-    return transformer.noam_lr(step, d_model, warmup)
-
-
 def _cases_16():
-    specs = [(1, 16, 1, "step = warmup = 1: the two branches of the min agree"),
-             (1, 512, 4000, "the first step of a long warm-up"), (2, 16, 1, "one step past a warm-up of 1"),
-             (2, 512, 4000, "the second step of the warm-up"), (50, 1024, 8000, "still warming up, d_model = 1024"),
-             (4000, 512, 4000, "the peak: step = warmup"), (4001, 512, 4000, "the step after the peak"),
-             (100_000, 512, 4000, "step 100,000")]
+    specs = [(1, 16, 1, 1.0, "step = warmup = 1: the two branches of the min agree"),
+             (1, 512, 4000, 1.0, "the first step of a long warm-up"), (2, 16, 1, 1.0, "one step past a warm-up of 1"),
+             (2, 512, 4000, 1.0, "the second step of the warm-up"),
+             (50, 1024, 8000, 1.0, "still warming up, d_model = 1024"),
+             (4000, 512, 4000, 1.0, "the peak: step = warmup"), (4001, 512, 4000, 1.0, "the step after the peak"),
+             (100_000, 512, 4000, 1.0, "step 100,000"), (10, 64, 100, 0.5, "a factor of 0.5")]
     cases = []
-    for step, d_model, warmup, title in specs:
-        def run(ns, a=(step, d_model, warmup)):
+    for step, d_model, warmup, factor, title in specs:
+        def run(ns, a=(step, d_model, warmup, factor)):
             yield ns.noam_lr(*a)
-        cases.append(Case(title, "noam_lr(step, d_model, warmup)", {"step": step, "d_model": d_model, "warmup": warmup},
-                          run, [Expect("", _noam_lr(step, d_model, warmup), atol=0, rtol=1e-9)]))
+        cases.append(Case(f"noam_lr: {title}", "noam_lr(step, d_model, warmup, factor)",
+                          {"step": step, "d_model": d_model, "warmup": warmup, "factor": factor}, run,
+                          [Expect("", transformer.noam_lr(step, d_model, warmup, factor), atol=0, rtol=1e-9)]))
+    for steps, d_model, warmup, factor in [(3, 64, 2, 1.0), (5, 16, 3, 2.0)]:
+        def run(ns, a=(d_model, warmup, factor), steps=steps):
+            opt = types.SimpleNamespace(lr=123.0)   # an optimiser as Noam sees it: an lr to set
+            sched = ns.Noam(opt, *a)
+            for _ in range(steps):
+                rate = sched.step()
+                yield rate
+                yield opt.lr
+        cases.append(Case(f"Noam: {steps} steps", "sched = Noam(optimizer, d_model, warmup, factor); then sched.step() "
+                          f"{steps} times", {"d_model": d_model, "warmup": warmup, "factor": factor}, run,
+                          [Expect(f"step {t} {what}", transformer.noam_lr(t, d_model, warmup, factor), atol=0, rtol=1e-9)
+                           for t in range(1, steps + 1) for what in ("returns", ": the optimiser's lr")]))
     return cases
+
+
+
+def noam(self):
+    return transformer.noam_lr(self.steps, self.d_model, self.warmup, self.factor)
+
+
+def _noam_step_unset(self):
+    self.steps += 1
+    return noam(self)
 
 
 MISTAKES_16 = (
     Mistake("the warm-up branch uses warmup^−1: equation (3) has warmup^−1.5, so that both branches meet at step = "
-            "warmup", dict(noam_lr=lambda s, d, w: d**-0.5 * min(s**-0.5, s * w**-1.0))),
+            "warmup", dict(noam_lr=lambda s, d, w, f=1.0: f * d**-0.5 * min(s**-0.5, s * w**-1.0))),
     Mistake("there is no warm-up: for the first warmup steps the rate must grow linearly with step",
-            dict(noam_lr=lambda s, d, w: d**-0.5 * s**-0.5)),
-    Mistake("there is no decay: after warmup steps the rate must fall as step^−0.5",
-            dict(noam_lr=lambda s, d, w: d**-0.5 * s * w**-1.5)),
-    Mistake("max where equation (3) has min", dict(noam_lr=lambda s, d, w: d**-0.5 * max(s**-0.5, s * w**-1.5))),
-    Mistake("the factor d_model^−0.5 is missing", dict(noam_lr=lambda s, d, w: min(s**-0.5, s * w**-1.5))),
-)
-
-
-# ---------------------------------------------------------------- 21: micro-batches
-def _accumulate(grads, tokens):
-    return [sum(parts) / sum(tokens) for parts in zip(*grads)]
-
-
-def _cases_21():
-    rng = np.random.default_rng(21)
-    cfg = transformer.TransformerConfig(12, d_model=4, n_heads=2, d_ff=8, n_encoder_layers=1, n_decoder_layers=1,
-                                        dropout=0.0)
-    model = transformer.Transformer(cfg).astype(np.float64)
-    for p in model.parameters():          # the grader's own weights, whatever mt's random state
-        p.data[...] = rng.normal(0, 0.5, p.shape)
-    names = [name for name, _ in model.named_parameters()]
-    lengths = [6, 4, 2, 5, 5, 2]           # real target tokens of each sentence pair
-    src = rng.integers(3, 12, (6, 5))
-    tgt = np.zeros((6, 7), dtype=np.int64)
-    tgt[:, 0] = cfg.bos_id
-    for row, n in enumerate(lengths):
-        tgt[row, 1:n + 1] = rng.integers(3, 12, n)
-    order = sorted(range(len(names)), key=lambda i: model.parameters()[i].size)   # the smallest arrays first
-    splits = [([(0, 6)], "one micro-batch: the whole batch"),
-              ([(0, 3), (3, 6)], "two micro-batches with the same number of tokens"),
-              ([(0, 2), (2, 6)], "two micro-batches with different numbers of tokens"),
-              ([(0, 1), (1, 3), (3, 6)], "three micro-batches"),
-              ([(i, i + 1) for i in range(6)], "six micro-batches of one sentence pair each")]
-    cases = []
-    for rows, title in splits:
-        whole, grads, tokens = shard_gradients(model, src, tgt, cfg.pad_id, [slice(a, b) for a, b in rows])
-
-        def run(ns, grads=grads, tokens=tokens):
-            out = ns.accumulate([[g.copy() for g in micro] for micro in grads], list(tokens))
-            if not isinstance(out, (tuple, list)) or len(out) != len(names):
-                got = f"{len(out)} values" if isinstance(out, (tuple, list)) else f"a {type(out).__name__}"
-                raise Malformed(f"accumulate must return a list of {len(names)} arrays, one per parameter; "
-                                f"it returned {got}")
-            for i in order:
-                yield out[i]
-
-        def detail(j, grads=grads):
-            i = order[j]
-            return {f"grads[{m}][{i}]": micro[i] for m, micro in enumerate(grads)}
-
-        spans = ", ".join(f"{a}–{b - 1}" if b - a > 1 else f"{a}" for a, b in rows)
-        cases.append(Case(title, "accumulate(grads, tokens)", {
-            "micro-batches": f"sentence pairs {spans} of a batch of 6",
-            "tokens": list(tokens),
-            "grads": f"{len(grads)} list{'s' if len(grads) > 1 else ''} of {len(names)} arrays, one per parameter"},
-            run, [Expect(f"parameter {i}, {names[i]} {tuple(whole[i].shape)}", whole[i], atol=1e-12, rtol=1e-9)
-                  for i in order], detail))
-    return cases
-
-
-MISTAKES_21 = (
-    Mistake("this averages each micro-batch's per-token gradient, so a token of a short micro-batch weighs more: "
-            "sum the gradients, then divide once by all the tokens",
-            dict(accumulate=lambda g, n: [sum(p / k for p, k in zip(parts, n)) / len(n) for parts in zip(*g)])),
-    Mistake("the sum is not divided: the big batch's loss is per token, so divide by all its tokens",
-            dict(accumulate=lambda g, n: [sum(parts) for parts in zip(*g)])),
-    Mistake("divided by the number of micro-batches: divide by the number of tokens",
-            dict(accumulate=lambda g, n: [sum(parts) / len(n) for parts in zip(*g)])),
-    Mistake("each micro-batch's gradient is divided by its own tokens before the sum: divide the sum, once, by "
-            "all the tokens",
-            dict(accumulate=lambda g, n: [sum(p / k for p, k in zip(parts, n)) for parts in zip(*g)])),
+            dict(noam_lr=lambda s, d, w, f=1.0: f * d**-0.5 * s**-0.5)),
+    Mistake("max where equation (3) has min", dict(noam_lr=lambda s, d, w, f=1.0: f * d**-0.5 * max(s**-0.5, s * w**-1.5))),
+    Mistake("the factor d_model^−0.5 is missing", dict(noam_lr=lambda s, d, w, f=1.0: f * min(s**-0.5, s * w**-1.5))),
+    Mistake("factor is ignored: multiply the rate by it", dict(noam_lr=lambda s, d, w, f=1.0: d**-0.5 * min(s**-0.5, s * w**-1.5))),
+    Mistake("the rate is returned but the optimiser's lr is not set: optimizer.lr = the rate",
+            {"Noam.step": _noam_step_unset}),
 )
 
 
 EXERCISES = {e.number: e for e in [
-    Exercise("03", "numerical gradients by central differences", ("numerical_gradient",), _cases_03,
-             dict(numerical_gradient=_numerical_gradient), MISTAKES_03),
-    Exercise("04", "the gradient of the label-smoothed cross-entropy", ("label_smoothed_gradient",), _cases_04,
-             dict(label_smoothed_gradient=_label_smoothed_gradient), MISTAKES_04),
-    Exercise("05", "one Adam update, written out", ("adam_update",), _cases_05, dict(adam_update=_adam_update),
-             MISTAKES_05),
-    Exercise("07", "the backward of LayerNorm", ("layer_norm_backward",), _cases_07,
-             dict(layer_norm_backward=_layer_norm_backward), MISTAKES_07),
-    Exercise("08", "the causal mask, and attention with it", ("causal_mask", "attention"), _cases_08,
-             dict(causal_mask=_causal_mask, attention=_attention), MISTAKES_08),
-    Exercise("09", "splitting into heads and merging them back", ("split_heads", "merge_heads"), _cases_09,
-             dict(split_heads=_split_heads, merge_heads=_merge_heads), MISTAKES_09),
-    Exercise("10", "the sinusoidal positional encoding", ("sinusoidal_table",), _cases_10,
-             dict(sinusoidal_table=_sinusoidal_table), MISTAKES_10),
-    Exercise("12", "one step of attention with a key-value cache", ("cached_attention_step",), _cases_12,
-             dict(cached_attention_step=_cached_attention_step), MISTAKES_12),
-    Exercise("14", "the shared embedding: lookup and output projection", ("embed", "logits"), _cases_14,
-             dict(embed=_embed, logits=_logits), MISTAKES_14),
-    Exercise("15", "one step of beam search", ("rank_extensions",), _cases_15,
-             dict(rank_extensions=_rank_extensions), MISTAKES_15),
-    Exercise("16", "the learning-rate schedule of equation (3)", ("noam_lr",), _cases_16, dict(noam_lr=_noam_lr),
-             MISTAKES_16),
-    Exercise("21", "the big batch's gradient from its micro-batches", ("accumulate",), _cases_21,
-             dict(accumulate=_accumulate), MISTAKES_21),
+    Exercise("01", "a Tensor and a Function with backward", ("Tensor.backward", "Add.backward", "Mul.backward"),
+             _cases_01, MISTAKES_01),
+    Exercise("02", "broadcasting's sum_to, and the matrix product's backward", ("sum_to", "MatMul.backward"),
+             _cases_02, MISTAKES_02),
+    Exercise("03", "the gradient check", ("numerical_gradient", "gradcheck"), _cases_03, MISTAKES_03),
+    Exercise("04", "log-softmax, and cross-entropy with label smoothing",
+             ("LogSoftmax.forward", "LogSoftmax.backward", "cross_entropy"), _cases_04, MISTAKES_04),
+    Exercise("05", "a Module, a Linear layer and Adam", ("Module.named_parameters", "Linear.forward", "Adam.step"),
+             _cases_05, MISTAKES_05),
+    Exercise("06", "Xavier initialisation and dropout",
+             ("xavier_uniform", "Dropout.forward", "Dropout.backward", "dropout"), _cases_06, MISTAKES_06),
+    Exercise("07", "LayerNorm, forward and backward by hand",
+             ("LayerNormFunction.forward", "LayerNormFunction.backward"), _cases_07, MISTAKES_07),
+    Exercise("08", "softmax, the causal mask, and attention with masks", ("softmax", "causal_mask", "attention"),
+             _cases_08, MISTAKES_08),
+    Exercise("09", "multi-head attention", ("split_heads", "merge_heads", "MultiHeadAttention.forward"), _cases_09,
+             MISTAKES_09),
+    Exercise("10", "token embeddings and sinusoidal positions",
+             ("sinusoidal_table", "Embedding.forward", "Embedding.backward", "Embeddings.forward"), _cases_10,
+             MISTAKES_10),
+    Exercise("11", "the feed-forward network, the residual sublayer, the encoder layer",
+             ("FeedForward.forward", "Residual.forward", "EncoderLayer.forward"), _cases_11, MISTAKES_11),
+    Exercise("12", "the decoder layer, and its cached step", ("DecoderLayer.forward", "DecoderLayer.step"),
+             _cases_12, MISTAKES_12),
+    Exercise("14", "the whole model, with shared embeddings",
+             ("padding_mask", "target_mask", "Transformer.encode", "Transformer.decode", "Transformer.generator",
+              "Transformer.forward"), _cases_14, MISTAKES_14),
+    Exercise("15", "greedy decoding with the cache, and beam search's step", ("greedy_decode", "rank_extensions"),
+             _cases_15, MISTAKES_15),
+    Exercise("16", "the learning-rate schedule of equation (3)", ("noam_lr", "Noam.step"), _cases_16, MISTAKES_16),
 ]}

@@ -52,11 +52,42 @@ def load(directory: Path, number: str):
     if file is None:
         raise FileNotFoundError(f"no ex{number}_*.py in {directory}")
     with importing(directory):
-        return importlib.import_module(file.stem)
+        module = importlib.import_module(file.stem)
+        _remember_track()
+    return module
 
 
 def load_all(directory: Path) -> dict:
     """Every exercise of the track in ``directory``, imported together (number -> module)."""
     with importing(directory):
-        return {NAME.match(p.stem).group(1): importlib.import_module(p.stem)
-                for p in sorted(Path(directory).glob("ex[0-9][0-9]_*.py"))}
+        modules = {NAME.match(p.stem).group(1): importlib.import_module(p.stem)
+                   for p in sorted(Path(directory).glob("ex[0-9][0-9]_*.py"))}
+        _remember_track()
+    return modules
+
+
+def _remember_track() -> None:
+    """Give every track module imported so far ``__track__``: number -> module, this track's
+    (the grader reaches the learner's Tensor of exercise 01 through any later exercise)."""
+    modules = {NAME.match(k).group(1): m for k, m in sys.modules.items() if _ours(k)}
+    for m in modules.values():
+        m.__track__ = modules
+
+
+_BLOCK = re.compile(r"^(?P<indent>[ \t]*)# >>> exercise: write (?P<what>[\w.]+)\n.*?^[ \t]*# <<<\n", re.S | re.M)
+
+
+def stub_text(solution: str, number: str) -> str:
+    """A solution's text with every ``# >>> exercise: write X`` ... ``# <<<`` block replaced by
+    ``raise NotImplementedError("exercise NN: write X")``: the learner's starting file."""
+    return _BLOCK.sub(lambda m: f'{m["indent"]}raise NotImplementedError("exercise {number}: write {m["what"]}")\n',
+                      solution)
+
+
+def write_stubs(target: Path = LEARNER) -> list:
+    """(Maintainers) write every stub from its solution; the test suite checks that they agree."""
+    written = []
+    for p in sorted(SOLUTIONS.glob("ex[0-9][0-9]_*.py")):
+        (Path(target) / p.name).write_text(stub_text(p.read_text(), NAME.match(p.stem).group(1)))
+        written.append(p.name)
+    return written

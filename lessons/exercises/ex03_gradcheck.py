@@ -1,0 +1,37 @@
+"""Exercise 03 (lesson 3) — the gradient check.
+
+Your engine's backward passes are only as good as their check. Write:
+
+1. ``numerical_gradient(f, x, eps)``: the gradient of a function ``f`` (an array -> a float)
+   at the float64 array ``x``, by central differences: entry i of the result is
+   (f(x + eps·e_i) − f(x − eps·e_i)) / (2·eps), e_i being 1 at entry i and 0 elsewhere. Move
+   one entry at a time, and leave ``x`` as it was given.
+2. ``gradcheck(fn, arrays, eps=1e-6, atol=1e-5, rtol=1e-4)``: does your engine's backward of
+   ``fn`` agree with central differences? ``fn`` takes one Tensor per array and returns a
+   Tensor. Reduce its output to one number with fixed random weights w (``weights(shape)``
+   below) as loss = Σ w · fn(...), so that every output entry counts; run your engine's
+   backward; then compare every input's ``.grad`` with ``numerical_gradient`` of the same
+   loss computed on plain arrays. Return True when every entry of every input agrees within
+   atol + rtol·|numerical|, else False.
+
+Check by hand: gradcheck(lambda x, y: x * y, [np.ones(3), np.arange(3.0)]) is True.
+
+Check it with:  python lessons/check.py 03
+"""
+import numpy as np
+
+from ex01_tensor import Tensor
+import ex02_broadcasting  # noqa: F401 - the engine's operators
+
+
+def weights(shape):
+    """The fixed random weights w of the check (the same for a given shape, every time)."""
+    return np.random.default_rng(1234).uniform(0.5, 1.5, size=shape)
+
+
+def numerical_gradient(f, x, eps):
+    raise NotImplementedError("exercise 03: write numerical_gradient")
+
+
+def gradcheck(fn, arrays, eps=1e-6, atol=1e-5, rtol=1e-4):
+    raise NotImplementedError("exercise 03: write gradcheck")

@@ -1,0 +1,38 @@
+"""Exercise 04 (lesson 4) — log-softmax, and cross-entropy with label smoothing.
+
+Write:
+1. ``LogSoftmax``, a Function over the last axis: forward log softmax(x) = x − log Σ exp(x),
+   computed as (x − m) − log Σ exp(x − m) with m the row's largest entry, so that exp never
+   overflows; backward: grad − softmax(x) · Σ grad (the sums over the last axis).
+2. ``cross_entropy(logits, target, smoothing, pad)``: logits a Tensor (..., V), target an
+   integer array of the leading shape. Each non-pad position's target distribution q puts
+   1 − ε + ε/V on the true token and ε/V on every token (ε = smoothing); the loss is
+   −Σ q · log softmax(logits), summed over the non-pad positions and divided by their
+   number. Positions whose target is ``pad`` count for nothing. Build it from your engine's
+   operations (``LogSoftmax``, *, sum, /) so that its backward comes for free.
+
+Check by hand: with two classes, logits [0, 0], target 1 and no smoothing, the loss is
+log 2 ≈ 0.6931 and the logits' gradient is [0.5, −0.5].
+
+Check it with:  python lessons/check.py 04
+"""
+import numpy as np
+
+from ex01_tensor import Function, Tensor
+import ex02_broadcasting  # noqa: F401 - the engine's operators
+
+
+class LogSoftmax(Function):
+    def forward(self, x):
+        raise NotImplementedError("exercise 04: write LogSoftmax.forward")
+
+    def backward(self, grad):
+        raise NotImplementedError("exercise 04: write LogSoftmax.backward")
+
+
+def log_softmax(x):
+    return LogSoftmax.apply(x)
+
+
+def cross_entropy(logits, target, smoothing, pad):
+    raise NotImplementedError("exercise 04: write cross_entropy")

@@ -1,0 +1,36 @@
+"""Exercise 06 (lesson 6) — Xavier initialisation and dropout.
+
+Write:
+1. ``xavier_uniform(fan_in, fan_out, rng)``: a (fan_in, fan_out) array drawn from
+   U(−a, a) with a = √(6 / (fan_in + fan_out)), in one call ``rng.uniform(-a, a, size)``,
+   so that it is the same draw as the grader's. From here on your layers pass it as
+   ``Linear(n_in, n_out, rng, init=xavier_uniform)``.
+2. ``Dropout``, a Function: forward(x, p, rng) draws ``keep = rng.random(x.shape) >= p`` (one
+   call, so that it is the grader's draw) and returns x · keep / (1 − p): the kept entries
+   are scaled up so that the expected output is x. Backward lets the gradient through the
+   kept entries, scaled the same way.
+3. ``dropout(x, p, rng, training)``: ``Dropout`` while training with p > 0, else x itself.
+
+Check by hand: with p = 0.5 every output entry is 0 or 2x.
+
+Check it with:  python lessons/check.py 06
+"""
+import numpy as np
+
+from ex01_tensor import Function
+
+
+def xavier_uniform(fan_in, fan_out, rng):
+    raise NotImplementedError("exercise 06: write xavier_uniform")
+
+
+class Dropout(Function):
+    def forward(self, x, p, rng):
+        raise NotImplementedError("exercise 06: write Dropout.forward")
+
+    def backward(self, grad):
+        raise NotImplementedError("exercise 06: write Dropout.backward")
+
+
+def dropout(x, p, rng, training):
+    raise NotImplementedError("exercise 06: write dropout")

@@ -1,0 +1,43 @@
+"""Exercise 10 (lesson 10) — token embeddings and sinusoidal positions (Sections 3.4, 3.5).
+
+Write:
+1. ``sinusoidal_table(T, d)``: the (T, d) float64 array PE with
+   PE(pos, 2i) = sin(pos / 10000^(2i/d)) and PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+2. ``Embedding``, a Function of the table W (V, d) with integer ``ids`` of any shape:
+   forward returns the rows W[ids] (shape ids.shape + (d,)); backward returns W's gradient:
+   the gradient of every output row added into the row of W it came from (an id that occurs
+   twice gets both rows' gradients: ``np.add.at``).
+3. ``Embeddings.forward(ids, offset=0)``: the paper's input to a stack, W[ids] · √d plus the
+   positions offset ... offset + T − 1 of the table (T = ids.shape[-1]), then dropout
+   (exercise 06). ``offset`` is for decoding one position at a time (exercise 12).
+
+Check it with:  python lessons/check.py 10
+"""
+import numpy as np
+
+from ex01_tensor import Function, Tensor
+from ex05_module_and_adam import Module, Parameter
+from ex06_init_and_dropout import dropout
+
+
+def sinusoidal_table(T, d):
+    raise NotImplementedError("exercise 10: write sinusoidal_table")
+
+
+class Embedding(Function):
+    def forward(self, weight, ids):
+        raise NotImplementedError("exercise 10: write Embedding.forward")
+
+    def backward(self, grad):
+        raise NotImplementedError("exercise 10: write Embedding.backward")
+
+
+class Embeddings(Module):
+    """The shared token table ``weight`` (V, d), N(0, 1/d) at the start, and the positions."""
+
+    def __init__(self, vocab, d, max_len, p_drop, rng):
+        self.weight = Parameter(rng.normal(0.0, d**-0.5, size=(vocab, d)))
+        self.table, self.p_drop, self.rng = sinusoidal_table(max_len, d), p_drop, rng
+
+    def forward(self, ids, offset=0):
+        raise NotImplementedError("exercise 10: write Embeddings.forward")

@@ -1,0 +1,412 @@
+"""The autograder's machinery: what an exercise is, how an answer is run on its cases, and the
+report of the smallest failing case (``python lessons/check.py NN`` prints it).
+
+**Cases.** An exercise has a fixed list of cases, smallest first: sizes grow, and the edge
+cases come early (one entry, one head, T = 1, step = warmup, ...). The inputs are fixed (drawn
+once from seeded generators, most of them rounded to one or two decimals so that the report
+prints them exactly), so every run sees the same cases. The grader runs the cases in order
+and stops at the first one the answer gets wrong, so the case it reports is the smallest
+failing one by construction.
+
+**What is compared.** A case compares one or more values, in order: an output, then each
+input's or parameter's gradient, or each step of a loop. The expected values are
+minitensor's, in float64 (``lessonkit.exercises`` says which call gives each).
+
+**The report.** On a failure the grader prints the case's input, the expected value and the
+answer's, which entries differ and by how much, or a wrong shape or dtype as such. Each
+exercise lists known mistakes: the reference solution with one piece replaced by a plausible
+wrong one, and a one-line hint. The grader runs them on the failing case, and when one gives
+what the answer gave (the same values, to a hundredth of the case's tolerance, or the same
+exception), prints its hint. An answer that raises is reported with the exception and the
+line of the learner's file that raised it; ``NotImplementedError`` means a piece is not
+written yet.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import track
+
+
+# ---------------------------------------------------------------- what an exercise is
+@dataclass(frozen=True)
+class Expect:
+    """One value a case compares: ``label`` says which ("the new m", "after the step of
+    t = 1: cache['k']", or "" when a case compares one value only). ``kind``: "f" numbers, "i" integers, "b"
+    booleans, "s" a list of names. A number passes within ``atol + rtol·|expected|``. With ``judge``, the answer
+    is judged against it and ``value`` is what the report shows as expected."""
+    label: str
+    value: object
+    kind: str = "f"
+    atol: float = 1e-9
+    rtol: float = 1e-7
+    judge: object = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input. ``run(answer)`` calls the answer's functions on fresh copies of the input
+    and yields the values to compare, in the order of ``expected``. ``call`` and ``inputs``
+    are what the report shows; ``detail(i)``, when given, adds inputs that matter to the
+    i-th compared value only."""
+    title: str
+    call: str
+    inputs: dict
+    run: Callable
+    expected: list
+    detail: Callable | None = None
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A plausible wrong answer and the hint shown when an answer gives what it gives.
+    ``answer`` maps names of the exercise's module ("sum_to", or "Tensor.backward" for a
+    method) to what replaces them in the reference solution."""
+    hint: str
+    answer: dict
+
+
+@dataclass(frozen=True)
+class Using:
+    """A mistake's replacement made from the module it goes into: ``make(module)`` (a wrong
+    backward that calls the module's own ``sum_to``, say)."""
+    make: Callable
+
+
+@dataclass(frozen=True)
+class Exercise:
+    number: str                 # the lesson's number
+    title: str
+    functions: tuple            # what the stub must define
+    make_cases: Callable        # () -> list of Case, smallest first
+    mistakes: tuple = field(default=())
+
+    def cases(self) -> list:
+        if self.number not in _CASES:
+            _CASES[self.number] = self.make_cases()
+        return _CASES[self.number]
+
+
+class Missing:
+    """A value the answer should have produced and did not (a cache without "k")."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+class Malformed(Exception):
+    """The answer returned something of the wrong form (two values where three belong)."""
+
+
+_CASES: dict = {}
+
+
+def lookup(obj, dotted: str):
+    """``obj.a.b`` for "a.b" (None where a name is missing)."""
+    for name in dotted.split("."):
+        obj = getattr(obj, name, None)
+    return obj
+
+
+def mistaken(number: str, mistake: Mistake):
+    """The reference solution of exercise ``number``, freshly imported, with ``mistake`` made."""
+    module = track.load(track.SOLUTIONS, number)
+    for dotted, wrong in mistake.answer.items():
+        *owner, name = dotted.split(".")
+        wrong = wrong.make(module) if isinstance(wrong, Using) else wrong
+        setattr(lookup(module, ".".join(owner)) if owner else module, name, wrong)
+    return module
+
+
+# ---------------------------------------------------------------- grading
+@dataclass
+class _Outcome:
+    index: int                  # which compared value failed (or raised)
+    seen: list                  # the answer's values up to and including it
+    got: object = None
+    lines: list = field(default_factory=list)
+    raised: BaseException | None = None
+
+
+def _array(value):
+    """The answer's value as a NumPy array (minitensor tensors and lists are converted)."""
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()
+    try:
+        a = np.asarray(value)
+    except (ValueError, TypeError):
+        raise Malformed(f"got a {type(value).__name__} that NumPy cannot turn into an array") from None
+    if a.dtype == object:
+        raise Malformed(f"got a {type(value).__name__}, not an array of numbers")
+    return a
+
+
+def _quiet(fn):
+    """Run ``fn()`` without NumPy's warnings (overflow, nan): the report says what went wrong."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return fn()
+
+
+def _compare(got, exp: Expect) -> list:
+    """What is wrong with ``got`` against ``exp`` (lines for the report); [] when it passes."""
+    if isinstance(got, Missing):
+        return [f"got nothing: {got.reason}"]
+    if got is None:
+        return ["got None: the function returns nothing (is a `return` missing?)"]
+    if exp.kind == "s":
+        return [] if list(got) == list(exp.value) else ["not the same names, or not in the same order"]
+    try:
+        g = _array(got)
+    except Malformed as e:
+        return [str(e)]
+    e = np.asarray(exp.value)
+    if g.shape != e.shape:
+        return [f"wrong shape: expected {e.shape}, got {g.shape}"]
+    if exp.kind == "b" and g.dtype != bool:
+        return [f"wrong dtype: expected a bool array, got {g.dtype}"]
+    if exp.kind == "i" and not np.issubdtype(g.dtype, np.integer):
+        return [f"wrong dtype: expected integers, got {g.dtype}"]
+    if exp.kind == "f" and g.dtype.kind not in "fiu":
+        return [f"wrong dtype: expected numbers, got {g.dtype}"]
+    judge = np.asarray(exp.value if exp.judge is None else exp.judge)
+    if exp.kind in "bi":
+        bad = g != judge
+        diff = None
+    else:
+        diff = np.abs(g.astype(np.float64) - judge.astype(np.float64))
+        bad = ~(diff <= exp.atol + exp.rtol * np.abs(judge))   # nan counts as off
+        same_inf = np.isinf(g) & np.isinf(judge) & (np.sign(g) == np.sign(judge))
+        bad &= ~same_inf
+    if not bad.any():
+        return []
+    n, size = int(bad.sum()), bad.size
+    allowed = "" if diff is None else f" (allowed: {exp.atol:g} + {exp.rtol:g}·|expected|)"
+    if diff is not None:
+        finite = diff[bad & np.isfinite(diff)]
+        by = f"{n - finite.size} of them nan or inf" if finite.size < n else f"largest difference {finite.max():.3g}"
+    if g.ndim == 0:
+        return [f"off by {diff.item():.3g}{allowed}" if diff is not None and np.isfinite(diff.item()) else "off"]
+    if n == size:
+        where = {1: "off in its one entry", 2: "off in both entries"}.get(size, f"off in all {size} entries")
+    elif n <= 6:
+        at = ", ".join(str(tuple(int(i) for i in ix)) for ix in np.argwhere(bad))
+        where = f"off in {n} of {size} entries, at {at}"
+    else:
+        where = f"off in {n} of {size} entries"
+    lines = [where if diff is None else f"{where}; {by}{allowed}"]
+    if 6 < n < size:
+        lines.append("the entries off (1):\n" + np.array2string(bad.astype(int), separator=" "))
+    return lines
+
+
+def _first_failure(case: Case, answer) -> _Outcome | None:
+    """Run the case; the first compared value that fails (or the exception), or None."""
+    seen = []
+    values = case.run(answer)
+    for i, exp in enumerate(case.expected):
+        try:
+            got = _quiet(lambda: next(values))
+        except NotImplementedError:
+            raise
+        except Malformed as e:
+            seen.append(("malformed", str(e)))
+            return _Outcome(i, seen, lines=[str(e)])
+        except Exception as e:  # noqa: BLE001 - the answer raised: the report says so
+            seen.append(("raised", f"{type(e).__name__}: {e}"))
+            return _Outcome(i, seen, raised=e)
+        seen.append(("value", got))
+        lines = _compare(got, exp)
+        if lines:
+            return _Outcome(i, seen, got=got, lines=lines)
+    return None
+
+
+def _values(case: Case, answer, upto: int) -> list:
+    """What ``answer`` gives for the case's first ``upto + 1`` compared values (as _first_failure records them)."""
+    seen = []
+    values = case.run(answer)
+    try:
+        for _ in range(upto + 1):
+            seen.append(("value", _quiet(lambda: next(values))))
+    except Malformed as e:
+        seen.append(("malformed", str(e)))
+    except Exception as e:  # noqa: BLE001 - a mistake may raise, as the answer may
+        seen.append(("raised", f"{type(e).__name__}: {e}"))
+    return seen
+
+
+def _same(a, b, exp: Expect) -> bool:
+    """Two recorded values agree: the same shape, both bool or both numbers, and the numbers
+    a hundred times closer than the case allows (or to round-off), nan with nan."""
+    (ka, va), (kb, vb) = a, b
+    if ka != kb:
+        return False
+    if ka != "value":
+        return va == vb
+    if isinstance(va, Missing) or isinstance(vb, Missing):
+        return isinstance(va, Missing) and isinstance(vb, Missing) and va.reason == vb.reason
+    if va is None or vb is None:
+        return va is None and vb is None
+    try:
+        x, y = _array(va), _array(vb)
+    except Malformed:
+        return False
+    if x.dtype.kind == "U" or y.dtype.kind == "U":
+        return x.shape == y.shape and bool((x == y).all())
+    if x.shape != y.shape or (x.dtype == bool) != (y.dtype == bool):
+        return False
+    return bool(np.allclose(x.astype(np.float64), y.astype(np.float64), rtol=max(exp.rtol / 100, 1e-12),
+                            atol=exp.atol / 100, equal_nan=True))
+
+
+def _hints(ex: Exercise, case: Case, outcome: _Outcome) -> list:
+    """The hints of the known mistakes that give what the answer gave, up to the failure."""
+    found = []
+    for mistake in ex.mistakes:
+        wrong = mistaken(ex.number, mistake)
+        theirs = _values(case, wrong, outcome.index)
+        if len(theirs) == len(outcome.seen) and \
+                all(_same(a, b, e) for a, b, e in zip(theirs, outcome.seen, case.expected)) \
+                and mistake.hint not in found:
+            found.append(mistake.hint)
+    return found
+
+
+def _decimals(a) -> int:
+    """Decimals that show the largest entry of ``a`` to four significant digits (at least 4)."""
+    a = np.asarray(a, dtype=np.float64)
+    a = np.abs(a[np.isfinite(a)])
+    m = a.max() if a.size else 0.0
+    return 4 if m == 0 or m >= 0.1 else min(12, 3 - math.floor(math.log10(m)))
+
+
+def _show(value, precision: int | None = None, indent: int = 0) -> str:
+    """A value as the report prints it: arrays with four significant digits, numbers with six
+    (``precision``: more decimals for arrays, more digits for numbers)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (bool, np.bool_, int, np.integer)):
+        return str(value)
+    if isinstance(value, (float, np.floating)):
+        return f"{float(value) + 0.0:.{precision or 6}g}"       # + 0.0: no "-0"
+    if isinstance(value, (tuple, list)) and all(np.isscalar(v) for v in value):
+        inner = ", ".join(_show(v) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    a = np.asarray(value)
+    if a.ndim == 0:
+        return _show(a.item(), precision)
+    if a.dtype.kind == "f":
+        precision = _decimals(a) if precision is None else precision
+        a = np.where(np.abs(a) < 0.5 * 10.0**-precision, 0.0, a)   # no "-0."
+    text = np.array2string(a, precision=precision or 4, suppress_small=True, max_line_width=96, threshold=400)
+    return text.replace("\n", "\n" + " " * indent)
+
+
+def _precision(got, exp: Expect) -> int | None:
+    """Digits that show where ``got`` and the expected value differ: for arrays, decimals for
+    four significant digits of the largest entry of either, more when the two agree to
+    those; for a number, six significant digits, more when they agree to six."""
+    e = np.asarray(exp.value)
+    if e.dtype.kind != "f":
+        return None
+    try:
+        g = _array(got).astype(np.float64)
+    except (Malformed, ValueError, TypeError):
+        g = None
+    if g is None or g.shape != e.shape:
+        return _decimals(e) if e.ndim else None
+    d = np.abs(g - e)
+    finite = d[np.isfinite(d) & (d > 0)]
+    if e.ndim == 0:
+        if finite.size == 0:
+            return None
+        rel = finite.max() / max(abs(float(e)), 1e-300)
+        return min(15, max(6, math.ceil(-math.log10(rel)) + 2))
+    p = _decimals(np.concatenate([e.ravel(), g.ravel()]))
+    return p if finite.size == 0 else min(12, max(p, math.ceil(-math.log10(finite.max())) + 1))
+
+
+def _where_raised(e: BaseException, answer) -> str:
+    """'ex08_attention.py, in attention, line 12: s = q @ k.T' for the deepest frame in the
+    learner's files (this exercise's and the earlier ones it uses), or ''."""
+    files = {getattr(m, "__file__", None) for m in getattr(answer, "__track__", {}).values()}
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename in files]
+    if not frames:
+        return ""
+    f = frames[-1]
+    where = f"{f.filename.rsplit('/', 1)[-1]}, in {f.name}, line {f.lineno}"
+    return f"{where}: {f.line}" if f.line else where
+
+
+def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer) -> str:
+    case = cases[n - 1]
+    lines = [f"case {n} of {len(cases)}: {case.title}", f"  {case.call} with"]
+    inputs = dict(case.inputs)
+    if case.detail is not None:
+        inputs.update(case.detail(outcome.index))
+    width = max(len(k) for k in inputs)
+    for name, value in inputs.items():
+        lines.append(f"    {name:<{width}} = {_show(value, indent=width + 7)}")
+    exp = case.expected[outcome.index]
+    if outcome.raised is not None:
+        e = outcome.raised
+        lines.append(f"  your code raised {type(e).__name__}: {e}")
+        where = _where_raised(e, answer)
+        if where:
+            lines.append(f"    {where}")
+    else:
+        p = _precision(outcome.got, exp)
+        pad = "  "
+        if exp.label:
+            lines.append(f"  {exp.label}:")
+            pad = "    "
+        lines.append(f"{pad}expected {_show(exp.value, p, indent=len(pad) + 9)}")
+        if outcome.got is not None and not isinstance(outcome.got, Missing):
+            try:
+                shown = _show(_array(outcome.got), p, indent=len(pad) + 9)
+            except Malformed:
+                shown = repr(outcome.got)
+            lines.append(f"{pad}got      {shown}")
+        for line in outcome.lines:
+            lines.append(pad + line.replace("\n", "\n" + pad))
+    lines += [f"  hint: {h}" for h in _hints(ex, case, outcome)]
+    if n > 1:
+        lines.append(f"(cases 1–{n - 1} of {len(cases)} pass)" if n > 2 else f"(case 1 of {len(cases)} passes)")
+    return "\n".join(lines)
+
+
+def grade(ex: Exercise, answer) -> tuple[bool, str]:
+    """(passed, report) for ``answer``, the learner's module of exercise ``ex`` (imported with
+    :func:`lessonkit.track.load`). The cases run in order; the report describes the first one
+    that fails."""
+    missing = [f for f in ex.functions if not callable(lookup(answer, f))]
+    if missing:
+        return False, f"missing: {', '.join(missing)} (the file must define {', '.join(ex.functions)})"
+    cases = ex.cases()
+    for n, case in enumerate(cases, 1):
+        try:
+            outcome = _first_failure(case, answer)
+        except NotImplementedError as e:
+            passed = f"; cases 1–{n - 1} of {len(cases)} pass" if n > 1 else ""
+            return False, f"not written yet ({e}){passed}"
+        if outcome is not None:
+            return False, _report(ex, cases, n, outcome, answer)
+    return True, f"all {len(cases)} cases pass"
+
+
+
+def _r(rng, shape, scale=1.0, decimals=1):
+    """Normal numbers rounded to ``decimals``: inputs the report can print exactly."""
+    return np.round(rng.standard_normal(shape) * scale, decimals)
+
+
+def _c(a):
+    return None if a is None else np.array(a, copy=True)
+
