@@ -144,6 +144,7 @@ show(fig, "03", "finite_difference_error.png")
 # %% [markdown]
 # ## Exercise
 #
-# Write `numerical_gradient` yourself: the stub and what it must do are in
-# `lessons/exercises/03_numerical_gradient.py`. Then `python lessons/check.py 03` grades it
-# and, if it is wrong, shows the smallest input it gets wrong.
+# Exercise 03 of the track, `lessons/exercises/ex03_gradcheck.py`: `numerical_gradient` (central
+# differences) and `gradcheck`, which checks your engine's backward of any function against it.
+# `python lessons/check.py 03` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

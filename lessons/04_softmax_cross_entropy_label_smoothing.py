@@ -101,6 +101,7 @@ print(f"loss per real token {loss:.4f}: equal to the hand-computed average, blin
 # %% [markdown]
 # ## Exercise
 #
-# Write `label_smoothed_gradient` yourself: the gradient of the smoothed cross-entropy with
-# respect to the logits. The stub and what it must do are in
-# `lessons/exercises/04_label_smoothed_gradient.py`; `python lessons/check.py 04` grades it.
+# Exercise 04 of the track, `lessons/exercises/ex04_cross_entropy.py`: `LogSoftmax` with its
+# backward, and the label-smoothed `cross_entropy` built from your engine's operations.
+# `python lessons/check.py 04` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

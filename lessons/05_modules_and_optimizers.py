@@ -153,6 +153,6 @@ checks.agree(len(stack.parameters()), 6, "parameters of three Linear layers in a
 # %% [markdown]
 # ## Exercise
 #
-# Write `adam_update` yourself, one Adam update as written above: the stub and what it must
-# do are in `lessons/exercises/05_adam_update.py`. Then `python lessons/check.py 05` grades it
-# and, if it is wrong, shows the smallest input it gets wrong.
+# Exercise 05 of the track, `lessons/exercises/ex05_module_and_adam.py`: a `Module` that finds
+# its parameters by name, a `Linear` layer, and `Adam.step`. `python lessons/check.py 05` grades
+# it and, at the first case it gets wrong, shows the input, what it expected and what it got.

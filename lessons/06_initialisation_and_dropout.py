@@ -133,3 +133,10 @@ checks.between([slope], -0.6, -0.4, "log error vs log masks averaged")
 results["dropout_mean_error_slope"] = slope
 results.finding(f"averaged over n dropout masks (p = 0.1) the output's RMS distance to the input falls with slope "
                 f"{slope:.2f} on log-log axes (1/√n is −0.5): inverted dropout keeps the expectation.")
+
+# %% [markdown]
+# ## Exercise
+#
+# Exercise 06 of the track, `lessons/exercises/ex06_init_and_dropout.py`: `xavier_uniform` and
+# `Dropout` with its backward. `python lessons/check.py 06` grades it and, at the first case it
+# gets wrong, shows the input, what it expected and what it got.

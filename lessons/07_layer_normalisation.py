@@ -161,6 +161,6 @@ show(fig, "07", "activation_scale.png")
 # %% [markdown]
 # ## Exercise
 #
-# Write `layer_norm_backward` yourself, the three paths included: the stub and what it must
-# do are in `lessons/exercises/07_layer_norm_backward.py`. Then `python lessons/check.py 07`
-# grades it and, if it is wrong, shows the smallest input it gets wrong, with what it expected.
+# Exercise 07 of the track, `lessons/exercises/ex07_layer_norm.py`: LayerNorm's forward and
+# backward by hand, as one `Function`. `python lessons/check.py 07` grades it and, at the first
+# case it gets wrong, shows the input, what it expected and what it got.

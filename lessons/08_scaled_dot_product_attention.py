@@ -114,6 +114,6 @@ show(fig, "08", "scaling_and_gradients.png")
 # %% [markdown]
 # ## Exercise
 #
-# Write `causal_mask` and `attention` yourself: the stub and what they must do are in
-# `lessons/exercises/08_causal_mask_and_attention.py`. Then `python lessons/check.py 08`
-# grades them and, if one is wrong, shows the smallest input it gets wrong.
+# Exercise 08 of the track, `lessons/exercises/ex08_attention.py`: `softmax`, `causal_mask` and
+# `attention` with masks, on your engine. `python lessons/check.py 08` grades it and, at the
+# first case it gets wrong, shows the input, what it expected and what it got.

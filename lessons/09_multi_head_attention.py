@@ -149,6 +149,6 @@ show(fig, "09", "heads.png")
 # %% [markdown]
 # ## Exercise
 #
-# Write `split_heads` and `merge_heads` yourself: the stub and what they must do are in
-# `lessons/exercises/09_split_and_merge_heads.py`. Then `python lessons/check.py 09` grades
-# them and, if one is wrong, shows the smallest input it gets wrong.
+# Exercise 09 of the track, `lessons/exercises/ex09_multi_head.py`: `split_heads`, `merge_heads`
+# and your `MultiHeadAttention`. `python lessons/check.py 09` grades it and, at the first case
+# it gets wrong, shows the input, what it expected and what it got.

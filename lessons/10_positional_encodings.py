@@ -107,6 +107,7 @@ results.finding(f"at d_model 512, two different tokens at the same position ente
 # %% [markdown]
 # ## Exercise
 #
-# Write `sinusoidal_table` yourself: the stub and what it must do are in
-# `lessons/exercises/10_sinusoidal_table.py`. Then `python lessons/check.py 10` grades it and,
-# if it is wrong, shows the smallest input it gets wrong.
+# Exercise 10 of the track, `lessons/exercises/ex10_positions.py`: `sinusoidal_table`, the
+# `Embedding` lookup with its backward, and the scaled embeddings plus positions.
+# `python lessons/check.py 10` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

@@ -85,7 +85,6 @@ results["cached_vs_whole_max_difference"] = err
 # %% [markdown]
 # ## Exercise
 #
-# Write `cached_attention_step` yourself: one step of self-attention that adds the new
-# position's key and value to a cache and attends over all of them. The stub and what it must
-# do are in `lessons/exercises/12_cached_attention_step.py`; `python lessons/check.py 12`
-# grades it against attention over the whole sequence with the causal mask.
+# Exercise 12 of the track, `lessons/exercises/ex12_decoder_layer.py`: your `DecoderLayer`, and
+# its cached `step` for decoding one position at a time. `python lessons/check.py 12` grades it
+# and, at the first case it gets wrong, shows the input, what it expected and what it got.

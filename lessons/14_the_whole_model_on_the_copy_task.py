@@ -252,6 +252,7 @@ show_saved(out / "attention.png")
 #
 # ## Exercise
 #
-# Write `embed` and `logits` yourself, the shared matrix in its two roles: a scaled lookup
-# and the tied projection. The stub and what they must do are in
-# `lessons/exercises/14_shared_embedding.py`; `python lessons/check.py 14` grades them.
+# Exercise 14 of the track, `lessons/exercises/ex14_transformer.py`: the masks and your whole
+# `Transformer`, with one embedding table shared by source, target and output.
+# `python lessons/check.py 14` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

@@ -103,6 +103,7 @@ show(fig, "15", "length_penalty.png")
 # %% [markdown]
 # ## Exercise
 #
-# Write `rank_extensions` yourself, one step of beam search: the stub and what it must do are
-# in `lessons/exercises/15_beam_step.py`. Then `python lessons/check.py 15` grades it and, if
-# it is wrong, shows the smallest input it gets wrong, with what it expected.
+# Exercise 15 of the track, `lessons/exercises/ex15_decoding.py`: `greedy_decode` with your
+# layers' caches, and `rank_extensions`, one step of beam search. `python lessons/check.py 15`
+# grades it and, at the first case it gets wrong, shows the input, what it expected and what it
+# got.

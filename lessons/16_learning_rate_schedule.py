@@ -152,6 +152,8 @@ show(fig, "16", "schedule.png")
 # %% [markdown]
 # ## Exercise
 #
-# Write `noam_lr` yourself, equation (3): the stub and what it must do are in
-# `lessons/exercises/16_noam_schedule.py`. Then `python lessons/check.py 16` grades it and, if
-# it is wrong, shows the smallest input it gets wrong, with what it expected.
+# Exercise 16 of the track, `lessons/exercises/ex16_schedule.py`: `noam_lr`, equation (3), and
+# the `Noam` schedule that sets your Adam's rate. With exercises 01–16 passed,
+# `python lessons/check.py capstone` trains the copy task on your engine and model, and prints
+# your engine's time per update beside minitensor's. `python lessons/check.py 16` grades it and,
+# at the first case it gets wrong, shows the input, what it expected and what it got.

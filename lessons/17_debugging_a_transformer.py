@@ -231,3 +231,10 @@ axes[1].set_xlabel("gradient norm, encoder layer 0 (none drawn at 1e-12)")
 axes[1].legend(fontsize=7)
 fig.tight_layout()
 show(fig, "17", "debugging.png")
+
+# %% [markdown]
+# ## Exercise
+#
+# Exercise 17 of the track, `lessons/exercises/ex17_silent_parameters.py`: `silent_parameters`:
+# the parameters of your model that a loss does not reach. `python lessons/check.py 17` grades
+# it and, at the first case it gets wrong, shows the input, what it expected and what it got.

@@ -247,6 +247,6 @@ show(fig, "21", "batches_and_averaging.png")
 # %% [markdown]
 # ## Exercise
 #
-# Write `accumulate` yourself: the big batch's gradient from its micro-batches. The stub and
-# what it must do are in `lessons/exercises/21_micro_batches.py`; `python lessons/check.py 21`
-# grades it.
+# Exercise 21 of the track, `lessons/exercises/ex21_token_batches.py`: `token_batches`, batches
+# cut by padded tokens, and `average`, checkpoint averaging. `python lessons/check.py 21` grades
+# it and, at the first case it gets wrong, shows the input, what it expected and what it got.

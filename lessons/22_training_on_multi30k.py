@@ -71,3 +71,11 @@ show(fig, "22", "training.png")
 for s, h in zip(ven[:3], translate(trainer.model, tok, ven[:3], beam_size=4, progress=False)):
     print(f"{s}\n  -> {h}")
 print("the run's checkpoints, metrics and figures are in", out / "run")
+
+# %% [markdown]
+# ## Exercise
+#
+# Exercise 22 of the track, `lessons/exercises/ex22_micro_batches.py`: `accumulate`: one
+# update's gradient of your model from several micro-batches. `python lessons/check.py 22`
+# grades it and, at the first case it gets wrong, shows the input, what it expected and what it
+# got.

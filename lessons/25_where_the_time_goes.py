@@ -162,3 +162,10 @@ results.finding(f"the base model's matrix products need {per_token / 1e6:.0f} MF
 # Try it on a run of your own: `python -m transformer train ... --profile 5` prints this table
 # for five updates of a real training run and saves it as `profile.json` in the run directory;
 # `python examples/copy_task.py --profile 5` does the same for the copy task.
+
+# %% [markdown]
+# ## Exercise
+#
+# Exercise 25 of the track, `lessons/exercises/ex25_profile.py`: `profile`: the calls and time
+# of every `Function` of your engine while it runs. `python lessons/check.py 25` grades it and,
+# at the first case it gets wrong, shows the input, what it expected and what it got.

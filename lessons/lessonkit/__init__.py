@@ -7,8 +7,10 @@
   the values it saw and the bound it held them to;
 - :func:`multi30k`: the Multi30k corpus, from where the command line keeps it;
 - ``lessonkit.checks`` (the properties the lessons check), ``lessonkit.toy`` (a table of
-  next-token probabilities posing as a model) and ``lessonkit.exercises`` (the autograder's
-  exercises).
+  next-token probabilities posing as a model), and the exercise track: ``lessonkit.track``
+  (importing a learner's track), ``lessonkit.exercises`` (what each exercise is graded on),
+  ``lessonkit.grader`` (running the cases, the report) and ``lessonkit.capstone`` (the copy
+  task on the learner's engine).
 
 A lesson's prose describes what to look at; the numbers come from its own run.
 ``lessons/run_all.py --full --update`` copies the full-mode results to ``lessons/results/``

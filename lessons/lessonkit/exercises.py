@@ -19,7 +19,9 @@ each one in the reference solution and checks that the grader names it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 import types
 
 import numpy as np
@@ -31,7 +33,7 @@ from minitensor.gradcheck import numerical_gradient as _package_numerical_gradie
 from transformer import masks as _masks
 from transformer.embedding import sinusoidal_table as _package_table
 
-from .grader import Case, Exercise, Expect, Malformed, Missing, Mistake, Using, _r
+from .grader import Case, Exercise, Expect, Malformed, Missing, Mistake, Using, _r, grade  # noqa: F401 - grade: the API
 
 
 # ---------------------------------------------------------------- helpers: the learner's engine beside minitensor's
@@ -1086,6 +1088,112 @@ MISTAKES_12 = (
 )
 
 
+# ---------------------------------------------------------------- 13: Table 1 on the engine's graph
+def _layer_13(kind: str, n: int, d: int):
+    """(what it computes, a function of the learner's module building it, its multiply-adds and
+    sequential products, both counted from the shapes as Table 1 does)."""
+    rng = np.random.default_rng(13 + n + d)
+    x, ws = _r(rng, (n, d)), [_r(rng, (d, d)) for _ in range(4)]
+
+    def tensors(ns):
+        T = engine(ns).Tensor
+        return T(x, requires_grad=True), [T(w, requires_grad=True) for w in ws]
+
+    if kind == "chain":
+        def build(ns):
+            x_, (w, v, *_) = tensors(ns)
+            return (x_ @ w) @ v
+        return "(x @ w) @ v", build, 2 * n * d * d, 2
+    if kind == "shared":
+        def build(ns):
+            x_, (w, a, b, _) = tensors(ns)
+            h = x_ @ w
+            return h @ a + h @ b
+        return "h = x @ w; h @ a + h @ b (h reached along two paths)", build, 3 * n * d * d, 2
+    if kind == "attention":
+        def build(ns):
+            x_, (wq, wk, wv, wo) = tensors(ns)
+            q, k, v = x_ @ wq, x_ @ wk, x_ @ wv
+            return ((q @ k.transpose()) @ v) @ wo     # the softmax left out: it multiplies no matrices
+        return "q, k, v = x @ w_q, x @ w_k, x @ w_v; ((q @ kᵀ) @ v) @ w_o", build, 4 * n * d * d + 2 * n * n * d, 4
+    if kind == "recurrent":
+        def build(ns):
+            x_, (w, u, *_) = tensors(ns)
+            h = engine(ns).Tensor(np.zeros((1, d)))
+            for t in range(n):
+                h = (h @ w + x_[t:t + 1] @ u).relu()
+            return h
+        return "h = 0; for t in range(n): h = relu(h @ w + x[t] @ u)", build, 2 * n * d * d, n
+    if kind == "stack":
+        def build(ns):
+            x_, (w, *_) = tensors(ns)
+            y = x_ @ w
+            return engine(ns, "02").concat([y @ w, (x_ @ w) @ w], axis=0)
+        return "concat(x @ w @ w, x @ w @ w) (two chains, the first product shared in one)", build, 4 * n * d * d, 2
+    raise ValueError(kind)
+
+
+def _cases_13():
+    cases = []
+    for kind, n, d in [("chain", 2, 3), ("shared", 2, 2), ("attention", 3, 2), ("attention", 6, 2),
+                       ("recurrent", 3, 2), ("recurrent", 6, 2), ("stack", 2, 2)]:
+        text, build, madds, seq = _layer_13(kind, n, d)
+
+        def run(ns, build=build):
+            out = build(ns)
+            yield ns.multiply_adds(out)
+            yield ns.sequential_products(out)
+        cases.append(Case(f"{kind}, n = {n} positions of width d = {d}", "multiply_adds(out), sequential_products(out)",
+                          {"out": text, "x": f"({n}, {d})", "w, v, ...": f"({d}, {d})"}, run,
+                          [Expect("multiply_adds", np.int64(madds), kind="i"),
+                           Expect("sequential_products", np.int64(seq), kind="i")]))
+    return cases
+
+
+def _multiply_adds_per_path(mod):
+    def multiply_adds(out):
+        fn = out.creator
+        if fn is None:
+            return 0
+        own = 0
+        if isinstance(fn, mod.MatMul):
+            a, b = fn.inputs[0].data, fn.inputs[1].data
+            own = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))) * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        return own + sum(multiply_adds(x) for x in fn.inputs)
+    return multiply_adds
+
+
+def _all_products(mod):
+    def sequential_products(out):
+        seen, stack, count = set(), [out], 0
+        while stack:
+            fn = stack.pop().creator
+            if fn is None or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            count += isinstance(fn, mod.MatMul)
+            stack.extend(fn.inputs)
+        return count
+    return sequential_products
+
+
+def _every_op(mod):
+    def sequential_products(out):
+        fn = out.creator
+        return 0 if fn is None else 1 + max(sequential_products(x) for x in fn.inputs)
+    return sequential_products
+
+
+MISTAKES_13 = (
+    Mistake("a product reached along two paths is counted twice: count each Function once (remember the ones seen)",
+            dict(multiply_adds=Using(_multiply_adds_per_path))),
+    Mistake("this counts every product in the graph: count only the products on the longest path, since products "
+            "on different paths may run at once", dict(sequential_products=Using(_all_products))),
+    Mistake("this counts every operation on the longest path: count only the matrix products",
+            dict(sequential_products=Using(lambda mod: _every_op(mod)))),
+)
+
+
 # ---------------------------------------------------------------- 14: the whole model
 def _ids(rng, B, T, V, pad_from=None):
     ids = rng.integers(3, V, (B, T))
@@ -1246,6 +1354,7 @@ MISTAKES_15 = (
 )
 
 
+
 # ---------------------------------------------------------------- 16: the schedule
 def _cases_16():
     specs = [(1, 16, 1, 1.0, "step = warmup = 1: the two branches of the min agree"),
@@ -1299,6 +1408,546 @@ MISTAKES_16 = (
 )
 
 
+
+# ---------------------------------------------------------------- 17: silent parameters
+def _cases_17():
+    from lessonkit.checks import silent_parameters as _package_silent
+    rng = np.random.default_rng(17)
+    V, d, h, layers = 7, 4, 2, 1
+    cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                        n_decoder_layers=layers, dropout=0.0, max_len=16)
+    src, tgt_in, tgt_out = _ids(rng, 2, 3, V, pad_from=2), _ids(rng, 2, 3, V), _ids(rng, 2, 3, V)
+    tgt_in[:, 0] = 1
+    losses = {
+        "the whole model's loss": (
+            lambda ns, m: engine(ns, "04").cross_entropy(m(src, tgt_in), tgt_out, 0.1, 0),
+            lambda m: transformer.label_smoothed_loss(m(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0, 0.1)),
+        "a loss of the encoder's output alone": (
+            lambda ns, m: (m.encode(src) * m.encode(src)).sum(),
+            lambda m: (m.encode(mt.tensor(src), _masks.padding_mask(mt.tensor(src), 0)) ** 2).sum()),
+        "a loss of the first decoder layer's feed-forward output alone": (
+            lambda ns, m: (m.decoder.layers[0].ffn(engine(ns).Tensor(np.ones((1, d)))) * 1.0).sum(),
+            lambda m: (m.decoder.layers[0].ffn(mt.tensor(np.ones((1, d)))) * 1.0).sum()),
+    }
+    cases = []
+    for i, (title, (mine, theirs)) in enumerate(losses.items()):
+        ref = transformer.Transformer(cfg)
+        state = _seeded_weights(ref, 170 + i)
+        for p in ref.parameters():
+            p.grad = None
+        theirs(ref).backward()
+        want = _package_silent(ref)
+        for before in ([False, True] if i == 1 else [False]):
+            def run(ns, mine=mine, state=state, before=before):
+                m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+                m.load_state_dict({k: v.copy() for k, v in state.items()})
+                if before:   # gradients left over from an earlier backward must not count
+                    losses["the whole model's loss"][0](ns, m).backward()
+                yield ns.silent_parameters(m, lambda m: mine(ns, m))
+            cases.append(Case(title + (", after an earlier backward of the whole loss" if before else ""),
+                              "silent_parameters(model, loss_fn)",
+                              {"model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layer each) "
+                                        "with the grader's weights", "loss_fn": title}, run,
+                              [Expect("the silent parameters, in order", want, kind="s")]))
+    return cases
+
+
+def _silent(none_only=False, clear=True):
+    def silent_parameters(model, loss_fn, rel=1e-6):
+        named = list(model.named_parameters())
+        if clear:
+            for _, p in named:
+                p.grad = None
+        loss_fn(model).backward()
+        if none_only:
+            return [n for n, p in named if p.grad is None]
+        norms = [0.0 if p.grad is None else float(np.linalg.norm(p.grad)) for _, p in named]
+        return [n for (n, _), g in zip(named, norms) if g <= rel * max(norms)]
+    return silent_parameters
+
+
+MISTAKES_17 = (
+    Mistake("only the parameters without a gradient are listed: a gradient that is zero, or tiny next to the "
+            "largest, reaches nothing either", dict(silent_parameters=_silent(none_only=True))),
+    Mistake("gradients left from an earlier backward were counted: clear every .grad before the backward",
+            dict(silent_parameters=_silent(clear=False))),
+)
+
+
+# ---------------------------------------------------------------- 18: a shift as a linear map
+def _cases_18():
+    cases = []
+    for k, d in [(0, 2), (1, 2), (1, 4), (3, 6), (25, 8)]:
+        table = _package_table(k + 40, d).astype(np.float64)
+        want = np.zeros((d, d))
+        for i in range(d // 2):
+            a = k / 10000.0 ** (2 * i / d)
+            want[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+        assert np.allclose(table[:40] @ want, table[k:k + 40], atol=1e-5)   # the package's table agrees
+
+        def run(ns, k=k, d=d):
+            yield ns.shift_matrix(k, d)
+        cases.append(Case(f"k = {k}, d = {d}", "shift_matrix(k, d)", {"k": k, "d": d}, run,
+                          [Expect("M, with PE(pos + k) = PE(pos) M", want, atol=1e-12)]))
+    return cases
+
+
+def _shift(transposed=False, exponent="2i"):
+    def shift_matrix(k, d):
+        M = np.zeros((d, d))
+        for i in range(d // 2):
+            a = k / 10000.0 ** ((2 * i if exponent == "2i" else i) / d)
+            block = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+            M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = block.T if transposed else block
+        return M
+    return shift_matrix
+
+
+MISTAKES_18 = (
+    Mistake("each block turns the wrong way: with PE a row, sin(p+k) = sin p cos k + cos p sin k puts sin k below "
+            "the diagonal, in row 2i + 1 of column 2i", dict(shift_matrix=_shift(transposed=True))),
+    Mistake("the frequencies use i where the paper has 2i: ω_i = 1 / 10000^(2i/d)",
+            dict(shift_matrix=_shift(exponent="i"))),
+)
+
+
+# ---------------------------------------------------------------- 19: the parameter count
+def _cases_19():
+    cases = []
+    for V, d, d_ff, n, title in [(5, 2, 3, 1, "a tiny model"), (13, 64, 128, 2, "the copy task's model"),
+                                 (37000, 512, 2048, 6, "the base model (Table 3: 65 million)"),
+                                 (37000, 1024, 4096, 6, "the big model (Table 3: 213 million)")]:
+        cfg = transformer.TransformerConfig(V, d_model=d, n_heads=1, d_ff=d_ff, n_encoder_layers=n,
+                                            n_decoder_layers=n, dropout=0.0)
+        want = _count_without_building(cfg)
+
+        def run(ns, a=(V, d, d_ff, n)):
+            yield ns.parameter_count(*a)
+        cases.append(Case(title, "parameter_count(vocab, d_model, d_ff, n_layers)",
+                          {"vocab": V, "d_model": d, "d_ff": d_ff, "n_layers": n}, run,
+                          [Expect("", np.int64(want), kind="i")]))
+    return cases
+
+
+def _count_without_building(cfg) -> int:
+    """transformer.Transformer(cfg).num_parameters(), from small models (the base and big models
+    take seconds to build): one layer each and two, whose difference is one layer of each stack,
+    and a vocabulary of 4 and of 5, whose difference is one row of the shared table."""
+    small = lambda v, n: transformer.Transformer(dataclasses.replace(   # noqa: E731
+        cfg, vocab_size=v, n_encoder_layers=n, n_decoder_layers=n)).num_parameters()
+    p1, p2, row = small(4, 1), small(4, 2), small(5, 1) - small(4, 1)
+    return p1 + (cfg.n_encoder_layers - 1) * (p2 - p1) + (cfg.vocab_size - 4) * row
+
+
+def _count(biases=True, norms=True, cross=True, shared=True):
+    def parameter_count(V, d, d_ff, n):
+        lin = lambda a, b: a * b + (b if biases else 0)   # noqa: E731
+        att, ffn, norm = 4 * lin(d, d), lin(d, d_ff) + lin(d_ff, d), (2 * d if norms else 0)
+        return V * d * (1 if shared else 2) + n * ((att + ffn + 2 * norm) + ((2 if cross else 1) * att + ffn + 3 * norm))
+    return parameter_count
+
+
+MISTAKES_19 = (
+    Mistake("the biases are missing: every Linear has one, of its output's width", dict(parameter_count=_count(biases=False))),
+    Mistake("the LayerNorms are missing: each has γ and β, two per encoder layer and three per decoder layer",
+            dict(parameter_count=_count(norms=False))),
+    Mistake("a decoder layer has two attentions: self-attention and attention over the encoder's output",
+            dict(parameter_count=_count(cross=False))),
+    Mistake("the embedding table is counted twice: source, target and output share one (Section 3.4)",
+            dict(parameter_count=_count(shared=False))),
+)
+
+
+# ---------------------------------------------------------------- 20: corpus BLEU
+def _sacrebleu(hyps, refs) -> float:
+    """sacreBLEU's corpus score of the token lists, tokenised by the spaces we join them with, unsmoothed."""
+    import sacrebleu
+    metric = sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none")
+    return float(metric.corpus_score([" ".join(h) for h in hyps], [[" ".join(r) for r in refs]]).score)
+
+
+_CORPORA_20 = [
+    ("a hypothesis equal to its reference", ["a cat sat on the mat"], ["a cat sat on the mat"]),
+    ("one word differs", ["a cat sat on the mat"], ["a cat sat on a mat"]),
+    ("a repeated word counts only as often as the reference has it", ["the the the cat sat on the mat"],
+     ["the cat sat on the mat today"]),
+    ("a short hypothesis: the brevity penalty", ["a cat sat on"], ["a cat sat on the mat today"]),
+    ("no 4-gram in common: 0", ["a cat sat down"], ["a cat lay down"]),
+    ("a corpus: the counts are added over the sentences before the precisions",
+     ["a cat sat on the mat", "two dogs ran in the park", "the sun is up"],
+     ["a cat sat on a mat", "two dogs ran in a big park", "the sun is up now"]),
+]
+
+
+def _cases_20():
+    cases = []
+    for title, hyps, refs in _CORPORA_20:
+        hyps, refs = [h.split() for h in hyps], [r.split() for r in refs]
+
+        def run(ns, hyps=hyps, refs=refs):
+            yield ns.corpus_bleu([list(h) for h in hyps], [list(r) for r in refs])
+        cases.append(Case(title, "corpus_bleu(hypotheses, references)",
+                          {"hypotheses": [" ".join(h) for h in hyps], "references": [" ".join(r) for r in refs]},
+                          run, [Expect("", _sacrebleu(hyps, refs), atol=1e-9, rtol=1e-9)]))
+    return cases
+
+
+def _bleu(clip=True, brevity=True, corpus=True):
+    from collections import Counter
+
+    def score(hyps, refs):
+        m, t, c, r = [0] * 4, [0] * 4, 0, 0
+        for hyp, ref in zip(hyps, refs):
+            c, r = c + len(hyp), r + len(ref)
+            for n in range(1, 5):
+                h = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
+                f = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
+                m[n - 1] += sum(min(k, f[g]) if clip else (k if f[g] else 0) for g, k in h.items())
+                t[n - 1] += max(0, len(hyp) - n + 1)
+        if c == 0 or min(m) == 0:
+            return 0.0
+        bp = 1.0 if c > r or not brevity else math.exp(1 - r / c)
+        return 100 * bp * math.exp(sum(math.log(a / b) for a, b in zip(m, t)) / 4)
+
+    if corpus:
+        return score
+    return lambda hyps, refs: sum(score([h], [r]) for h, r in zip(hyps, refs)) / len(hyps)
+
+
+MISTAKES_20 = (
+    Mistake("an n-gram is counted as often as the hypothesis has it: clip its count at the reference's",
+            dict(corpus_bleu=_bleu(clip=False))),
+    Mistake("the brevity penalty is missing: a hypothesis shorter than its reference is multiplied by exp(1 − r/c)",
+            dict(corpus_bleu=_bleu(brevity=False))),
+    Mistake("this is the mean of sentence scores: BLEU adds the counts over the corpus, then takes the precisions",
+            dict(corpus_bleu=_bleu(corpus=False))),
+)
+
+
+# ---------------------------------------------------------------- 21: token batches and averaging
+def _cases_21():
+    from transformer.batching import token_batches as _package_batches
+    rng = np.random.default_rng(21)
+    cases = []
+    for lengths, max_tokens, title in [([3, 1, 2], 4, "three examples"), ([2, 2, 2, 2], 4, "equal lengths"),
+                                       ([5], 5, "one example that just fits"),
+                                       (list(rng.integers(2, 9, 12)), 16, "twelve examples"),
+                                       (list(rng.integers(2, 30, 40)), 60, "forty examples")]:
+        lengths = [int(n) for n in lengths]
+        want = _package_batches([n - 1 for n in lengths], [n - 1 for n in lengths], max_tokens, shuffle=False)
+
+        def run(ns, lengths=lengths, max_tokens=max_tokens, k=len(want)):
+            out = ns.token_batches(list(lengths), max_tokens)
+            if not isinstance(out, (list, tuple)):
+                raise Malformed(f"token_batches must return a list of index arrays; it returned a {type(out).__name__}")
+            yield np.int64(len(out))
+            for b in out[:k]:
+                yield np.asarray(b)
+        cases.append(Case(f"token_batches: {title}", "token_batches(lengths, max_tokens)",
+                          {"lengths": lengths, "max_tokens": max_tokens}, run,
+                          [Expect("the number of batches", np.int64(len(want)), kind="i")]
+                          + [Expect(f"batch {j}", np.asarray(b), kind="i") for j, b in enumerate(want)]))
+    for k, title in [(1, "one state: itself"), (2, "two states"), (5, "five states, as Section 6.1 averages")]:
+        states = [{"w": _r(rng, (2, 3)), "b": _r(rng, (3,))} for _ in range(k)]
+        want = {n: np.mean([s[n] for s in states], axis=0) for n in ("w", "b")}
+
+        def run(ns, states=states):
+            out = ns.average([{n: a.copy() for n, a in s.items()} for s in states])
+            yield out.get("w", Missing("the result has no 'w'")) if isinstance(out, dict) else out
+            yield out.get("b", Missing("the result has no 'b'")) if isinstance(out, dict) else out
+        cases.append(Case(f"average: {title}", "average(states)", {"states": states}, run,
+                          [Expect("'w'", want["w"], atol=1e-12), Expect("'b'", want["b"], atol=1e-12)]))
+    return cases
+
+
+def _batches(cost="padded", order="sorted"):
+    def token_batches(lengths, max_tokens):
+        idx = np.argsort(np.asarray(lengths), kind="stable") if order == "sorted" else np.arange(len(lengths))
+        batches, current, longest = [], [], 0
+        for i in idx:
+            n = lengths[i]
+            grown = (len(current) + 1) * max(longest, n) if cost == "padded" else sum(lengths[j] for j in current) + n
+            if current and grown > max_tokens:
+                batches.append(np.array(current))
+                current, longest = [], 0
+            current.append(int(i))
+            longest = max(longest, n)
+        if current:
+            batches.append(np.array(current))
+        return batches
+    return token_batches
+
+
+MISTAKES_21 = (
+    Mistake("a batch's cost is its real tokens here: padded, it is the number of examples times the longest",
+            dict(token_batches=_batches(cost="real"))),
+    Mistake("the examples are not sorted by length: sorting puts similar lengths together, so little is padding",
+            dict(token_batches=_batches(order="given"))),
+    Mistake("the states are summed: divide by their number",
+            dict(average=lambda states: {n: sum(s[n] for s in states) for n in states[0]})),
+)
+
+
+# ---------------------------------------------------------------- 22: micro-batches
+def _cases_22():
+    rng = np.random.default_rng(22)
+    V, d, h, layers = 9, 4, 2, 1
+    cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                        n_decoder_layers=layers, dropout=0.0, max_len=16)
+    lengths = [5, 3, 1, 4, 4, 2]           # real target tokens of each sentence pair
+    src = rng.integers(3, V, (6, 4))
+    tgt_in, tgt_out = np.zeros((6, 6), np.int64), np.zeros((6, 6), np.int64)
+    for row, n in enumerate(lengths):
+        words = rng.integers(3, V, n)
+        tgt_in[row, 0], tgt_in[row, 1:n] = 1, words[:-1]
+        tgt_out[row, :n - 1], tgt_out[row, n - 1] = words[:-1], 2
+    ref = transformer.Transformer(cfg)
+    state = _seeded_weights(ref, 220)
+    transformer.label_smoothed_loss(ref(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0, 0.1).backward()
+    named = sorted(ref.named_parameters(), key=lambda kv: (kv[1].size, kv[0]))
+    want = [(k, p.grad.numpy()) for k, p in named]
+    cases = []
+    for rows, title in [([(0, 6)], "one micro-batch: the whole batch"),
+                        ([(0, 3), (3, 6)], "two micro-batches with the same number of tokens"),
+                        ([(0, 1), (1, 6)], "two micro-batches with different numbers of tokens"),
+                        ([(0, 2), (2, 3), (3, 6)], "three micro-batches")]:
+        def run(ns, rows=rows):
+            m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+            m.load_state_dict({k: v.copy() for k, v in state.items()})
+            for p in m.parameters():       # left over from an earlier update: accumulate must clear them
+                p.grad = np.ones_like(p.data)
+            yield np.int64(ns.accumulate(m, [(src[a:b], tgt_in[a:b], tgt_out[a:b]) for a, b in rows], 0.1, 0))
+            params = dict(m.named_parameters())
+            for k, _ in want:
+                g = params[k].grad
+                yield Missing(f"the parameter {k} got no gradient") if g is None else g
+        spans = ", ".join(f"{a}–{b - 1}" if b - a > 1 else f"{a}" for a, b in rows)
+        cases.append(Case(title, "accumulate(model, micro_batches, smoothing=0.1, pad=0)",
+                          {"micro-batches": f"sentence pairs {spans} of a batch of 6", "target tokens": lengths,
+                           "model": f"your Transformer (vocab {V}, d_model {d}) with the grader's weights, every .grad "
+                                    "full of ones before the call"}, run,
+                          [Expect("the returned number of tokens", np.int64(sum(lengths)), kind="i")]
+                          + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7) for k, g in want]))
+    return cases
+
+
+def _accumulate(mod, how="sum then divide", clear=True):
+    def accumulate(model, micro_batches, smoothing, pad):
+        params = model.parameters()
+        if clear:
+            for p in params:
+                p.grad = None
+        tokens = [int((np.asarray(t) != pad).sum()) for _, _, t in micro_batches]
+        for (src, tgt_in, tgt_out), n in zip(micro_batches, tokens):
+            loss = mod.cross_entropy(model(src, tgt_in), tgt_out, smoothing, pad)
+            (loss * n if how == "sum then divide" else loss).backward()
+        divide = sum(tokens) if how == "sum then divide" else len(tokens)
+        for p in params:
+            if p.grad is not None:
+                p.grad = p.grad / divide
+        return sum(tokens)
+    return accumulate
+
+
+MISTAKES_22 = (
+    Mistake("this averages the micro-batches' per-token losses, so a token of a short micro-batch weighs more: "
+            "multiply each loss by its tokens, then divide the sum once by all the tokens",
+            dict(accumulate=Using(lambda m: _accumulate(m, how="mean of means")))),
+    Mistake("the gradients left from before were kept: clear every .grad first",
+            dict(accumulate=Using(lambda m: _accumulate(m, clear=False)))),
+)
+
+
+# ---------------------------------------------------------------- 23: attention a block of keys at a time
+def _cases_23():
+    rng = np.random.default_rng(23)
+    cases = []
+    for Tq, Tk, d, block, title in [(1, 1, 2, 1, "one key"), (2, 4, 2, 4, "one block: all the keys"),
+                                    (2, 4, 2, 2, "two blocks"), (3, 5, 4, 2, "a last block shorter than the others"),
+                                    (2, 6, 2, 1, "a block per key"), (2, 4, 2, 2, "scores near 1000: exp overflows "
+                                                                                   "without the running maximum")]:
+        q, k, v = _r(rng, (Tq, d)), _r(rng, (Tk, d)), _r(rng, (Tk, 3))
+        if "1000" in title:
+            q, k = q + 30, k + 30
+        want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
+
+        def run(ns, a=(q, k, v), block=block):
+            yield ns.blockwise_attention(*(x.copy() for x in a), block)
+        cases.append(Case(title, "blockwise_attention(q, k, v, block)", {"q": q, "k": k, "v": v, "block": block}, run,
+                          [Expect("", want, atol=1e-9, rtol=1e-7)]))
+    return cases
+
+
+def _blockwise(rescale=True, shift=True):
+    def blockwise_attention(q, k, v, block):
+        m, l, a = np.full((len(q), 1), -np.inf if shift else 0.0), np.zeros((len(q), 1)), np.zeros((len(q), v.shape[1]))
+        for s0 in range(0, len(k), block):
+            s = q @ k[s0:s0 + block].T / np.sqrt(q.shape[1])
+            m_new = np.maximum(m, s.max(axis=1, keepdims=True)) if shift else m
+            r = np.exp(m - m_new) if rescale else 1.0
+            p = np.exp(s - m_new)
+            l, a, m = l * r + p.sum(axis=1, keepdims=True), a * r + p @ v[s0:s0 + block], m_new
+        return a / l
+    return blockwise_attention
+
+
+MISTAKES_23 = (
+    Mistake("what was summed before is not rescaled when the maximum grows: multiply ℓ and a by exp(m − m') first",
+            dict(blockwise_attention=_blockwise(rescale=False))),
+    Mistake("exp overflowed: subtract the running maximum from the scores before exp",
+            dict(blockwise_attention=_blockwise(shift=False))),
+)
+
+
+# ---------------------------------------------------------------- 24: the ring all-reduce
+def _ring_sent(R: int, n: int) -> list:
+    """What each rank sends in the ring all-reduce of arrays of n entries, from the chunk sizes."""
+    sizes = [len(c) for c in np.array_split(np.arange(n), R)]
+    return [sum(sizes[(r - s) % R] for s in range(R - 1)) + sum(sizes[(r + 1 - s) % R] for s in range(R - 1))
+            for r in range(R)]
+
+
+def _cases_24():
+    rng = np.random.default_rng(24)
+    cases = []
+    for R, shape, title in [(1, (3,), "one rank: nothing to send"), (2, (4,), "two ranks"), (3, (6,), "three ranks"),
+                            (4, (2, 5), "four ranks, chunks of unequal size"), (3, (2,), "more ranks than entries "
+                                                                                      "but one: an empty chunk")]:
+        arrays = [_r(rng, shape) for _ in range(R)]
+        total = np.sum(arrays, axis=0)
+        sent = _ring_sent(R, int(np.prod(shape)))
+
+        def run(ns, arrays=arrays):
+            given = [a.copy() for a in arrays]
+            out = ns.ring_all_reduce(given)
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise Malformed("ring_all_reduce must return (results, sent)")
+            results, sent_ = out
+            for r in range(len(arrays)):
+                yield results[r]
+            yield np.asarray(sent_)
+            for r in range(len(arrays)):
+                yield given[r]
+        cases.append(Case(title, "ring_all_reduce(arrays)", {f"arrays[{r}]": a for r, a in enumerate(arrays)}, run,
+                          [Expect(f"results[{r}]: the sum", total, atol=1e-12) for r in range(R)]
+                          + [Expect("sent: entries each rank sent", np.asarray(sent), kind="i")]
+                          + [Expect(f"arrays[{r}] after the call (unchanged)", a, atol=0, rtol=0)
+                             for r, a in enumerate(arrays)]))
+    return cases
+
+
+def _everyone(arrays):
+    total = sum(np.asarray(a, dtype=np.float64) for a in arrays)
+    return [total.copy() for _ in arrays], [(len(arrays) - 1) * np.size(a) for a in arrays]
+
+
+def _ring_reduce_scatter_only(arrays):
+    R = len(arrays)
+    chunks = [[c.copy() for c in np.array_split(np.asarray(a, dtype=np.float64).ravel(), R)] for a in arrays]
+    sent = [0] * R
+    for s in range(R - 1):
+        msgs = [(r, (r - s) % R, chunks[r][(r - s) % R].copy()) for r in range(R)]
+        for r, i, c in msgs:
+            chunks[(r + 1) % R][i] += c
+            sent[r] += c.size
+    return [np.concatenate(c).reshape(np.shape(arrays[0])) for c in chunks], sent
+
+
+MISTAKES_24 = (
+    Mistake("every rank sent its whole array to every other rank: that is (R − 1)·n entries each; the ring sends "
+            "one chunk per step, about 2·n in all", dict(ring_all_reduce=_everyone)),
+    Mistake("only the reduce-scatter ran: afterwards rank r holds the sum of one chunk only; the all-gather passes "
+            "the summed chunks around the ring", dict(ring_all_reduce=_ring_reduce_scatter_only)),
+)
+
+
+# ---------------------------------------------------------------- 25: profiling the engine
+_PROGRAMS_25 = {
+    "one product and its backward": ("(x @ w).sum().backward()", {"MatMul": (1, 1), "Sum": (1, 1)}),
+    "a layer: bias, ReLU, a second product": (
+        "((x @ w + b).relu() @ w2).sum().backward()",
+        {"MatMul": (2, 2), "BroadcastAdd": (1, 1), "ReLU": (1, 1), "Sum": (1, 1)}),
+    "a forward without backward": ("(x @ w * 2.0).sum()", {"MatMul": (1, 0), "BroadcastMul": (1, 0), "Sum": (1, 0)}),
+    "two forwards": ("(x @ w).sum(); (x @ w).sum().backward()", {"MatMul": (2, 1), "Sum": (2, 1)}),
+}
+
+
+def _cases_25():
+    rng = np.random.default_rng(25)
+    x, w, b, w2 = _r(rng, (2, 3)), _r(rng, (3, 4)), _r(rng, (4,)), _r(rng, (4, 2))
+    cases = []
+    for title, (program, calls) in _PROGRAMS_25.items():
+        def run(ns, program=program):
+            T = engine(ns).Tensor
+            env = {"x": T(x), "w": T(w, requires_grad=True), "b": T(b, requires_grad=True),
+                   "w2": T(w2, requires_grad=True)}
+            Function = engine(ns).Function
+            before = {cls: dict(vars(cls)) for cls in _subclasses(Function)}
+            t0 = time.perf_counter()
+            table = ns.profile(lambda: exec(program, {}, env))
+            wall = time.perf_counter() - t0
+            if not isinstance(table, dict):
+                raise Malformed(f"profile must return a dict; it returned a {type(table).__name__}")
+            yield sorted(table)
+            yield np.array([[table[n].get("forward", -1), table[n].get("backward", -1)] for n in sorted(table)])
+            seconds = [table[n].get("seconds", -1.0) for n in sorted(table)]
+            yield np.bool_(all(0 <= s for s in seconds) and sum(seconds) <= wall)
+            yield np.bool_(all(dict(vars(cls)) == before[cls] for cls in before))
+        names = sorted(calls)
+        cases.append(Case(title, "profile(fn)", {"fn": f"lambda: {program}", "x, w, b, w2": "Tensors of your engine"},
+                          run, [Expect("the Functions that ran, sorted", names, kind="s"),
+                                Expect("their [forward, backward] calls, in that order",
+                                       np.array([calls[n] for n in names]), kind="i"),
+                                Expect("every 'seconds' at least 0, and all of them at most fn()'s wall time",
+                                       np.bool_(True), kind="b"),
+                                Expect("every Function class as it was before (the originals put back)", np.bool_(True),
+                                       kind="b")]))
+    return cases
+
+
+def _subclasses(cls):
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub] + _subclasses(sub)
+    return out
+
+
+def _profile(mod, by="object", restore=True):
+    def profile(fn):
+        table, originals = {}, []
+
+        def timed(method, kind, owner):
+            def run(self, *args, **kwargs):
+                t0 = time.perf_counter()
+                try:
+                    return method(self, *args, **kwargs)
+                finally:
+                    name = type(self).__name__ if by == "object" else owner.__name__
+                    row = table.setdefault(name, {"forward": 0, "backward": 0, "seconds": 0.0})
+                    row[kind] += 1
+                    row["seconds"] += time.perf_counter() - t0
+            return run
+        for cls in _subclasses(mod.Function):
+            for kind in ("forward", "backward"):
+                if kind in vars(cls):
+                    originals.append((cls, kind, vars(cls)[kind]))
+                    setattr(cls, kind, timed(vars(cls)[kind], kind, cls))
+        fn()
+        if restore:
+            for cls, kind, method in originals:
+                setattr(cls, kind, method)
+        return table
+    return profile
+
+
+MISTAKES_25 = (
+    Mistake("the calls are counted under the class that defines the method: count them under the class of the "
+            "object that ran (type(self).__name__)", dict(profile=Using(lambda m: _profile(m, by="owner")))),
+    Mistake("the original methods were not put back: every Function class must be as it was afterwards",
+            dict(profile=Using(lambda m: _profile(m, restore=False)))),
+)
+
+
 EXERCISES = {e.number: e for e in [
     Exercise("01", "a Tensor and a Function with backward", ("Tensor.backward", "Add.backward", "Mul.backward"),
              _cases_01, MISTAKES_01),
@@ -1324,10 +1973,23 @@ EXERCISES = {e.number: e for e in [
              ("FeedForward.forward", "Residual.forward", "EncoderLayer.forward"), _cases_11, MISTAKES_11),
     Exercise("12", "the decoder layer, and its cached step", ("DecoderLayer.forward", "DecoderLayer.step"),
              _cases_12, MISTAKES_12),
+    Exercise("13", "Table 1, counted on your engine's own graph", ("multiply_adds", "sequential_products"), _cases_13,
+             MISTAKES_13),
     Exercise("14", "the whole model, with shared embeddings",
              ("padding_mask", "target_mask", "Transformer.encode", "Transformer.decode", "Transformer.generator",
               "Transformer.forward"), _cases_14, MISTAKES_14),
     Exercise("15", "greedy decoding with the cache, and beam search's step", ("greedy_decode", "rank_extensions"),
              _cases_15, MISTAKES_15),
     Exercise("16", "the learning-rate schedule of equation (3)", ("noam_lr", "Noam.step"), _cases_16, MISTAKES_16),
+    Exercise("17", "the parameters a loss does not reach", ("silent_parameters",), _cases_17, MISTAKES_17),
+    Exercise("18", "a shift of positions as a fixed linear map", ("shift_matrix",), _cases_18, MISTAKES_18),
+    Exercise("19", "the size of a model, from its settings", ("parameter_count",), _cases_19, MISTAKES_19),
+    Exercise("20", "corpus BLEU", ("corpus_bleu",), _cases_20, MISTAKES_20),
+    Exercise("21", "batches by tokens, and checkpoint averaging", ("token_batches", "average"), _cases_21,
+             MISTAKES_21),
+    Exercise("22", "one update's gradient from several micro-batches", ("accumulate",), _cases_22, MISTAKES_22),
+    Exercise("23", "attention a block of keys at a time (flash attention's idea)", ("blockwise_attention",),
+             _cases_23, MISTAKES_23),
+    Exercise("24", "the ring all-reduce", ("ring_all_reduce",), _cases_24, MISTAKES_24),
+    Exercise("25", "where the time goes in your engine", ("profile",), _cases_25, MISTAKES_25),
 ]}

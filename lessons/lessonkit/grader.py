@@ -192,7 +192,9 @@ def _compare(got, exp: Expect) -> list:
         finite = diff[bad & np.isfinite(diff)]
         by = f"{n - finite.size} of them nan or inf" if finite.size < n else f"largest difference {finite.max():.3g}"
     if g.ndim == 0:
-        return [f"off by {diff.item():.3g}{allowed}" if diff is not None and np.isfinite(diff.item()) else "off"]
+        if diff is None:
+            return ["off: a different value"]
+        return [f"off by {diff.item():.3g}{allowed}" if np.isfinite(diff.item()) else "off: nan or inf"]
     if n == size:
         where = {1: "off in its one entry", 2: "off in both entries"}.get(size, f"off in all {size} entries")
     elif n <= 6:
@@ -266,17 +268,25 @@ def _same(a, b, exp: Expect) -> bool:
                             atol=exp.atol / 100, equal_nan=True))
 
 
-def _hints(ex: Exercise, case: Case, outcome: _Outcome) -> list:
-    """The hints of the known mistakes that give what the answer gave, up to the failure."""
+def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome) -> list:
+    """The hints of the known mistakes that pass the cases before case ``n``, as the answer
+    did, and give on case ``n`` what the answer gave, up to the failure."""
     found = []
     for mistake in ex.mistakes:
         wrong = mistaken(ex.number, mistake)
-        theirs = _values(case, wrong, outcome.index)
-        if len(theirs) == len(outcome.seen) and \
-                all(_same(a, b, e) for a, b, e in zip(theirs, outcome.seen, case.expected)) \
-                and mistake.hint not in found:
+        theirs = _values(cases[n - 1], wrong, outcome.index)
+        if len(theirs) == len(outcome.seen) and mistake.hint not in found and \
+                all(_same(a, b, e) for a, b, e in zip(theirs, outcome.seen, cases[n - 1].expected)) and \
+                all(_passes(c, wrong) for c in cases[:n - 1]):
             found.append(mistake.hint)
     return found
+
+
+def _passes(case: Case, answer) -> bool:
+    try:
+        return _first_failure(case, answer) is None
+    except NotImplementedError:
+        return False
 
 
 def _decimals(a) -> int:
@@ -376,7 +386,7 @@ def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer) -> str
             lines.append(f"{pad}got      {shown}")
         for line in outcome.lines:
             lines.append(pad + line.replace("\n", "\n" + pad))
-    lines += [f"  hint: {h}" for h in _hints(ex, case, outcome)]
+    lines += [f"  hint: {h}" for h in _hints(ex, cases, n, outcome)]
     if n > 1:
         lines.append(f"(cases 1–{n - 1} of {len(cases)} pass)" if n > 2 else f"(case 1 of {len(cases)} passes)")
     return "\n".join(lines)

@@ -47,11 +47,15 @@ def path(directory: Path, number: str) -> Path | None:
 
 
 def load(directory: Path, number: str):
-    """Exercise ``number`` of the track in ``directory``, imported fresh with the earlier ones it imports."""
+    """Exercise ``number`` of the track in ``directory``, imported fresh after every earlier one
+    (its ``__track__`` holds them all: the grader builds on the learner's earlier answers)."""
     file = path(directory, number)
     if file is None:
         raise FileNotFoundError(f"no ex{number}_*.py in {directory}")
     with importing(directory):
+        for earlier in sorted(Path(directory).glob("ex[0-9][0-9]_*.py")):   # the learner's engine so far
+            if earlier.stem < file.stem:
+                importlib.import_module(earlier.stem)
         module = importlib.import_module(file.stem)
         _remember_track()
     return module

@@ -1,0 +1,37 @@
+"""Exercise 21 (lesson 21) — batches by tokens, and checkpoint averaging.
+
+Write:
+1. ``token_batches(lengths, max_tokens)``: cut the examples (``lengths[i]`` tokens each, the
+   longer side of a pair plus one for eos) into batches that fit ``max_tokens`` once padded:
+   a batch of b examples whose longest has L tokens costs b·L. Sort the indices by length
+   (a stable sort, so that equal lengths keep their order), then fill batches in that order,
+   each as large as fits before starting the next. Return the list of index arrays.
+2. ``average(states)``: Section 6.1's checkpoint averaging: the entry-by-entry mean of several
+   state dicts (name -> array) with the same names and shapes, as one state dict.
+
+Check by hand: lengths [3, 1, 2] and max_tokens 4 give batches [1, 2] (2 · 2 = 4) and [0].
+
+Check it with:  python lessons/check.py 21
+"""
+import numpy as np
+
+
+def token_batches(lengths, max_tokens):
+    # >>> exercise: write token_batches
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    batches, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * lengths[i] > max_tokens:
+            batches.append(np.array(current))
+            current = []
+        current.append(int(i))
+    if current:
+        batches.append(np.array(current))
+    return batches
+    # <<<
+
+
+def average(states):
+    # >>> exercise: write average
+    return {name: sum(s[name] for s in states) / len(states) for name in states[0]}
+    # <<<
