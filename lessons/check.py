@@ -15,8 +15,10 @@ at the first one your code gets wrong, so the case it reports is the smallest th
 report shows that case's input, what was expected (minitensor's answer, in float64) and what
 your code gave, the entries that differ (or a wrong shape or dtype), and, when your answer is
 one the grader knows as a common mistake, a one-line hint. Code that raises is reported with
-the exception and your line that raised it. When an exercise fails and an earlier one it
-builds on fails too, the report says so: fix the earlier one first.
+the exception and your line that raised it. Once the fixed cases pass, most exercises try
+40 more inputs drawn by hypothesis (the same ones every run) and report the smallest failing
+one it finds. When an exercise fails and an earlier one it builds on fails too, the report
+says so: fix the earlier one first.
 
 With every exercise passed, ``capstone`` trains the copy task of ``examples/copy_task.py`` on
 your engine and model (same model size, batches, schedule and exact-match target) and prints

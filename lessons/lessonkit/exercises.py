@@ -33,7 +33,7 @@ from minitensor.gradcheck import numerical_gradient as _package_numerical_gradie
 from transformer import masks as _masks
 from transformer.embedding import sinusoidal_table as _package_table
 
-from .grader import Case, Exercise, Expect, Malformed, Missing, Mistake, Using, _r, grade  # noqa: F401 - grade: the API
+from .grader import Case, Exercise, Expect, Malformed, Missing, Mistake, Using, _r
 
 
 # ---------------------------------------------------------------- helpers: the learner's engine beside minitensor's
@@ -1948,27 +1948,229 @@ MISTAKES_25 = (
 )
 
 
+# ---------------------------------------------------------------- cases drawn by hypothesis
+# Once an answer passes the fixed cases, the grader tries more that hypothesis draws
+# (lessonkit.grader.DRAWN of them), and reports the smallest failing one it finds. Each strategy below makes
+# Cases exactly as the fixed ones are made, from drawn sizes and values (tenths, so that the
+# report prints them exactly); hypothesis is imported only when the cases are drawn.
+def _tenths(st, shape, low=-30, high=30):
+    size = int(np.prod(shape))
+    return st.lists(st.integers(low, high), min_size=size, max_size=size).map(
+        lambda v: np.array(v, dtype=np.float64).reshape(shape) / 10)
+
+
+def _drawn_02():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def sum_to_case(draw):
+        shape = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=3)))
+        full = tuple(draw(st.integers(1, 3)) if n == 1 else n for n in shape)
+        lead = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=2)))
+        g = draw(_tenths(st, lead + full))
+        want = g.sum(axis=tuple(range(len(lead))))
+        want = want.sum(axis=tuple(i for i, k in enumerate(shape) if k == 1), keepdims=True) if shape else want
+
+        def run(ns, g=g, shape=shape):
+            yield ns.sum_to(g.copy(), shape)
+        return Case("sum_to", "sum_to(grad, shape)", {"grad": g, "shape": shape}, run, [Expect("", want)])
+
+    @st.composite
+    def matmul_case(draw):
+        n, k, m = (draw(st.integers(1, 3)) for _ in range(3))
+        batch = tuple(draw(st.lists(st.integers(1, 2), min_size=0, max_size=2)))
+        a_batch = tuple(b if draw(st.booleans()) else 1 for b in batch)
+        b_batch = batch[draw(st.integers(0, len(batch))):]
+        x, y = draw(_tenths(st, a_batch + (n, k))), draw(_tenths(st, b_batch + (k, m)))
+        return op_case("x @ y", "out = x @ y; out.backward(output gradient)", dict(x=x, y=y),
+                       lambda ns, x, y: x @ y, lambda x, y: x @ y, seed=2)
+    return st.one_of(sum_to_case(), matmul_case())
+
+
+def _drawn_04():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        lead = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+        V = draw(st.integers(2, 5))
+        eps = draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))
+        logits = draw(_tenths(st, lead + (V,)))
+        target = np.array(draw(st.lists(st.integers(0, V - 1), min_size=int(np.prod(lead)),
+                                        max_size=int(np.prod(lead))))).reshape(lead)
+        pad = draw(st.sampled_from([-1, 0]))
+        if (target == pad).all():
+            target.flat[0] = 1
+        return op_case("cross_entropy", "loss = cross_entropy(logits, target, smoothing, pad); loss.backward()",
+                       dict(logits=logits), lambda ns, logits: ns.cross_entropy(logits, target.copy(), eps, pad),
+                       lambda logits: transformer.label_smoothed_loss(logits, mt.tensor(target), pad, eps),
+                       shown={"target": target, "smoothing": eps, "pad": pad}, start=False)
+    return case()
+
+
+def _drawn_07():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))) + (draw(st.integers(1, 5)),)
+        eps = draw(st.sampled_from([1e-5, 0.1, 1.0]))
+        arrays = dict(x=draw(_tenths(st, shape)), gamma=draw(_tenths(st, shape[-1:])), beta=draw(_tenths(st, shape[-1:])))
+        return op_case("LayerNormFunction", "out = LayerNormFunction.apply(x, gamma, beta, eps=eps); "
+                       "out.backward(output gradient)", arrays,
+                       lambda ns, x, gamma, beta: ns.LayerNormFunction.apply(x, gamma, beta, eps=eps),
+                       lambda x, gamma, beta: F.layer_norm(x, gamma, beta, eps), shown={"eps": eps}, seed=7,
+                       atol=1e-8, rtol=1e-6)
+    return case()
+
+
+def _drawn_08():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        B, Tq, Tk, d = (draw(st.integers(1, 3)) for _ in range(4))
+        kind = draw(st.sampled_from(["none", "padding"] + (["causal"] if Tq == Tk else [])))
+        arrays = dict(q=draw(_tenths(st, (B, Tq, d))), k=draw(_tenths(st, (B, Tk, d))), v=draw(_tenths(st, (B, Tk, 2))))
+        if kind == "causal":
+            mask = np.tril(np.ones((Tq, Tk), bool))
+        elif kind == "padding":
+            mask = np.array(draw(st.lists(st.booleans(), min_size=B * Tk, max_size=B * Tk))).reshape(B, 1, Tk)
+            mask[:, :, 0] = True        # a query always has a key to attend to
+        else:
+            mask = None
+        return op_case("attention", "out = attention(q, k, v, mask); out.backward(output gradient)", arrays,
+                       lambda ns, q, k, v: ns.attention(q, k, v, mask),
+                       lambda q, k, v: F.scaled_dot_product_attention(q, k, v, None if mask is None else mt.tensor(mask)),
+                       shown={"mask": "None" if mask is None else mask}, seed=8)
+    return case()
+
+
+def _drawn_10():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        V, d = draw(st.integers(1, 4)), draw(st.integers(1, 3))
+        shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2)))
+        ids = np.array(draw(st.lists(st.integers(0, V - 1), min_size=int(np.prod(shape)),
+                                     max_size=int(np.prod(shape))))).reshape(shape)
+        return op_case("Embedding", "out = Embedding.apply(weight, ids=ids); out.backward(output gradient)",
+                       dict(weight=draw(_tenths(st, (V, d)))), lambda ns, weight: ns.Embedding.apply(weight, ids=ids.copy()),
+                       lambda weight: F.embedding(mt.tensor(ids), weight), shown={"ids": ids}, seed=10)
+    return case()
+
+
+def _drawn_16():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        a = (draw(st.integers(1, 10**5)), draw(st.sampled_from([16, 64, 512, 1024])), draw(st.integers(1, 8000)),
+             draw(st.sampled_from([0.5, 1.0, 2.0])))
+
+        def run(ns, a=a):
+            yield ns.noam_lr(*a)
+        return Case("noam_lr", "noam_lr(step, d_model, warmup, factor)", dict(zip(("step", "d_model", "warmup",
+                                                                                   "factor"), a)), run,
+                    [Expect("", transformer.noam_lr(*a), atol=0, rtol=1e-9)])
+    return case()
+
+
+def _drawn_20():
+    import hypothesis.strategies as st
+    sentence = st.lists(st.sampled_from("a b c d the cat".split()), min_size=1, max_size=8)
+
+    @st.composite
+    def case(draw):
+        n = draw(st.integers(1, 3))
+        hyps, refs = [draw(sentence) for _ in range(n)], [draw(sentence) for _ in range(n)]
+
+        def run(ns, hyps=hyps, refs=refs):
+            yield ns.corpus_bleu([list(h) for h in hyps], [list(r) for r in refs])
+        return Case("corpus_bleu", "corpus_bleu(hypotheses, references)",
+                    {"hypotheses": [" ".join(h) for h in hyps], "references": [" ".join(r) for r in refs]}, run,
+                    [Expect("", _sacrebleu(hyps, refs), atol=1e-9, rtol=1e-9)])
+    return case()
+
+
+def _drawn_21():
+    import hypothesis.strategies as st
+    from transformer.batching import token_batches as _package_batches
+
+    @st.composite
+    def case(draw):
+        lengths = draw(st.lists(st.integers(1, 8), min_size=1, max_size=12))
+        max_tokens = draw(st.integers(max(lengths), 30))
+        want = _package_batches([n - 1 for n in lengths], [n - 1 for n in lengths], max_tokens, shuffle=False)
+
+        def run(ns, lengths=lengths, max_tokens=max_tokens, k=len(want)):
+            out = ns.token_batches(list(lengths), max_tokens)
+            yield np.int64(len(out))
+            for b in list(out)[:k]:
+                yield np.asarray(b)
+        return Case("token_batches", "token_batches(lengths, max_tokens)", {"lengths": lengths, "max_tokens": max_tokens},
+                    run, [Expect("the number of batches", np.int64(len(want)), kind="i")]
+                    + [Expect(f"batch {j}", np.asarray(b), kind="i") for j, b in enumerate(want)])
+    return case()
+
+
+def _drawn_23():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        Tq, Tk, d, block = draw(st.integers(1, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 3)), draw(st.integers(1, 6))
+        q, k, v = draw(_tenths(st, (Tq, d))), draw(_tenths(st, (Tk, d))), draw(_tenths(st, (Tk, 2)))
+        want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
+
+        def run(ns, a=(q, k, v), block=block):
+            yield ns.blockwise_attention(*(x.copy() for x in a), block)
+        return Case("blockwise_attention", "blockwise_attention(q, k, v, block)", {"q": q, "k": k, "v": v,
+                                                                                  "block": block},
+                    run, [Expect("", want, atol=1e-9, rtol=1e-7)])
+    return case()
+
+
+def _drawn_24():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        R, n = draw(st.integers(1, 5)), draw(st.integers(1, 8))
+        arrays = [draw(_tenths(st, (n,))) for _ in range(R)]
+
+        def run(ns, arrays=arrays):
+            results, sent = ns.ring_all_reduce([a.copy() for a in arrays])
+            yield from results
+            yield np.asarray(sent)
+        return Case("ring_all_reduce", "ring_all_reduce(arrays)", {f"arrays[{r}]": a for r, a in enumerate(arrays)}, run,
+                    [Expect(f"results[{r}]: the sum", np.sum(arrays, axis=0), atol=1e-12) for r in range(R)]
+                    + [Expect("sent: entries each rank sent", np.asarray(_ring_sent(R, n)), kind="i")])
+    return case()
+
+
 EXERCISES = {e.number: e for e in [
     Exercise("01", "a Tensor and a Function with backward", ("Tensor.backward", "Add.backward", "Mul.backward"),
              _cases_01, MISTAKES_01),
     Exercise("02", "broadcasting's sum_to, and the matrix product's backward", ("sum_to", "MatMul.backward"),
-             _cases_02, MISTAKES_02),
+             _cases_02, MISTAKES_02, drawn=_drawn_02),
     Exercise("03", "the gradient check", ("numerical_gradient", "gradcheck"), _cases_03, MISTAKES_03),
     Exercise("04", "log-softmax, and cross-entropy with label smoothing",
-             ("LogSoftmax.forward", "LogSoftmax.backward", "cross_entropy"), _cases_04, MISTAKES_04),
+             ("LogSoftmax.forward", "LogSoftmax.backward", "cross_entropy"), _cases_04, MISTAKES_04, drawn=_drawn_04),
     Exercise("05", "a Module, a Linear layer and Adam", ("Module.named_parameters", "Linear.forward", "Adam.step"),
              _cases_05, MISTAKES_05),
     Exercise("06", "Xavier initialisation and dropout",
              ("xavier_uniform", "Dropout.forward", "Dropout.backward", "dropout"), _cases_06, MISTAKES_06),
     Exercise("07", "LayerNorm, forward and backward by hand",
-             ("LayerNormFunction.forward", "LayerNormFunction.backward"), _cases_07, MISTAKES_07),
+             ("LayerNormFunction.forward", "LayerNormFunction.backward"), _cases_07, MISTAKES_07, drawn=_drawn_07),
     Exercise("08", "softmax, the causal mask, and attention with masks", ("softmax", "causal_mask", "attention"),
-             _cases_08, MISTAKES_08),
+             _cases_08, MISTAKES_08, drawn=_drawn_08),
     Exercise("09", "multi-head attention", ("split_heads", "merge_heads", "MultiHeadAttention.forward"), _cases_09,
              MISTAKES_09),
     Exercise("10", "token embeddings and sinusoidal positions",
              ("sinusoidal_table", "Embedding.forward", "Embedding.backward", "Embeddings.forward"), _cases_10,
-             MISTAKES_10),
+             MISTAKES_10, drawn=_drawn_10),
     Exercise("11", "the feed-forward network, the residual sublayer, the encoder layer",
              ("FeedForward.forward", "Residual.forward", "EncoderLayer.forward"), _cases_11, MISTAKES_11),
     Exercise("12", "the decoder layer, and its cached step", ("DecoderLayer.forward", "DecoderLayer.step"),
@@ -1980,16 +2182,17 @@ EXERCISES = {e.number: e for e in [
               "Transformer.forward"), _cases_14, MISTAKES_14),
     Exercise("15", "greedy decoding with the cache, and beam search's step", ("greedy_decode", "rank_extensions"),
              _cases_15, MISTAKES_15),
-    Exercise("16", "the learning-rate schedule of equation (3)", ("noam_lr", "Noam.step"), _cases_16, MISTAKES_16),
+    Exercise("16", "the learning-rate schedule of equation (3)", ("noam_lr", "Noam.step"), _cases_16, MISTAKES_16,
+             drawn=_drawn_16),
     Exercise("17", "the parameters a loss does not reach", ("silent_parameters",), _cases_17, MISTAKES_17),
     Exercise("18", "a shift of positions as a fixed linear map", ("shift_matrix",), _cases_18, MISTAKES_18),
     Exercise("19", "the size of a model, from its settings", ("parameter_count",), _cases_19, MISTAKES_19),
-    Exercise("20", "corpus BLEU", ("corpus_bleu",), _cases_20, MISTAKES_20),
+    Exercise("20", "corpus BLEU", ("corpus_bleu",), _cases_20, MISTAKES_20, drawn=_drawn_20),
     Exercise("21", "batches by tokens, and checkpoint averaging", ("token_batches", "average"), _cases_21,
-             MISTAKES_21),
+             MISTAKES_21, drawn=_drawn_21),
     Exercise("22", "one update's gradient from several micro-batches", ("accumulate",), _cases_22, MISTAKES_22),
     Exercise("23", "attention a block of keys at a time (flash attention's idea)", ("blockwise_attention",),
-             _cases_23, MISTAKES_23),
-    Exercise("24", "the ring all-reduce", ("ring_all_reduce",), _cases_24, MISTAKES_24),
+             _cases_23, MISTAKES_23, drawn=_drawn_23),
+    Exercise("24", "the ring all-reduce", ("ring_all_reduce",), _cases_24, MISTAKES_24, drawn=_drawn_24),
     Exercise("25", "where the time goes in your engine", ("profile",), _cases_25, MISTAKES_25),
 ]}

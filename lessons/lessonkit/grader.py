@@ -86,6 +86,7 @@ class Exercise:
     functions: tuple            # what the stub must define
     make_cases: Callable        # () -> list of Case, smallest first
     mistakes: tuple = field(default=())
+    drawn: Callable | None = None   # () -> a hypothesis strategy of Cases, tried once the fixed cases pass
 
     def cases(self) -> list:
         if self.number not in _CASES:
@@ -308,7 +309,7 @@ def _show(value, precision: int | None = None, indent: int = 0) -> str:
         return f"{float(value) + 0.0:.{precision or 6}g}"       # + 0.0: no "-0"
     if isinstance(value, (tuple, list)) and all(np.isscalar(v) for v in value):
         inner = ", ".join(_show(v) for v in value)
-        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+        return (f"({inner},)" if len(value) == 1 else f"({inner})") if isinstance(value, tuple) else f"[{inner}]"
     a = np.asarray(value)
     if a.ndim == 0:
         return _show(a.item(), precision)
@@ -355,9 +356,11 @@ def _where_raised(e: BaseException, answer) -> str:
     return f"{where}: {f.line}" if f.line else where
 
 
-def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer) -> str:
+def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer, drawn: bool = False) -> str:
     case = cases[n - 1]
-    lines = [f"case {n} of {len(cases)}: {case.title}", f"  {case.call} with"]
+    head = f"a case drawn by hypothesis, the smallest it found that fails: {case.title}" if drawn \
+        else f"case {n} of {len(cases)}: {case.title}"
+    lines = [head, f"  {case.call} with"]
     inputs = dict(case.inputs)
     if case.detail is not None:
         inputs.update(case.detail(outcome.index))
@@ -380,14 +383,16 @@ def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer) -> str
         lines.append(f"{pad}expected {_show(exp.value, p, indent=len(pad) + 9)}")
         if outcome.got is not None and not isinstance(outcome.got, Missing):
             try:
-                shown = _show(_array(outcome.got), p, indent=len(pad) + 9)
-            except Malformed:
+                shown = _show(list(outcome.got) if exp.kind == "s" else _array(outcome.got), p, indent=len(pad) + 9)
+            except (Malformed, TypeError):
                 shown = repr(outcome.got)
             lines.append(f"{pad}got      {shown}")
         for line in outcome.lines:
             lines.append(pad + line.replace("\n", "\n" + pad))
     lines += [f"  hint: {h}" for h in _hints(ex, cases, n, outcome)]
-    if n > 1:
+    if drawn:
+        lines.append(f"(all {n - 1} fixed cases pass)")
+    elif n > 1:
         lines.append(f"(cases 1–{n - 1} of {len(cases)} pass)" if n > 2 else f"(case 1 of {len(cases)} passes)")
     return "\n".join(lines)
 
@@ -408,7 +413,33 @@ def grade(ex: Exercise, answer) -> tuple[bool, str]:
             return False, f"not written yet ({e}){passed}"
         if outcome is not None:
             return False, _report(ex, cases, n, outcome, answer)
-    return True, f"all {len(cases)} cases pass"
+    if ex.drawn is None:
+        return True, f"all {len(cases)} cases pass"
+    try:
+        case = _drawn_failure(ex, answer)
+    except ImportError:
+        return True, f"all {len(cases)} cases pass (hypothesis is not installed, so no cases were drawn: " \
+                     "pip install -e \".[lessons]\")"
+    if case is None:
+        return True, f"all {len(cases)} cases pass, and {DRAWN} more drawn by hypothesis"
+    return False, _report(ex, cases + [case], len(cases) + 1, _first_failure(case, answer), answer, drawn=True)
+
+
+DRAWN = 40   # inputs hypothesis draws per exercise, the same ones every run
+
+
+def _drawn_failure(ex: Exercise, answer) -> Case | None:
+    """The smallest case hypothesis finds among its drawn ones that ``answer`` gets wrong (it
+    shrinks a failing case to the simplest that still fails), or None. Derandomised: every run
+    draws the same cases; no example database is written."""
+    from hypothesis import HealthCheck, find, settings
+    from hypothesis.errors import NoSuchExample
+    try:
+        return find(ex.drawn(), lambda case: not _passes(case, answer),
+                    settings=settings(max_examples=DRAWN, database=None, derandomize=True, deadline=None,
+                                      suppress_health_check=list(HealthCheck)))
+    except NoSuchExample:
+        return None
 
 
 

@@ -55,7 +55,8 @@ def test_each_exercise_builds_on_the_earlier_ones_not_on_minitensor():
 def test_the_reference_passes_every_case(number):
     ok, report = grader.grade(EXERCISES[number], track.load(SOLUTIONS, number))
     assert ok, report
-    assert report == f"all {len(EXERCISES[number].cases())} cases pass"
+    drawn = f", and {grader.DRAWN} more drawn by hypothesis" if EXERCISES[number].drawn else ""
+    assert report == f"all {len(EXERCISES[number].cases())} cases pass{drawn}"
 
 
 @pytest.mark.parametrize("number", sorted(EXERCISES))
@@ -103,6 +104,28 @@ def test_the_reported_case_is_the_smallest_failing_one(number, k):
     assert report.startswith(f"case {first} of {len(cases)}: "), report
     assert first == 1 or f"(cases 1–{first - 1} of {len(cases)} pass)" in report or \
         f"(case 1 of {len(cases)} passes)" in report, report
+
+
+def test_once_the_fixed_cases_pass_hypothesis_draws_more_and_reports_the_smallest_failing_one():
+    # a sum_to that is wrong only from three axes down to one, which no fixed case asks for
+    answer = grader.mistaken("02", grader.Mistake("", {"sum_to": ThreeToOneWrong()}))
+    ex = EXERCISES["02"]
+    assert all(grader._passes(c, answer) for c in ex.cases())
+    ok, report = grader.grade(ex, answer)
+    assert not ok and report.startswith("a case drawn by hypothesis, the smallest it found that fails: sum_to\n"), report
+    assert f"(all {len(ex.cases())} fixed cases pass)" in report, report
+    grad = re.search(r"grad  = (.*?)\n    shape", report, re.S).group(1)
+    assert grad.count("[") == 3 and set(re.findall(r"-?\d+\.\d*", grad)) <= {"0.", "0.0"}, report   # shrunk: zeros
+    for word in ("Hypothesis", "Falsifying", "Traceback", 'File "'):
+        assert word not in report, (word, report)
+
+
+class ThreeToOneWrong(grader.Using):
+    def __init__(self):
+        def make(module):
+            right = module.sum_to
+            return lambda grad, shape: right(grad, shape) + (1.0 if grad.ndim == 3 and len(shape) == 1 else 0.0)
+        super().__init__(make)
 
 
 def test_code_that_raises_is_reported_with_its_file_line_and_the_input(tmp_path):
