@@ -125,8 +125,34 @@ def render_block(records: list[dict]) -> str:
     for r in records:
         for f in r["findings"]:
             lines.append(f"- **Lesson {int(r['lesson'])}**: {f}")
+        spread_ = varying(r)
+        if spread_:
+            lines.append(f"  - *Not the same in every recorded run* (read these numbers as one draw): {spread_}.")
     lines += ["", END]
     return "\n".join(lines)
+
+
+def varying(record: dict) -> str:
+    """The lesson's numbers that differ between its recorded runs beyond round-off (integers
+    that differ at all, other numbers by more than 1% and above 1e-9: errors at round-off's
+    scale are not findings), each with its range under each BLAS
+    setting: "updates 450 (unset), 250 (haswell)"; "" when every run agreed."""
+    runs, parts = record["runs"], []
+    for key in runs[0]["numbers"]:
+        values = [r["numbers"].get(key) for r in runs]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            continue
+        low, high = min(values), max(values)
+        floats = not isinstance(values[0], int)
+        if low == high or floats and (high - low <= 0.01 * max(abs(low), abs(high)) or max(abs(low), abs(high)) < 1e-9):
+            continue
+        by = {}
+        for r in runs:
+            by.setdefault(r["blas"], []).append(r["numbers"][key])
+        shown = ", ".join(f"{_num(min(v))} ({blas})" if min(v) == max(v) else f"{_num(min(v))}–{_num(max(v))} ({blas})"
+                          for blas, v in by.items())
+        parts.append(f"`{key}` {shown}")
+    return "; ".join(parts)
 
 
 def _num(v) -> str:

@@ -197,6 +197,23 @@ def test_the_lessons_readme_shows_exactly_the_recorded_full_runs():
         assert {run["blas"] for run in r["runs"]} == {"haswell", "unset"} and len(r["runs"]) >= 6, r["lesson"]
 
 
+def test_a_number_that_differs_between_recorded_runs_is_flagged_beside_the_findings():
+    """A finding is quoted from one run; a number that another run (another BLAS setting, another
+    machine load) gave differently is listed with its range per setting, so that a learner whose
+    run prints another value knows it was expected. Round-off-sized differences are not."""
+    runs = [{"blas": "unset", "numbers": {"updates": 450, "error": 1.1e-16, "slope": -0.66, "same": 0.5}},
+            {"blas": "haswell", "numbers": {"updates": 250, "error": 2.2e-16, "slope": -0.67, "same": 0.5}},
+            {"blas": "haswell", "numbers": {"updates": 300, "error": 1.0e-16, "slope": -0.661, "same": 0.5}}]
+    record = {"lesson": "14", "file": "14_the_whole_model_on_the_copy_task.py", "seconds": 1.0, "findings": ["copies after 450 updates."],
+              "runs": [{**r, "kernels": "k", "seconds": 1.0, "checks": {}} for r in runs]}
+    assert run_all.varying(record) == "`updates` 450 (unset), 250–300 (haswell); `slope` -0.66 (unset), -0.67–-0.661 (haswell)"
+    block = run_all.render_block([record])
+    assert "- **Lesson 14**: copies after 450 updates.\n  - *Not the same in every recorded run*" in block
+    assert run_all.varying({**record, "runs": record["runs"][:1]}) == ""
+    lesson14 = next(r for r in run_all.recorded() if r["lesson"] == "14")   # the learner's 300 against the README's 450
+    assert "`updates`" in run_all.varying(lesson14)
+
+
 def test_every_recorded_check_held_in_every_run():
     """The bounds in the lessons hold with the values every recorded run saw (both BLAS settings)."""
     for r in run_all.recorded():
