@@ -5,8 +5,9 @@
 15's greedy decoding, with the recipe and target of ``examples/copy_task.py``
 (``transformer.copytask.CopyTaskSettings``: the same model size, batches, schedule, validation
 set and exact-match target), in float32. The data (random sequences, ``make_batch``) and the
-scoring (``score``) are the package's, so that both runs face the same task. It then times
-minitensor's own update on the same batches, and prints the two times per update side by side.
+scoring (``score``) are the package's, so that both engines face the same task. It then times
+minitensor's own update on the first batches, and prints the two times per update side by side.
+``benchmarks/capstone_vs_minitensor.py`` times the two in alternating rounds.
 """
 from __future__ import annotations
 
@@ -18,9 +19,35 @@ from transformer.copytask import BOS, EOS, PAD, CopyTaskSettings, make_batch, sc
 
 from . import track
 
+NEEDS = ("01", "02", "04", "05", "14", "15", "16")
 
-def _minitensor_update_seconds(s: CopyTaskSettings, batches: list) -> float:
-    """The median time of minitensor's update (forward, loss, backward, Adam) on ``batches``."""
+
+def learner_update(t: dict, s: CopyTaskSettings):
+    """(model, update): the learner's model of exercise 14 and one update of it on a batch
+    (forward, 04's loss, backward, 16's schedule, 05's Adam), returning the loss."""
+    missing = [n for n in NEEDS if n not in t]
+    if missing:
+        raise FileNotFoundError(f"the capstone needs exercises {', '.join(missing)}")
+    cfg = s.model
+    model = t["14"].Transformer(s.vocab, d_model=cfg.d_model, h=cfg.n_heads, d_ff=cfg.d_ff,
+                                n_layers=cfg.n_encoder_layers, p_drop=cfg.dropout, max_len=s.max_length + 2,
+                                pad=PAD, seed=s.seed).astype(np.float32)
+    opt = t["05"].Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    sched = t["16"].Noam(opt, cfg.d_model, s.warmup, s.lr_factor)
+
+    def update(batch) -> float:
+        src, tgt_in, tgt_out = batch
+        loss = t["04"].cross_entropy(model(src, tgt_in), tgt_out, s.smoothing, PAD)
+        opt.zero_grad()
+        loss.backward()
+        sched.step()
+        opt.step()
+        return loss.item()
+    return model, update
+
+
+def minitensor_update(s: CopyTaskSettings):
+    """(model, update): ``examples/copy_task.py``'s model and update on minitensor."""
     import minitensor as mt
     from transformer.copytask import build_model
     from transformer.loss import label_smoothed_loss
@@ -30,15 +57,24 @@ def _minitensor_update_seconds(s: CopyTaskSettings, batches: list) -> float:
     model = build_model(s)
     opt = paper_adam(model.parameters())
     sched = NoamSchedule(opt, s.model.d_model, s.warmup, s.lr_factor)
-    times = []
-    for src, tgt_in, tgt_out in batches:
-        t0 = time.perf_counter()
+
+    def update(batch) -> float:
+        src, tgt_in, tgt_out = batch
         loss = label_smoothed_loss(model(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), PAD, s.smoothing)
         opt.zero_grad()
         loss.backward()
         sched.step()
         opt.step()
-        loss.item()
+        return loss.item()
+    return model, update
+
+
+def seconds_per_update(update, batches: list) -> float:
+    """The median wall time of ``update`` over ``batches``."""
+    times = []
+    for batch in batches:
+        t0 = time.perf_counter()
+        update(batch)
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -48,15 +84,7 @@ def run(directory=track.LEARNER, settings: CopyTaskSettings | None = None, say=p
     validation and on fresh test sequences, updates, seconds per update of both engines)."""
     s = settings or CopyTaskSettings()
     t = track.load_all(directory)
-    missing = [n for n in ("01", "02", "04", "05", "14", "15", "16") if n not in t]
-    if missing:
-        raise FileNotFoundError(f"the capstone needs exercises {', '.join(missing)}")
-    cfg = s.model
-    model = t["14"].Transformer(s.vocab, d_model=cfg.d_model, h=cfg.n_heads, d_ff=cfg.d_ff,
-                                n_layers=cfg.n_encoder_layers, p_drop=cfg.dropout, max_len=s.max_length + 2,
-                                pad=PAD, seed=s.seed).astype(np.float32)
-    opt = t["05"].Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
-    sched = t["16"].Noam(opt, cfg.d_model, s.warmup, s.lr_factor)
+    model, update = learner_update(t, s)
     rng = np.random.default_rng(s.seed)
     val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
 
@@ -67,22 +95,17 @@ def run(directory=track.LEARNER, settings: CopyTaskSettings | None = None, say=p
         model.train()
         return score(np.asarray(pred), tgt_out)
 
-    say(f"the copy task on your engine: {s.model.n_encoder_layers}+{s.model.n_decoder_layers} layers, "
-        f"d_model {cfg.d_model}, batches of {s.batch}, at most {s.steps} updates, "
-        f"target {s.stop_at:.0%} exact match on {s.eval_size} validation sequences")
+    cfg = s.model
+    say(f"the copy task on your engine: {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, d_model {cfg.d_model}, "
+        f"batches of {s.batch}, at most {s.steps} updates, target {s.stop_at:.0%} exact match on {s.eval_size} "
+        "validation sequences")
     seconds, exact, step, first = [], 0.0, 0, []
     for step in range(1, s.steps + 1):
         batch = make_batch(rng, s.batch, s)
         if len(first) < 20:
             first.append(batch)
-        src, tgt_in, tgt_out = batch
         t0 = time.perf_counter()
-        loss = t["04"].cross_entropy(model(src, tgt_in), tgt_out, s.smoothing, PAD)
-        opt.zero_grad()
-        loss.backward()
-        sched.step()
-        opt.step()
-        value = loss.item()
+        value = update(batch)
         seconds.append(time.perf_counter() - t0)
         if not np.isfinite(value):
             raise FloatingPointError(f"the loss became {value} at update {step}")
@@ -99,9 +122,9 @@ def run(directory=track.LEARNER, settings: CopyTaskSettings | None = None, say=p
     say(f"{'reached' if summary['reached'] else 'did not reach'} the target after {step} updates; "
         f"fresh test sequences: {test_exact:.1%} exact match, {test_tokens:.1%} of tokens")
     if compare:
-        summary["minitensor_seconds_per_update"] = _minitensor_update_seconds(s, first)
+        summary["minitensor_seconds_per_update"] = seconds_per_update(minitensor_update(s)[1], first)
         ratio = summary["seconds_per_update"] / summary["minitensor_seconds_per_update"]
         say(f"time per update (median): your engine {summary['seconds_per_update'] * 1e3:.1f} ms, "
-            f"minitensor {summary['minitensor_seconds_per_update'] * 1e3:.1f} ms on the same batches: "
+            f"minitensor {summary['minitensor_seconds_per_update'] * 1e3:.1f} ms on the same first {len(first)} batches: "
             f"{ratio:.2f}x minitensor's")
     return summary
