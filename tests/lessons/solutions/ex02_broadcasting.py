@@ -14,9 +14,9 @@ Write:
 
 Every other operation below is written for you: read them, they follow the same pattern
 (``forward`` keeps what ``backward`` needs; ``backward`` brings each gradient back with
-``sum_to``). The last lines give ``Tensor`` its operators (+, −, *, /, @, unary −) and methods
-(sum, mean, reshape, transpose, exp, log, relu, max, masked_fill, concat, indexing) on top of
-exercise 01's.
+``sum_to``). The last lines give ``Tensor`` its operators (+, −, *, /, @, unary −, indexing)
+and methods (sum, mean, reshape, transpose, T, exp, log, relu, masked_fill, and max, which
+needs no gradient) on top of exercise 01's; ``concat(tensors, axis)`` joins tensors.
 
 Check by hand: sum_to(np.ones((2, 3, 4)), (3, 1)) is an array of shape (3, 1) full of 8.
 
