@@ -20,7 +20,7 @@ the exception and your line that raised it. Once the fixed cases pass, most exer
 one it finds. When an exercise fails and an earlier one it builds on fails too, the report
 says so: fix the earlier one first.
 
-With every exercise passed, ``capstone`` trains the copy task of ``examples/copy_task.py`` on
+With exercises 01–16 passed, ``capstone`` trains the copy task of ``examples/copy_task.py`` on
 your engine and model (same model size, batches, schedule and exact-match target) and prints
 your engine's time per update beside minitensor's.
 

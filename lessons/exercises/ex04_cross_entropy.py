@@ -6,12 +6,13 @@ Write:
    overflows; backward: grad − softmax(x) · Σ grad (the sums over the last axis).
 2. ``cross_entropy(logits, target, smoothing, pad)``: logits a Tensor (..., V), target an
    integer array of the leading shape. Each non-pad position's target distribution q puts
-   1 − ε + ε/V on the true token and ε/V on every token (ε = smoothing); the loss is
+   1 − ε + ε/V on the true token and ε/V on each of the other V − 1 (ε = smoothing); the loss is
    −Σ q · log softmax(logits), summed over the non-pad positions and divided by their
    number. Positions whose target is ``pad`` count for nothing. Build it from your engine's
    operations (``LogSoftmax``, *, sum, /) so that its backward comes for free.
 
-Check by hand: with two classes, logits [0, 0], target 1 and no smoothing, the loss is
+Check by hand: with two classes, logits [0, 0], target 1, no smoothing and pad −1 (no
+position is padding), the loss is
 log 2 ≈ 0.6931 and the logits' gradient is [0.5, −0.5].
 
 Check it with:  python lessons/check.py 04

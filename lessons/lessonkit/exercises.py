@@ -61,14 +61,16 @@ def _grads_of(tensors: dict, names) -> list:
 
 
 def op_case(title: str, call: str, arrays: dict, mine, theirs, grads=None, shown=None, seed=0,
-            atol=1e-9, rtol=1e-7, start=True) -> Case:
+            atol=1e-9, rtol=1e-7, start=True, twice=False) -> Case:
     """A case for an operation of the learner's engine: ``mine(ns, **tensors)`` (the learner's
     Tensors, float64) against ``theirs(**tensors)`` (minitensor's): the output, then the
     gradient of each name in ``grads`` (default: every array) after a backward that starts from
     a fixed output gradient (``start=False``: from ``backward()`` with no argument, the output
-    being one number)."""
+    being one number; ``twice``: two backward passes, whose gradients add up)."""
     grads = tuple(arrays) if grads is None else tuple(grads)
     out, w, want = _theirs(arrays, grads, theirs, seed)
+    if twice:
+        want = [2 * g for g in want]
     if not start:
         out_w = None
         ts = {k: mt.tensor(np.array(v, dtype=np.float64), requires_grad=k in grads) for k, v in arrays.items()}
@@ -82,7 +84,8 @@ def op_case(title: str, call: str, arrays: dict, mine, theirs, grads=None, shown
         yield y
         if not hasattr(y, "backward"):
             raise Malformed(f"got a {type(y).__name__}, not a Tensor: use the engine's operations")
-        y.backward(w.copy()) if start else y.backward()
+        for _ in range(2 if twice else 1):
+            y.backward(w.copy()) if start else y.backward()
         yield from _grads_of(ts, grads)
 
     inputs = {**arrays, **(shown or {})}
@@ -157,10 +160,13 @@ def _cases_01():
              for i, (title, formula, arrays, f) in enumerate(specs)]
     cases.insert(1, op_case("backward() with no gradient starts from 1", "out = x * y; out.backward()",
                             dict(x=n(), y=n()), lambda ns, x, y: x * y, lambda x, y: x * y, start=False))
+    cases.append(op_case("a second backward adds to .grad", "out = x * y; out.backward(output gradient); "
+                         "out.backward(output gradient)", dict(x=n(2), y=n(2)), lambda ns, x, y: x * y,
+                         lambda x, y: x * y, seed=19, twice=True))
     return cases
 
 
-def _backward_with(order="topological", accumulate=True, start=True):
+def _backward_with(order="topological", accumulate=True, start=True, leaves="add"):
     """Tensor.backward with one thing wrong (the known mistakes of exercise 01)."""
     def backward(self, grad=None):
         order_, seen, stack = [], set(), [self]
@@ -181,7 +187,7 @@ def _backward_with(order="topological", accumulate=True, start=True):
                 continue
             if t.creator is None:
                 if t.requires_grad:
-                    t.grad = g if t.grad is None else t.grad + g
+                    t.grad = g if t.grad is None or leaves == "assign" else t.grad + g
                 continue
             for x, gx in zip(t.creator.inputs, t.creator.backward(g)):
                 if gx is not None and x.requires_grad:
@@ -210,6 +216,8 @@ MISTAKES_01 = (
     Mistake("the graph is walked breadth first, so a tensor passes its gradient on before every tensor that used "
             "it has added to it: walk it in reverse topological order",
             {"Tensor.backward": _backward_with(order="breadth first")}),
+    Mistake("a second backward replaced .grad: add the new gradient to what .grad already holds",
+            {"Tensor.backward": _backward_with(leaves="assign")}),
     Mistake("the gradient you are given is ignored: start from it (from ones only when it is None)",
             {"Tensor.backward": _backward_with(start=False)}),
     Mistake("each input's gradient is the output's gradient times the *other* input: ∂(x·y)/∂x = y",
@@ -306,6 +314,7 @@ def _cases_03():
               ("a backward wrong in its second input only: wrong", 1.0, -1.0, (2, 2), False),
               ("a backward 1% off in x: wrong", 1.01, 1.0, (2, 3), False),
               ("a backward that gives x no gradient (None): wrong", None, 1.0, (2,), False),
+              ("a backward right only when every output's gradient is 1: wrong", "mean", 1.0, (2, 2), False),
               ("a right backward on (3, 2) arrays: right", 1.0, 1.0, (3, 2), True)]
     for title, sx, sy, shape, right in checks:
         x, y = _r(rng, shape), _r(rng, shape)
@@ -314,12 +323,15 @@ def _cases_03():
             yield ns.gradcheck(_product(ns, sx, sy), [x.copy(), y.copy()])
         cases.append(Case(f"gradcheck: {title}", "gradcheck(fn, [x, y])",
                           {"fn": f"a Function x · y whose backward returns ({_scale_text(sx, 'y')}, "
-                                 f"{_scale_text(sy, 'x')}) times the output's gradient", "x": x, "y": y},
+                                 f"{_scale_text(sy, 'x')})" + ("" if sx == "mean" else " times the output's gradient"),
+                           "x": x, "y": y},
                           run, [Expect("", np.bool_(right), kind="b")]))
     return cases
 
 
 def _scale_text(s, other):
+    if s == "mean":
+        return f"the mean of the output's gradient times {other}"
     return "None" if s is None else other if s == 1.0 else f"−{other}" if s == -1.0 else f"{s:g}·{other}"
 
 
@@ -331,6 +343,8 @@ def _product(ns, sx, sy):
             return x * y
 
         def backward(self, grad):
+            if sx == "mean":     # each entry's own output gradient replaced by their mean: right for ones only
+                return grad.mean() * self.y, grad * self.x * sy
             return (None if sx is None else grad * self.y * sx), grad * self.x * sy
     return lambda x, y: Product.apply(x, y)
 
@@ -363,15 +377,16 @@ def _not_restored(f, x, eps):
     return g
 
 
-def _gradcheck_inputs(mod, which):
-    """gradcheck comparing only the inputs ``which`` picks (a list of indices)."""
+def _gradcheck_inputs(mod, which, weighted=True):
+    """gradcheck comparing only the inputs ``which`` picks (a list of indices); without
+    ``weighted``, the outputs summed with equal weights."""
     Tensor = mod.__track__["01"].Tensor
 
     def gradcheck(fn, arrays, eps=1e-6, atol=1e-5, rtol=1e-4):
         arrays = [np.array(a, dtype=np.float64) for a in arrays]
         inputs = [Tensor(a.copy(), requires_grad=True) for a in arrays]
         out = fn(*inputs)
-        w = mod.weights(out.shape)
+        w = mod.weights(out.shape) if weighted else np.ones(out.shape)
         (out * Tensor(w)).sum().backward()
         for k in which(len(arrays)):
             def loss(a, k=k):
@@ -401,6 +416,9 @@ MISTAKES_03 = (
             dict(gradcheck=Using(lambda mod: _gradcheck_inputs(mod, lambda n: range(1))))),
     Mistake("no input's gradient is compared: return False as soon as one entry of one input disagrees",
             dict(gradcheck=Using(lambda mod: _gradcheck_inputs(mod, lambda n: range(0))))),
+    Mistake("the outputs were summed with equal weights: a backward that is right only for an output gradient of "
+            "ones then passes; weigh them with weights(out.shape)",
+            dict(gradcheck=Using(lambda mod: _gradcheck_inputs(mod, range, weighted=False)))),
 )
 
 
@@ -466,8 +484,8 @@ MISTAKES_04 = (
             {"LogSoftmax.forward": _log_softmax_unshifted}),
     Mistake("the backward of log softmax is grad − softmax(x)·Σgrad: the softmax term is missing",
             {"LogSoftmax.backward": lambda self, grad: (grad,)}),
-    Mistake("the smoothing mass is spread over the V − 1 other tokens: the paper's (and PyTorch's) target puts "
-            "ε/V on every token, the true one included", dict(cross_entropy=Using(lambda m: _cross_entropy(m, "V-1")))),
+    Mistake("the smoothing mass is spread over the V − 1 other tokens: label smoothing as Szegedy et al. define it "
+            "(the paper's reference for it) and PyTorch computes it puts ε/V on every token, the true one included", dict(cross_entropy=Using(lambda m: _cross_entropy(m, "V-1")))),
     Mistake("divided by every position, pad included: divide by the number of non-pad positions",
             dict(cross_entropy=Using(lambda m: _cross_entropy(m, count="all")))),
     Mistake("the sum is not divided: the loss is per non-pad position",
@@ -499,7 +517,12 @@ def _modules_05(ns):
             self.first = Linear(1, 2, rng)
             self.again = self.first.weight
             self.note = "not a parameter"
-    return {"One": One, "Two": Two, "Stack": Stack, "Shared": Shared}
+
+    class Constant(Module):
+        def __init__(self):
+            self.table = ns.Tensor(np.ones(3))     # a constant: no gradient wanted
+            self.weight = P(np.ones(2))
+    return {"One": One, "Two": Two, "Stack": Stack, "Shared": Shared, "Constant": Constant}
 
 
 _NAMES_05 = {
@@ -510,6 +533,7 @@ _NAMES_05 = {
               [f"layers.{i}.{n}" for i in range(2) for n in ("a.weight", "a.bias", "scale", "b.weight", "b.bias")]
               + ["out.weight", "out.bias"]),
     "Shared": ("one parameter held by two attributes: named once, by the first", ["first.weight", "first.bias"]),
+    "Constant": ("a Tensor that needs no gradient is not a parameter", ["weight"]),
 }
 
 
@@ -575,10 +599,11 @@ _MODULE_TEXT_05 = {
     "Two": "a = Linear(2, 3); scale = Parameter(ones(1)); b = Linear(3, 1)",
     "Stack": "layers = [Two(), Two()]; out = Linear(1, 1)",
     "Shared": "first = Linear(1, 2); again = first.weight; note = 'not a parameter'",
+    "Constant": "table = Tensor(ones(3)); weight = Parameter(ones(2))",
 }
 
 
-def _named_parameters(prefixes=True, lists=True, once=True):
+def _named_parameters(prefixes=True, lists=True, once=True, every_tensor=False):
     def named_parameters(self):
         seen, out = set(), []
 
@@ -589,7 +614,7 @@ def _named_parameters(prefixes=True, lists=True, once=True):
                 else:
                     items = [(name, value)]
                 for key, item in items:
-                    if hasattr(item, "requires_grad") and item.requires_grad:
+                    if hasattr(item, "requires_grad") and (item.requires_grad or every_tensor):
                         if once and id(item) in seen:
                             continue
                         seen.add(id(item))
@@ -601,17 +626,24 @@ def _named_parameters(prefixes=True, lists=True, once=True):
     return named_parameters
 
 
-def _adam_step(correct=True, eps_inside=False):
+def _adam_step(correct=True, eps_inside=False, kept=True, t_per="step"):
     def step(self):
-        self.t += 1
+        if t_per == "step":
+            self.t += 1
         b1, b2 = self.betas
         for p, m, v in zip(self.params, self.m, self.v):
             if p.grad is None:
                 continue
-            m *= b1
-            m += (1 - b1) * p.grad
-            v *= b2
-            v += (1 - b2) * p.grad**2
+            if t_per == "parameter":
+                self.t += 1
+            if kept:
+                m *= b1
+                m += (1 - b1) * p.grad
+                v *= b2
+                v += (1 - b2) * p.grad**2
+            else:        # new arrays, bound to the loop's names only: self.m and self.v stay zero
+                m = b1 * m + (1 - b1) * p.grad
+                v = b2 * v + (1 - b2) * p.grad**2
             mh, vh = (m / (1 - b1**self.t), v / (1 - b2**self.t)) if correct else (m, v)
             p.data -= self.lr * mh / (np.sqrt(vh + self.eps) if eps_inside else np.sqrt(vh) + self.eps)
     return step
@@ -624,10 +656,17 @@ MISTAKES_05 = (
             {"Module.named_parameters": _named_parameters(lists=False)}),
     Mistake("a parameter held by two attributes is listed twice: list each parameter once",
             {"Module.named_parameters": _named_parameters(once=False)}),
+    Mistake("a Tensor that needs no gradient (requires_grad False) is a constant, not a parameter",
+            {"Module.named_parameters": _named_parameters(every_tensor=True)}),
     Mistake("the bias b is not added", {"Linear.forward": lambda self, x: x @ self.weight}),
     Mistake("the bias corrections are missing: divide m by 1 − β1ᵗ and v by 1 − β2ᵗ",
             {"Adam.step": _adam_step(correct=False)}),
     Mistake("ε goes outside the square root: √v̂ + ε", {"Adam.step": _adam_step(eps_inside=True)}),
+    Mistake("the running averages did not carry over to the next step: m = β1·m + ... makes a new array that "
+            "self.m never sees; update the stored arrays in place (m *= β1; m += ...) or store the new ones back",
+            {"Adam.step": _adam_step(kept=False)}),
+    Mistake("t was advanced once per parameter: it counts steps, once per call of step()",
+            {"Adam.step": _adam_step(t_per="parameter")}),
 )
 
 

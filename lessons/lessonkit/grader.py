@@ -310,7 +310,17 @@ def _show(value, precision: int | None = None, indent: int = 0) -> str:
     if isinstance(value, (tuple, list)) and all(np.isscalar(v) for v in value):
         inner = ", ".join(_show(v) for v in value)
         return (f"({inner},)" if len(value) == 1 else f"({inner})") if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, dict):                               # a state dict: one name per line
+        step = " " * (indent + 1)
+        inner = f",\n{step}".join(f"{k!r}: {_show(v, precision, indent + 3 + len(repr(k)))}" for k, v in value.items())
+        return "{" + inner + "}"
+    if isinstance(value, (tuple, list)) and _ragged(value):   # arrays of different shapes: one per line
+        step = " " * (indent + 1)
+        inner = f",\n{step}".join(_show(v, precision, indent + 1) for v in value)
+        return f"[{inner}]"
     a = np.asarray(value)
+    if a.dtype == object:
+        return repr(value)
     if a.ndim == 0:
         return _show(a.item(), precision)
     if a.dtype.kind == "f":
@@ -318,6 +328,16 @@ def _show(value, precision: int | None = None, indent: int = 0) -> str:
         a = np.where(np.abs(a) < 0.5 * 10.0**-precision, 0.0, a)   # no "-0."
     text = np.array2string(a, precision=precision or 4, suppress_small=True, max_line_width=96, threshold=400)
     return text.replace("\n", "\n" + " " * indent)
+
+
+def _ragged(values) -> bool:
+    """A list NumPy cannot make one array of (items of different shapes)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return np.asarray(values).dtype == object
+    except ValueError:
+        return True
 
 
 def _precision(got, exp: Expect) -> int | None:

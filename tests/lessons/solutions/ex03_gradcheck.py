@@ -11,8 +11,10 @@ Your engine's backward passes are only as good as their check. Write:
    Tensor. Reduce its output to one number with fixed random weights w (``weights(shape)``
    below) as loss = Σ w · fn(...), so that every output entry counts; run your engine's
    backward; then compare every input's ``.grad`` with ``numerical_gradient`` of the same
-   loss computed on plain arrays. Return True when every entry of every input agrees within
-   atol + rtol·|numerical|, else False.
+   loss computed on plain arrays (an input whose ``.grad`` is None got no gradient: compare
+   zeros). Return True when every entry of every input agrees within
+   atol + rtol·|numerical|, else False. The weights matter: with plain Σ fn(...), a backward
+   that is right only when every output's gradient is 1 would pass.
 
 Check by hand: gradcheck(lambda x, y: x * y, [np.ones(3), np.arange(3.0)]) is True.
 

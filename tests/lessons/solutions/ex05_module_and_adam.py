@@ -1,7 +1,7 @@
 """Exercise 05 (lesson 5) — a Module, a Linear layer and Adam.
 
-A ``Module`` owns parameters (Tensors made with ``Parameter``) and other modules, as
-attributes. Write:
+A ``Module`` owns parameters and other modules, as attributes. A parameter is a Tensor with
+``requires_grad=True`` (what ``Parameter`` makes); a Tensor without it is a constant. Write:
 
 1. ``Module.named_parameters()``: every parameter of the module and of the modules inside it,
    as (name, Tensor) pairs, in the order the attributes were set: a parameter attribute
@@ -13,7 +13,7 @@ attributes. Write:
    parameters without one), step t counted from 1:
    m ← β1·m + (1 − β1)·g,  v ← β2·v + (1 − β2)·g²,
    p ← p − lr · m̂ / (√v̂ + ε),  with m̂ = m / (1 − β1ᵗ) and v̂ = v / (1 − β2ᵗ).
-   Change ``p.data`` in place (``p.data -= ...``), so that every holder of p sees the update.
+   Change ``p.data`` (``p.data -= ...``), and keep m and v for the next step.
 
 Check by hand: at the first step every entry moves by almost exactly lr against the sign of
 its gradient.
