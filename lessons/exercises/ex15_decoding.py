@@ -15,12 +15,27 @@ Write:
    extended prefix, and return the n best as three (B, n) arrays, best first: the beam each
    extends, the token it appends (integers), and its log probability. Ties go to the lower
    k·V + w.
+3. ``beam_search(model, src, beam, alpha, max_len, bos, eos, pad)`` for one source sentence
+   ``src`` (a 1-D array), with your ``rank_extensions``. Keep up to ``beam`` open prefixes with
+   their log probabilities (at first one: the empty prefix, 0). At step t = 1, 2, ...: run
+   the decoder over each open prefix (bos first; no cache needed), take the next-token log
+   probabilities of its last position (the same tokens banned as in greedy decoding), and
+   rank the extensions, keeping the 2·beam best (fewer if there are fewer). Go through them
+   best first: an extension by ``eos`` that ranks among the first ``beam`` becomes a
+   finished hypothesis (its tokens, eos included, scored log P / lp(t) with the length
+   penalty lp(n) = ((5 + n) / 6)^alpha), as long as fewer than ``beam`` are finished; any
+   other extension by eos is dropped; the others become the new open prefixes, up to
+   ``beam``. Stop when ``beam`` hypotheses are finished or no prefix is left open, or after
+   ``max_len`` steps. If the search ran out of steps, or nothing finished, the open prefixes
+   count too, each scored log P / lp(its length). Return the tokens of the best-scored
+   hypothesis (a list, without bos).
 
 Check it with:  python lessons/check.py 15
 """
 import numpy as np
 
 from ex01_tensor import no_grad
+from ex04_cross_entropy import LogSoftmax
 from ex14_transformer import padding_mask
 
 
@@ -30,3 +45,7 @@ def greedy_decode(model, src, max_len, bos, eos, pad):
 
 def rank_extensions(scores, logp, n):
     raise NotImplementedError("exercise 15: write rank_extensions")
+
+
+def beam_search(model, src, beam, alpha, max_len, bos, eos, pad):
+    raise NotImplementedError("exercise 15: write beam_search")

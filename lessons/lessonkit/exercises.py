@@ -1289,7 +1289,7 @@ MISTAKES_14 = (
 
 # ---------------------------------------------------------------- 15: greedy decoding and beam search's step
 def _cases_15():
-    from transformer.decoding import greedy_decode as _greedy, rank_extensions as _rank_extensions
+    from transformer.decoding import beam_search as _beam, greedy_decode as _greedy, rank_extensions as _rank_extensions
     rng = np.random.default_rng(15)
     cases = []
     for i, (V, d, h, layers, src, max_len, title) in enumerate([
@@ -1315,6 +1315,32 @@ def _cases_15():
                           {"src": src, "max_len": max_len, "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, "
                            f"{layers} layer{'s' if layers > 1 else ''} each) with the grader's weights"},
                           run, [Expect("the tokens", np.asarray(want), kind="i")]))
+    for i, (V, d, h, layers, src, beam, alpha, max_len, title) in enumerate([
+            (7, 4, 2, 1, [3, 4, 5], 1, 0.6, 4, "a beam of one: greedy decoding"),
+            (8, 4, 2, 1, [3, 4, 5], 2, 0.6, 6, "a beam of two"),
+            (9, 4, 2, 1, [3, 4, 5, 6], 3, 1.0, 6, "a beam of three, alpha = 1"),
+            (9, 4, 2, 2, [7, 8, 4], 4, 2.0, 8, "a beam of four, two layers, alpha = 2")]):
+        src = np.array(src)
+        cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                            n_decoder_layers=layers, dropout=0.0, max_len=16)
+        ref = transformer.Transformer(cfg)
+        for seed, scale in ((seed, scale) for seed in range(100) for scale in (1.0, 2.0)):
+            state = _seeded_weights(ref, seed, scale=scale)   # weights whose best hypothesis ends with eos
+            want = _beam(ref, mt.tensor(src[None]), beam_size=beam, alpha=alpha, max_len=max_len)[0][0].tokens
+            if 3 <= len(want) < max_len and want[-1] == 2 and len(set(want)) >= 2:
+                break
+        else:
+            raise AssertionError(f"no weights found for beam_search case {i}")
+
+        def run(ns, src=src, state=state, V=V, d=d, h=h, n=layers, a=(beam, alpha, max_len)):
+            m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=n, p_drop=0.0, max_len=16)
+            m.load_state_dict({k: v.copy() for k, v in state.items()})
+            yield np.asarray(ns.beam_search(m, src.copy(), *a, 1, 2, 0))
+        cases.append(Case(f"beam_search: {title}", "beam_search(model, src, beam, alpha, max_len, bos=1, eos=2, pad=0)",
+                          {"src": src, "beam": beam, "alpha": alpha, "max_len": max_len,
+                           "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layer"
+                                    f"{'s' if layers > 1 else ''} each) with the grader's weights"},
+                          run, [Expect("the best hypothesis' tokens", np.asarray(want), kind="i")]))
     specs = [((1, 1, 2, 1), "one beam, two tokens, the best one"), ((1, 2, 2, 2), "two beams"),
              ((1, 2, 3, 6), "n = K·V: every extension, in order"), ((2, 2, 3, 4), "two sentences"),
              ((2, 3, 4, 6), "three beams, four tokens"), ((1, 2, 3, 3), "beam 1 is unused (score −∞)")]
@@ -1377,7 +1403,48 @@ def _greedy(mod, offsets=True, banned=True):
     return greedy_decode
 
 
+def _beam_search(mod, penalty=True, pick="best"):
+    def beam_search(model, src, beam, alpha, max_len, bos, eos, pad):
+        src = np.asarray(src)[None]
+        lp = (lambda n: ((5.0 + n) / 6.0) ** alpha) if penalty else (lambda n: 1.0)
+        with mod.no_grad():
+            src_mask, memory = mod.padding_mask(src, pad), model.encode(src)
+            open_, finished, done = [([], 0.0)], [], False
+            for t in range(1, max_len + 1):
+                ys = np.array([[bos] + tokens for tokens, _ in open_])
+                rows = np.zeros(len(open_), dtype=np.int64)
+                logits = model.generator(model.decode(ys, memory[rows], src_mask[rows])).data[:, -1].copy()
+                logits[:, [pad, bos] + ([eos] if t == 1 else [])] = -np.inf
+                logp = mod.LogSoftmax().forward(logits)
+                n = min(2 * beam, logp.size)
+                which, token, total = mod.rank_extensions(np.array([[s for _, s in open_]]), logp[None], n)
+                kept = []
+                for j in range(n):
+                    k, w, s = int(which[0, j]), int(token[0, j]), float(total[0, j])
+                    if not np.isfinite(s):
+                        break
+                    if w == eos:
+                        if j < beam and len(finished) < beam:
+                            finished.append((open_[k][0] + [w], s / lp(t)))
+                        continue
+                    if len(kept) < beam:
+                        kept.append((open_[k][0] + [w], s))
+                if len(finished) >= beam or not kept:
+                    done = True
+                    break
+                open_ = kept
+            hypotheses = list(finished)
+            if not done or not hypotheses:
+                hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]
+        return hypotheses[0][0] if pick == "first" else max(hypotheses, key=lambda h: h[1])[0]
+    return beam_search
+
+
 MISTAKES_15 = (
+    Mistake("the hypotheses are ranked by log P alone: divide by the length penalty ((5 + n) / 6)^alpha, or short "
+            "ones win", dict(beam_search=Using(lambda m: _beam_search(m, penalty=False)))),
+    Mistake("the first hypothesis to finish was returned: return the best-scored one",
+            dict(beam_search=Using(lambda m: _beam_search(m, pick="first")))),
     Mistake("every step embeds its token at position 0: the token of step t sits at position t (offset=t)",
             dict(greedy_decode=Using(lambda m: _greedy(m, offsets=False)))),
     Mistake("pad or bos was chosen, or eos as the first token: neither pad nor bos is ever an output, and an "
@@ -2219,7 +2286,8 @@ EXERCISES = {e.number: e for e in [
     Exercise("14", "the whole model, with shared embeddings",
              ("padding_mask", "target_mask", "Transformer.encode", "Transformer.decode", "Transformer.generator",
               "Transformer.forward"), _cases_14, MISTAKES_14),
-    Exercise("15", "greedy decoding with the cache, and beam search's step", ("greedy_decode", "rank_extensions"),
+    Exercise("15", "greedy decoding with the cache, and beam search", ("greedy_decode", "rank_extensions",
+                                                                         "beam_search"),
              _cases_15, MISTAKES_15),
     Exercise("16", "the learning-rate schedule of equation (3)", ("noam_lr", "Noam.step"), _cases_16, MISTAKES_16,
              drawn=_drawn_16),

@@ -174,3 +174,14 @@ def test_the_capstone_trains_the_copy_task_on_the_reference_engine_to_its_target
     assert summary["updates"] < 1500, lines                 # the recipe's budget
     assert summary["seconds_per_update"] > 0 and summary["minitensor_seconds_per_update"] > 0
     assert re.search(r"time per update \(median\): your engine [\d.]+ ms, minitensor [\d.]+ ms on the same first 20 batches", lines[-1]), lines
+
+
+def test_the_lessons_readme_lists_every_exercise_with_its_file_and_what_to_write():
+    text = (LESSONS / "README.md").read_text()
+    for number, ex in EXERCISES.items():
+        row = f"| {number} | `{track.path(track.LEARNER, number).name}` | {', '.join(f'`{f}`' for f in ex.functions)} |"
+        assert row in text, row
+    for path in LESSONS.glob("[0-9][0-9]_*.py"):    # every lesson points at its own exercise
+        number = path.name[:2]
+        assert f"`lessons/exercises/{track.path(track.LEARNER, number).name}`" in path.read_text(), path.name
+        assert f"`python lessons/check.py {number}`" in path.read_text(), path.name

@@ -15,12 +15,27 @@ Write:
    extended prefix, and return the n best as three (B, n) arrays, best first: the beam each
    extends, the token it appends (integers), and its log probability. Ties go to the lower
    k·V + w.
+3. ``beam_search(model, src, beam, alpha, max_len, bos, eos, pad)`` for one source sentence
+   ``src`` (a 1-D array), with your ``rank_extensions``. Keep up to ``beam`` open prefixes with
+   their log probabilities (at first one: the empty prefix, 0). At step t = 1, 2, ...: run
+   the decoder over each open prefix (bos first; no cache needed), take the next-token log
+   probabilities of its last position (the same tokens banned as in greedy decoding), and
+   rank the extensions, keeping the 2·beam best (fewer if there are fewer). Go through them
+   best first: an extension by ``eos`` that ranks among the first ``beam`` becomes a
+   finished hypothesis (its tokens, eos included, scored log P / lp(t) with the length
+   penalty lp(n) = ((5 + n) / 6)^alpha), as long as fewer than ``beam`` are finished; any
+   other extension by eos is dropped; the others become the new open prefixes, up to
+   ``beam``. Stop when ``beam`` hypotheses are finished or no prefix is left open, or after
+   ``max_len`` steps. If the search ran out of steps, or nothing finished, the open prefixes
+   count too, each scored log P / lp(its length). Return the tokens of the best-scored
+   hypothesis (a list, without bos).
 
 Check it with:  python lessons/check.py 15
 """
 import numpy as np
 
 from ex01_tensor import no_grad
+from ex04_cross_entropy import LogSoftmax
 from ex14_transformer import padding_mask
 
 
@@ -56,4 +71,43 @@ def rank_extensions(scores, logp, n):
     total = (scores[:, :, None] + logp).reshape(B, K * V)
     best = np.argsort(-total, axis=1, kind="stable")[:, :n]
     return best // V, best % V, np.take_along_axis(total, best, axis=1)
+    # <<<
+
+
+def beam_search(model, src, beam, alpha, max_len, bos, eos, pad):
+    # >>> exercise: write beam_search
+    src = np.asarray(src)[None]
+    lp = lambda n: ((5.0 + n) / 6.0) ** alpha   # noqa: E731
+    with no_grad():
+        src_mask, memory = padding_mask(src, pad), model.encode(src)
+        open_, finished, done = [([], 0.0)], [], False
+        for t in range(1, max_len + 1):
+            ys = np.array([[bos] + tokens for tokens, _ in open_])
+            rows = np.zeros(len(open_), dtype=np.int64)
+            h = model.decode(ys, memory[rows], src_mask[rows])
+            logits = model.generator(h).data[:, -1].copy()
+            logits[:, [pad, bos] + ([eos] if t == 1 else [])] = -np.inf
+            logp = LogSoftmax().forward(logits)
+            scores = np.array([[score for _, score in open_]])
+            n = min(2 * beam, logp.size)
+            which, token, total = rank_extensions(scores, logp[None], n)
+            kept = []
+            for j in range(n):
+                k, w, s = int(which[0, j]), int(token[0, j]), float(total[0, j])
+                if not np.isfinite(s):
+                    break
+                if w == eos:
+                    if j < beam and len(finished) < beam:
+                        finished.append((open_[k][0] + [w], s / lp(t)))
+                    continue
+                if len(kept) < beam:
+                    kept.append((open_[k][0] + [w], s))
+            if len(finished) >= beam or not kept:
+                done = True
+                break
+            open_ = kept
+        hypotheses = list(finished)
+        if not done or not hypotheses:
+            hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]
+    return max(hypotheses, key=lambda h: h[1])[0]
     # <<<
