@@ -115,7 +115,7 @@ def render_block(records: list[dict]) -> str:
     lines = [BEGIN, "", "| # | lesson | full run* |", "|---|---|---|"]
     for r in records:
         lines.append(f"| {r['lesson']} | {title(r['file'])} | {r['seconds']:g} s |")
-    lines += ["", f"\\* median wall time of `python lessons/NN_*.py` over {runs} runs on a 2-core CPU without a GPU, "
+    lines += ["", f"\\* median wall time of `python lessons/NN_*.py` over {runs} runs on an idle 2-core CPU without a GPU (a busy machine takes longer), "
               "recorded by `python lessons/run_all.py --full --repeat 3 --blas both --update`; smoke mode takes "
               "seconds per lesson.", "",
               "What the experiments found (small scale: read them as the method, not as verdicts on the paper).",
