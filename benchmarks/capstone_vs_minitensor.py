@@ -37,19 +37,21 @@ def main(argv=None) -> dict:
     s = CopyTaskSettings(show_progress=False)
     rng = np.random.default_rng(s.seed)
     batches = [make_batch(rng, s.batch, s) for _ in range(a.updates)]
-    engines = {"track": capstone.learner_update(track.load_all(a.dir), s)[1], "minitensor": capstone.minitensor_update(s)[1]}
+    engines = {"track": capstone.learner_update(track.load_all(a.dir), s)[1],
+               "minitensor": capstone.minitensor_update(s)[1]}
     for update in engines.values():          # warm-up: first calls allocate and import
         update(batches[0])
     rounds = {name: [] for name in engines}
     for r in range(a.rounds):
         for name, update in engines.items():
             rounds[name].append(capstone.seconds_per_update(update, batches))
-        print(f"round {r + 1}: track {rounds['track'][-1] * 1e3:.1f} ms, minitensor {rounds['minitensor'][-1] * 1e3:.1f} ms "
-              "per update", flush=True)
+        print(f"round {r + 1}: track {rounds['track'][-1] * 1e3:.1f} ms, "
+              f"minitensor {rounds['minitensor'][-1] * 1e3:.1f} ms per update", flush=True)
     median = {name: float(np.median(v)) for name, v in rounds.items()}
     ratio = median["track"] / median["minitensor"]
     print(f"copy-task update (batch {s.batch}, d_model {s.model.d_model}, 2+2 layers, float32): track "
-          f"{median['track'] * 1e3:.1f} ms, minitensor {median['minitensor'] * 1e3:.1f} ms: the track takes {ratio:.2f}x")
+          f"{median['track'] * 1e3:.1f} ms, minitensor {median['minitensor'] * 1e3:.1f} ms: "
+          f"the track takes {ratio:.2f}x")
     out = {"benchmark": "capstone_vs_minitensor", "environment": environment("cpu"), "rounds": rounds,
            "median_seconds": median, "ratio_track_to_minitensor": ratio, "updates_per_round": a.updates}
     write_results(out, a.json)

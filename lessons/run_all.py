@@ -115,7 +115,8 @@ def render_block(records: list[dict]) -> str:
     lines = [BEGIN, "", "| # | lesson | full run* |", "|---|---|---|"]
     for r in records:
         lines.append(f"| {r['lesson']} | {title(r['file'])} | {r['seconds']:g} s |")
-    lines += ["", f"\\* median wall time of `python lessons/NN_*.py` over {runs} runs on an idle 2-core CPU without a GPU (a busy machine takes longer), "
+    lines += ["", f"\\* median wall time of `python lessons/NN_*.py` over {runs} runs on an idle 2-core CPU "
+              "without a GPU (a busy machine takes longer), "
               "recorded by `python lessons/run_all.py --full --repeat 3 --blas both --update`; smoke mode takes "
               "seconds per lesson.", "",
               "What the experiments found (small scale: read them as the method, not as verdicts on the paper).",
@@ -149,8 +150,8 @@ def varying(record: dict) -> str:
         by = {}
         for r in runs:
             by.setdefault(r["blas"], []).append(r["numbers"][key])
-        shown = ", ".join(f"{_num(min(v))} ({blas})" if min(v) == max(v) else f"{_num(min(v))}–{_num(max(v))} ({blas})"
-                          for blas, v in by.items())
+        span = lambda v: _num(v[0]) if min(v) == max(v) else f"{_num(min(v))}–{_num(max(v))}"   # noqa: E731
+        shown = ", ".join(f"{span(v)} ({blas})" for blas, v in by.items())
         parts.append(f"`{key}` {shown}")
     return "; ".join(parts)
 

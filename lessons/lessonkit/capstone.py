@@ -125,6 +125,7 @@ def run(directory=track.LEARNER, settings: CopyTaskSettings | None = None, say=p
         summary["minitensor_seconds_per_update"] = seconds_per_update(minitensor_update(s)[1], first)
         ratio = summary["seconds_per_update"] / summary["minitensor_seconds_per_update"]
         say(f"time per update (median): your engine {summary['seconds_per_update'] * 1e3:.1f} ms, "
-            f"minitensor {summary['minitensor_seconds_per_update'] * 1e3:.1f} ms on the same first {len(first)} batches: "
+            f"minitensor {summary['minitensor_seconds_per_update'] * 1e3:.1f} ms "
+            f"on the same first {len(first)} batches: "
             f"{ratio:.2f}x minitensor's")
     return summary

@@ -485,7 +485,8 @@ MISTAKES_04 = (
     Mistake("the backward of log softmax is grad − softmax(x)·Σgrad: the softmax term is missing",
             {"LogSoftmax.backward": lambda self, grad: (grad,)}),
     Mistake("the smoothing mass is spread over the V − 1 other tokens: label smoothing as Szegedy et al. define it "
-            "(the paper's reference for it) and PyTorch computes it puts ε/V on every token, the true one included", dict(cross_entropy=Using(lambda m: _cross_entropy(m, "V-1")))),
+            "(the paper's reference for it) and PyTorch computes it puts ε/V on every token, the true one included",
+            dict(cross_entropy=Using(lambda m: _cross_entropy(m, "V-1")))),
     Mistake("divided by every position, pad included: divide by the number of non-pad positions",
             dict(cross_entropy=Using(lambda m: _cross_entropy(m, count="all")))),
     Mistake("the sum is not divided: the loss is per non-pad position",
@@ -732,7 +733,8 @@ MISTAKES_06 = (
     Mistake("the backward lets the gradient through every entry: only the kept ones, scaled by 1/(1 − p)",
             {"Dropout.backward": lambda self, grad: (grad,)}),
     Mistake("dropout also runs when not training: at evaluation it is the identity",
-            dict(dropout=Using(lambda m: lambda x, p, rng, training: m.Dropout.apply(x, p=p, rng=rng) if p > 0 else x))),
+            dict(dropout=Using(lambda m: lambda x, p, rng, training:
+                               m.Dropout.apply(x, p=p, rng=rng) if p > 0 else x))),
 )
 
 
@@ -777,7 +779,8 @@ def _ln_backward(mean_term=True, xhat_term=True, param_axes="all"):
 MISTAKES_07 = (
     Mistake("the variance is divided by n − 1: LayerNorm's is the biased one, divided by n",
             {"LayerNormFunction.forward": _ln_forward(ddof=1)}),
-    Mistake("eps goes inside the square root: √(σ² + eps)", {"LayerNormFunction.forward": _ln_forward(eps_outside=True)}),
+    Mistake("eps goes inside the square root: √(σ² + eps)",
+            {"LayerNormFunction.forward": _ln_forward(eps_outside=True)}),
     Mistake("dx misses − mean(g): every entry of x moves μ, so each gets a share of the others' gradient",
             {"LayerNormFunction.backward": _ln_backward(mean_term=False)}),
     Mistake("dx misses − x̂ · mean(g · x̂): every entry of x moves σ too",
@@ -793,7 +796,8 @@ def _cases_08():
     cases = [op_case(f"softmax: {title}", "out = softmax(x); out.backward(output gradient)",
                      dict(x=_r(rng, shape) + shift), lambda ns, x: ns.softmax(x), lambda x: F.softmax(x, axis=-1),
                      seed=80 + i)
-             for i, (shape, shift, title) in enumerate([((3,), 0.0, "three entries"), ((2, 3), 0.0, "over the last axis"),
+             for i, (shape, shift, title) in enumerate([((3,), 0.0, "three entries"),
+                                                        ((2, 3), 0.0, "over the last axis"),
                                                         ((2, 3), 1000.0, "entries near 1000")])]
     for T in (1, 2, 4):
         def run(ns, T=T):
@@ -837,13 +841,16 @@ def _attention(mod, scale="sqrt", mask_means="may attend"):
 
 MISTAKES_08 = (
     Mistake("softmax over the wrong axis: the weights of one query sum to 1 over the keys, the last axis",
-            dict(softmax=lambda x: (lambda e: e / e.sum(axis=0, keepdims=True))((x - x.max(axis=0, keepdims=True)).exp()))),
+            dict(softmax=lambda x: (lambda e: e / e.sum(axis=0, keepdims=True))(
+                (x - x.max(axis=0, keepdims=True)).exp()))),
     Mistake("the causal mask is the upper triangle: query i may see keys j ≤ i, the lower one",
             dict(causal_mask=lambda T: np.triu(np.ones((T, T), dtype=bool)))),
     Mistake("the causal mask hides the diagonal too: a position may attend to itself",
             dict(causal_mask=lambda T: np.tril(np.ones((T, T), dtype=bool), -1))),
-    Mistake("the scores are divided by d_k: equation 1 divides by √d_k", dict(attention=Using(lambda m: _attention(m, "d")))),
-    Mistake("the scores are not scaled: divide q kᵀ by √d_k", dict(attention=Using(lambda m: _attention(m, "none")))),
+    Mistake("the scores are divided by d_k: equation 1 divides by √d_k",
+            dict(attention=Using(lambda m: _attention(m, "d")))),
+    Mistake("the scores are not scaled: divide q kᵀ by √d_k",
+            dict(attention=Using(lambda m: _attention(m, "none")))),
     Mistake("the mask is read the wrong way round: True means may attend, so fill where it is False",
             dict(attention=Using(lambda m: _attention(m, mask_means="blocked")))),
 )
@@ -890,7 +897,8 @@ def _cases_09():
             kv = q if key is None else mt.tensor(key)
             return m(q, kv, kv, None if mask is None else mt.tensor(mask))
         cases.append(module_case(f"MultiHeadAttention: {title}", "out = MultiHeadAttention(d_model, h)(query, key, "
-                                 "value, mask)", lambda ns, d=d, h=h: ns.MultiHeadAttention(d, h, np.random.default_rng(0)),
+                                 "value, mask)",
+                                 lambda ns, d=d, h=h: ns.MultiHeadAttention(d, h, np.random.default_rng(0)),
                                  transformer.MultiHeadAttention(d, h), inputs, mine, theirs, seed=900 + i,
                                  shown={**inputs, "key = value": "query" if "key" not in inputs else "key", "h": h,
                                         "mask": "None" if mask is None else mask}))
@@ -1197,7 +1205,8 @@ def _multiply_adds_per_path(mod):
         own = 0
         if isinstance(fn, mod.MatMul):
             a, b = fn.inputs[0].data, fn.inputs[1].data
-            own = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))) * a.shape[-2] * a.shape[-1] * b.shape[-1]
+            stack = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
+            own = stack * a.shape[-2] * a.shape[-1] * b.shape[-1]
         return own + sum(multiply_adds(x) for x in fn.inputs)
     return multiply_adds
 
@@ -1254,12 +1263,14 @@ def _cases_14():
     for i, (V, d, h, d_ff, layers, B, Ts, Tt, title) in enumerate([
             (6, 2, 1, 3, 1, 1, 2, 2, "one layer each, one head"),
             (8, 4, 2, 6, 2, 2, 3, 4, "two layers each, a padded batch")]):
-        src, tgt = _ids(rng, B, Ts, V, pad_from=2 if B > 1 else None), _ids(rng, B, Tt, V, pad_from=3 if B > 1 else None)
+        src = _ids(rng, B, Ts, V, pad_from=2 if B > 1 else None)
+        tgt = _ids(rng, B, Tt, V, pad_from=3 if B > 1 else None)
         tgt[:, 0] = 1
         cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=d_ff, n_encoder_layers=layers,
                                             n_decoder_layers=layers, dropout=0.0, max_len=16)
         cases.append(module_case(
-            f"Transformer: {title}", "logits = Transformer(vocab, d_model, h, d_ff, n_layers, 0.0, max_len)(src, tgt_in)",
+            f"Transformer: {title}",
+            "logits = Transformer(vocab, d_model, h, d_ff, n_layers, 0.0, max_len)(src, tgt_in)",
             lambda ns, V=V, d=d, h=h, f=d_ff, n=layers: ns.Transformer(V, d_model=d, h=h, d_ff=f, n_layers=n,
                                                                        p_drop=0.0, max_len=16),
             transformer.Transformer(cfg), {"src": src, "tgt_in": tgt}, lambda ns, m, src, tgt_in: m(src, tgt_in),
@@ -1312,7 +1323,8 @@ def _cases_15():
             m.load_state_dict({k: v.copy() for k, v in state.items()})
             yield ns.greedy_decode(m, src.copy(), max_len, 1, 2, 0)
         cases.append(Case(f"greedy_decode: {title}", "greedy_decode(model, src, max_len, bos=1, eos=2, pad=0)",
-                          {"src": src, "max_len": max_len, "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, "
+                          {"src": src, "max_len": max_len,
+                           "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, "
                            f"{layers} layer{'s' if layers > 1 else ''} each) with the grader's weights"},
                           run, [Expect("the tokens", np.asarray(want), kind="i")]))
     for i, (V, d, h, layers, src, beam, alpha, max_len, title) in enumerate([
@@ -1486,7 +1498,8 @@ def _cases_16():
                 yield opt.lr
         cases.append(Case(f"Noam: {steps} steps", "sched = Noam(optimizer, d_model, warmup, factor); then sched.step() "
                           f"{steps} times", {"d_model": d_model, "warmup": warmup, "factor": factor}, run,
-                          [Expect(f"step {t} {what}", transformer.noam_lr(t, d_model, warmup, factor), atol=0, rtol=1e-9)
+                          [Expect(f"step {t} {what}", transformer.noam_lr(t, d_model, warmup, factor),
+                                  atol=0, rtol=1e-9)
                            for t in range(1, steps + 1) for what in ("returns", ": the optimiser's lr")]))
     return cases
 
@@ -1506,9 +1519,11 @@ MISTAKES_16 = (
             "warmup", dict(noam_lr=lambda s, d, w, f=1.0: f * d**-0.5 * min(s**-0.5, s * w**-1.0))),
     Mistake("there is no warm-up: for the first warmup steps the rate must grow linearly with step",
             dict(noam_lr=lambda s, d, w, f=1.0: f * d**-0.5 * s**-0.5)),
-    Mistake("max where equation (3) has min", dict(noam_lr=lambda s, d, w, f=1.0: f * d**-0.5 * max(s**-0.5, s * w**-1.5))),
+    Mistake("max where equation (3) has min",
+            dict(noam_lr=lambda s, d, w, f=1.0: f * d**-0.5 * max(s**-0.5, s * w**-1.5))),
     Mistake("the factor d_model^−0.5 is missing", dict(noam_lr=lambda s, d, w, f=1.0: f * min(s**-0.5, s * w**-1.5))),
-    Mistake("factor is ignored: multiply the rate by it", dict(noam_lr=lambda s, d, w, f=1.0: d**-0.5 * min(s**-0.5, s * w**-1.5))),
+    Mistake("factor is ignored: multiply the rate by it",
+            dict(noam_lr=lambda s, d, w, f=1.0: d**-0.5 * min(s**-0.5, s * w**-1.5))),
     Mistake("the rate is returned but the optimiser's lr is not set: optimizer.lr = the rate",
             {"Noam.step": _noam_step_unset}),
 )
@@ -1527,7 +1542,8 @@ def _cases_17():
     losses = {
         "the whole model's loss": (
             lambda ns, m: engine(ns, "04").cross_entropy(m(src, tgt_in), tgt_out, 0.1, 0),
-            lambda m: transformer.label_smoothed_loss(m(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0, 0.1)),
+            lambda m: transformer.label_smoothed_loss(m(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0,
+                                                      0.1)),
         "a loss of the encoder's output alone": (
             lambda ns, m: (m.encode(src) * m.encode(src)).sum(),
             lambda m: (m.encode(mt.tensor(src), _masks.padding_mask(mt.tensor(src), 0)) ** 2).sum()),
@@ -1649,12 +1665,14 @@ def _count(biases=True, norms=True, cross=True, shared=True):
     def parameter_count(V, d, d_ff, n):
         lin = lambda a, b: a * b + (b if biases else 0)   # noqa: E731
         att, ffn, norm = 4 * lin(d, d), lin(d, d_ff) + lin(d_ff, d), (2 * d if norms else 0)
-        return V * d * (1 if shared else 2) + n * ((att + ffn + 2 * norm) + ((2 if cross else 1) * att + ffn + 3 * norm))
+        encoder, decoder = att + ffn + 2 * norm, (2 if cross else 1) * att + ffn + 3 * norm
+        return V * d * (1 if shared else 2) + n * (encoder + decoder)
     return parameter_count
 
 
 MISTAKES_19 = (
-    Mistake("the biases are missing: every Linear has one, of its output's width", dict(parameter_count=_count(biases=False))),
+    Mistake("the biases are missing: every Linear has one, of its output's width",
+            dict(parameter_count=_count(biases=False))),
     Mistake("the LayerNorms are missing: each has γ and β, two per encoder layer and three per decoder layer",
             dict(parameter_count=_count(norms=False))),
     Mistake("a decoder layer has two attentions: self-attention and attention over the encoder's output",
@@ -1833,7 +1851,8 @@ def _cases_22():
                            "model": f"your Transformer (vocab {V}, d_model {d}) with the grader's weights, every .grad "
                                     "full of ones before the call"}, run,
                           [Expect("the returned number of tokens", np.int64(sum(lengths)), kind="i")]
-                          + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7) for k, g in want]))
+                          + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7)
+                             for k, g in want]))
     return cases
 
 
@@ -2121,7 +2140,8 @@ def _drawn_07():
     def case(draw):
         shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))) + (draw(st.integers(1, 5)),)
         eps = draw(st.sampled_from([1e-5, 0.1, 1.0]))
-        arrays = dict(x=draw(_tenths(st, shape)), gamma=draw(_tenths(st, shape[-1:])), beta=draw(_tenths(st, shape[-1:])))
+        arrays = dict(x=draw(_tenths(st, shape)), gamma=draw(_tenths(st, shape[-1:])),
+                      beta=draw(_tenths(st, shape[-1:])))
         return op_case("LayerNormFunction", "out = LayerNormFunction.apply(x, gamma, beta, eps=eps); "
                        "out.backward(output gradient)", arrays,
                        lambda ns, x, gamma, beta: ns.LayerNormFunction.apply(x, gamma, beta, eps=eps),
@@ -2147,7 +2167,8 @@ def _drawn_08():
             mask = None
         return op_case("attention", "out = attention(q, k, v, mask); out.backward(output gradient)", arrays,
                        lambda ns, q, k, v: ns.attention(q, k, v, mask),
-                       lambda q, k, v: F.scaled_dot_product_attention(q, k, v, None if mask is None else mt.tensor(mask)),
+                       lambda q, k, v: F.scaled_dot_product_attention(
+                           q, k, v, None if mask is None else mt.tensor(mask)),
                        shown={"mask": "None" if mask is None else mask}, seed=8)
     return case()
 
@@ -2162,7 +2183,8 @@ def _drawn_10():
         ids = np.array(draw(st.lists(st.integers(0, V - 1), min_size=int(np.prod(shape)),
                                      max_size=int(np.prod(shape))))).reshape(shape)
         return op_case("Embedding", "out = Embedding.apply(weight, ids=ids); out.backward(output gradient)",
-                       dict(weight=draw(_tenths(st, (V, d)))), lambda ns, weight: ns.Embedding.apply(weight, ids=ids.copy()),
+                       dict(weight=draw(_tenths(st, (V, d)))),
+                       lambda ns, weight: ns.Embedding.apply(weight, ids=ids.copy()),
                        lambda weight: F.embedding(mt.tensor(ids), weight), shown={"ids": ids}, seed=10)
     return case()
 
@@ -2215,7 +2237,8 @@ def _drawn_21():
             yield np.int64(len(out))
             for b in list(out)[:k]:
                 yield np.asarray(b)
-        return Case("token_batches", "token_batches(lengths, max_tokens)", {"lengths": lengths, "max_tokens": max_tokens},
+        return Case("token_batches", "token_batches(lengths, max_tokens)",
+                    {"lengths": lengths, "max_tokens": max_tokens},
                     run, [Expect("the number of batches", np.int64(len(want)), kind="i")]
                     + [Expect(f"batch {j}", np.asarray(b), kind="i") for j, b in enumerate(want)])
     return case()
@@ -2226,7 +2249,8 @@ def _drawn_23():
 
     @st.composite
     def case(draw):
-        Tq, Tk, d, block = draw(st.integers(1, 3)), draw(st.integers(1, 6)), draw(st.integers(1, 3)), draw(st.integers(1, 6))
+        Tq, Tk = draw(st.integers(1, 3)), draw(st.integers(1, 6))
+        d, block = draw(st.integers(1, 3)), draw(st.integers(1, 6))
         q, k, v = draw(_tenths(st, (Tq, d))), draw(_tenths(st, (Tk, d))), draw(_tenths(st, (Tk, 2)))
         want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
 
@@ -2250,7 +2274,8 @@ def _drawn_24():
             results, sent = ns.ring_all_reduce([a.copy() for a in arrays])
             yield from results
             yield np.asarray(sent)
-        return Case("ring_all_reduce", "ring_all_reduce(arrays)", {f"arrays[{r}]": a for r, a in enumerate(arrays)}, run,
+        return Case("ring_all_reduce", "ring_all_reduce(arrays)", {f"arrays[{r}]": a for r, a in enumerate(arrays)},
+                    run,
                     [Expect(f"results[{r}]: the sum", np.sum(arrays, axis=0), atol=1e-12) for r in range(R)]
                     + [Expect("sent: entries each rank sent", np.asarray(_ring_sent(R, n)), kind="i")])
     return case()

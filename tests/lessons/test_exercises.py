@@ -111,7 +111,8 @@ def test_once_the_fixed_cases_pass_hypothesis_draws_more_and_reports_the_smalles
     ex = EXERCISES["02"]
     assert all(grader._passes(c, answer) for c in ex.cases())
     ok, report = grader.grade(ex, answer)
-    assert not ok and report.startswith("a case drawn by hypothesis, the smallest it found that fails: sum_to\n"), report
+    assert not ok, report
+    assert report.startswith("a case drawn by hypothesis, the smallest it found that fails: sum_to\n"), report
     assert f"(all {len(ex.cases())} fixed cases pass)" in report, report
     grad = re.search(r"grad  = (.*?)\n    shape", report, re.S).group(1)
     assert grad.count("[") == 3 and set(re.findall(r"-?\d+\.\d*", grad)) <= {"0.", "0.0"}, report   # shrunk: zeros
@@ -153,7 +154,8 @@ def test_the_command_line(tmp_path):
     assert out.returncode == 1 and ": FAIL\n" in out.stdout and "not written yet" in out.stdout, out.stdout
     assert "note: exercise 16 uses your earlier exercises, and 01, 02" in out.stdout, out.stdout
     out = _run("capstone")
-    assert out.returncode == 1 and "the capstone needs exercises 01–16 to pass; these do not yet: 01, 02" in out.stdout
+    assert out.returncode == 1, out.stdout
+    assert "the capstone needs exercises 01–16 to pass; these do not yet: 01, 02" in out.stdout, out.stdout
     for p in SOLUTIONS.glob("ex*.py"):
         shutil.copy(p, tmp_path)
     broken = tmp_path / track.path(SOLUTIONS, "05").name
@@ -173,7 +175,8 @@ def test_the_capstone_trains_the_copy_task_on_the_reference_engine_to_its_target
     assert summary["test_exact_match"] >= 0.95, lines       # fresh sequences, never seen
     assert summary["updates"] < 1500, lines                 # the recipe's budget
     assert summary["seconds_per_update"] > 0 and summary["minitensor_seconds_per_update"] > 0
-    assert re.search(r"time per update \(median\): your engine [\d.]+ ms, minitensor [\d.]+ ms on the same first 20 batches", lines[-1]), lines
+    assert re.search(r"time per update \(median\): your engine [\d.]+ ms, minitensor [\d.]+ ms "
+                     r"on the same first 20 batches", lines[-1]), lines
 
 
 def test_the_lessons_readme_lists_every_exercise_with_its_file_and_what_to_write():

@@ -204,9 +204,11 @@ def test_a_number_that_differs_between_recorded_runs_is_flagged_beside_the_findi
     runs = [{"blas": "unset", "numbers": {"updates": 450, "error": 1.1e-16, "slope": -0.66, "same": 0.5}},
             {"blas": "haswell", "numbers": {"updates": 250, "error": 2.2e-16, "slope": -0.67, "same": 0.5}},
             {"blas": "haswell", "numbers": {"updates": 300, "error": 1.0e-16, "slope": -0.661, "same": 0.5}}]
-    record = {"lesson": "14", "file": "14_the_whole_model_on_the_copy_task.py", "seconds": 1.0, "findings": ["copies after 450 updates."],
+    record = {"lesson": "14", "file": "14_the_whole_model_on_the_copy_task.py", "seconds": 1.0,
+              "findings": ["copies after 450 updates."],
               "runs": [{**r, "kernels": "k", "seconds": 1.0, "checks": {}} for r in runs]}
-    assert run_all.varying(record) == "`updates` 450 (unset), 250–300 (haswell); `slope` -0.66 (unset), -0.67–-0.661 (haswell)"
+    assert run_all.varying(record) == \
+        "`updates` 450 (unset), 250–300 (haswell); `slope` -0.66 (unset), -0.67–-0.661 (haswell)"
     block = run_all.render_block([record])
     assert "- **Lesson 14**: copies after 450 updates.\n  - *Not the same in every recorded run*" in block
     assert run_all.varying({**record, "runs": record["runs"][:1]}) == ""

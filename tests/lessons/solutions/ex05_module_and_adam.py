@@ -56,7 +56,10 @@ class Module:
 
         def walk(module, prefix):
             for name, value in vars(module).items():
-                items = [(f"{name}.{i}", v) for i, v in enumerate(value)] if isinstance(value, list) else [(name, value)]
+                if isinstance(value, list):
+                    items = [(f"{name}.{i}", v) for i, v in enumerate(value)]
+                else:
+                    items = [(name, value)]
                 for key, item in items:
                     if isinstance(item, Tensor) and item.requires_grad and id(item) not in seen:
                         seen.add(id(item))
