@@ -15,9 +15,9 @@ at the first one your code gets wrong, so the case it reports is the smallest th
 report shows that case's input, what was expected (minitensor's answer, in float64) and what
 your code gave, the entries that differ (or a wrong shape or dtype), and, when your answer is
 one the grader knows as a common mistake, a one-line hint. Code that raises is reported with
-the exception and your line that raised it. Once the fixed cases pass, most exercises try
-40 more inputs drawn by hypothesis (the same ones every run) and report the smallest failing
-one it finds. When an exercise fails and an earlier one it builds on fails too, the report
+the exception and your line that raised it. Once the fixed cases pass, every exercise but
+17 and 25 (whose inputs are a loss and a program) tries 40 more inputs drawn by hypothesis
+(the same ones every run) and reports the smallest failing one it finds. When an exercise fails and an earlier one it builds on fails too, the report
 says so: fix the earlier one first.
 
 With exercises 01–16 passed, ``capstone`` trains the copy task of ``examples/copy_task.py`` on

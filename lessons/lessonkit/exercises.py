@@ -1813,7 +1813,14 @@ MISTAKES_21 = (
 
 
 # ---------------------------------------------------------------- 22: micro-batches
-def _cases_22():
+_BATCH_22 = []
+
+
+def _batch_22() -> dict:
+    """The grader's batch of 6 sentence pairs, its weights, and minitensor's gradient of the
+    whole batch's loss (made once)."""
+    if _BATCH_22:
+        return _BATCH_22[0]
     rng = np.random.default_rng(22)
     V, d, h, layers = 9, 4, 2, 1
     cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
@@ -1829,31 +1836,42 @@ def _cases_22():
     state = _seeded_weights(ref, 220)
     transformer.label_smoothed_loss(ref(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0, 0.1).backward()
     named = sorted(ref.named_parameters(), key=lambda kv: (kv[1].size, kv[0]))
-    want = [(k, p.grad.numpy()) for k, p in named]
-    cases = []
-    for rows, title in [([(0, 6)], "one micro-batch: the whole batch"),
-                        ([(0, 3), (3, 6)], "two micro-batches with the same number of tokens"),
-                        ([(0, 1), (1, 6)], "two micro-batches with different numbers of tokens"),
-                        ([(0, 2), (2, 3), (3, 6)], "three micro-batches")]:
-        def run(ns, rows=rows):
-            m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
-            m.load_state_dict({k: v.copy() for k, v in state.items()})
-            for p in m.parameters():       # left over from an earlier update: accumulate must clear them
-                p.grad = np.ones_like(p.data)
-            yield np.int64(ns.accumulate(m, [(src[a:b], tgt_in[a:b], tgt_out[a:b]) for a, b in rows], 0.1, 0))
-            params = dict(m.named_parameters())
-            for k, _ in want:
-                g = params[k].grad
-                yield Missing(f"the parameter {k} got no gradient") if g is None else g
-        spans = ", ".join(f"{a}–{b - 1}" if b - a > 1 else f"{a}" for a, b in rows)
-        cases.append(Case(title, "accumulate(model, micro_batches, smoothing=0.1, pad=0)",
-                          {"micro-batches": f"sentence pairs {spans} of a batch of 6", "target tokens": lengths,
-                           "model": f"your Transformer (vocab {V}, d_model {d}) with the grader's weights, every .grad "
-                                    "full of ones before the call"}, run,
-                          [Expect("the returned number of tokens", np.int64(sum(lengths)), kind="i")]
-                          + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7)
-                             for k, g in want]))
-    return cases
+    _BATCH_22.append(dict(V=V, d=d, h=h, layers=layers, lengths=lengths, src=src, tgt_in=tgt_in, tgt_out=tgt_out,
+                          state=state, want=[(k, p.grad.numpy()) for k, p in named]))
+    return _BATCH_22[0]
+
+
+def _case_22(rows: list, title: str) -> Case:
+    """accumulate over the micro-batches of the grader's batch whose rows are ``rows`` [(a, b), ...]."""
+    b = _batch_22()
+    V, d, h, layers, want = b["V"], b["d"], b["h"], b["layers"], b["want"]
+
+    def run(ns):
+        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+        m.load_state_dict({k: v.copy() for k, v in b["state"].items()})
+        for p in m.parameters():       # left over from an earlier update: accumulate must clear them
+            p.grad = np.ones_like(p.data)
+        yield np.int64(ns.accumulate(m, [(b["src"][i:j], b["tgt_in"][i:j], b["tgt_out"][i:j]) for i, j in rows],
+                                     0.1, 0))
+        params = dict(m.named_parameters())
+        for k, _ in want:
+            g = params[k].grad
+            yield Missing(f"the parameter {k} got no gradient") if g is None else g
+    spans = ", ".join(f"{i}–{j - 1}" if j - i > 1 else f"{i}" for i, j in rows)
+    return Case(title, "accumulate(model, micro_batches, smoothing=0.1, pad=0)",
+                {"micro-batches": f"sentence pairs {spans} of a batch of 6", "target tokens": b["lengths"],
+                 "model": f"your Transformer (vocab {V}, d_model {d}) with the grader's weights, every .grad "
+                          "full of ones before the call"}, run,
+                [Expect("the returned number of tokens", np.int64(sum(b["lengths"])), kind="i")]
+                + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7) for k, g in want])
+
+
+def _cases_22():
+    return [_case_22(rows, title) for rows, title in [
+        ([(0, 6)], "one micro-batch: the whole batch"),
+        ([(0, 3), (3, 6)], "two micro-batches with the same number of tokens"),
+        ([(0, 1), (1, 6)], "two micro-batches with different numbers of tokens"),
+        ([(0, 2), (2, 3), (3, 6)], "three micro-batches")]]
 
 
 def _accumulate(mod, how="sum then divide", clear=True):
@@ -2281,48 +2299,337 @@ def _drawn_24():
     return case()
 
 
+def _drawn_01():
+    import hypothesis.strategies as st
+    forms = [("x * y", lambda x, y: x * y), ("x + y", lambda x, y: x + y), ("(x + y) * x", lambda x, y: (x + y) * x),
+             ("u = x * y; (u + x) * u", lambda x, y: (lambda u: (u + x) * u)(x * y)),
+             ("u = x * y; (u * u + x) * u", lambda x, y: (lambda u: (u * u + x) * u)(x * y)),
+             ("(x * x) * (y + y)", lambda x, y: (x * x) * (y + y))]
+
+    @st.composite
+    def case(draw):
+        text, f = draw(st.sampled_from(forms))
+        shape = tuple(draw(st.lists(st.integers(1, 3), min_size=0, max_size=2)))
+        return op_case("an expression", f"out = {text}; out.backward(output gradient)",
+                       dict(x=draw(_tenths(st, shape)), y=draw(_tenths(st, shape))),
+                       lambda ns, x, y: f(x, y), lambda x, y: f(x, y), seed=1, twice=draw(st.booleans()))
+    return case()
+
+
+def _drawn_03():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))
+        x, c = draw(_tenths(st, shape)), draw(_tenths(st, shape))
+        eps = draw(st.sampled_from([1e-4, 1e-3, 1e-2]))
+        f = lambda a: float((c * a**3).sum())   # noqa: E731
+
+        def run(ns):
+            mine = x.copy()
+            yield ns.numerical_gradient(f, mine, eps)
+            yield mine
+        return Case("numerical_gradient", "numerical_gradient(f, x, eps)",
+                    {"f(x)": "sum(c * x**3)", "c": c, "x": x, "eps": eps}, run,
+                    [Expect("the result", _package_numerical_gradient(f, x.copy(), eps), atol=1e-7, rtol=1e-7),
+                     Expect("x after the call (every entry must be put back)", x, atol=1e-12, rtol=0)])
+    return case()
+
+
+def _drawn_05():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        shapes = draw(st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=2).map(tuple), min_size=1, max_size=3))
+        steps = draw(st.integers(1, 4))
+        hyper = (draw(st.sampled_from([0.001, 0.01, 0.1])), draw(st.sampled_from([(0.9, 0.98), (0.5, 0.8)])),
+                 draw(st.sampled_from([1e-9, 1e-3])))
+        params = [draw(_tenths(st, s)) for s in shapes]
+        grads = [[draw(_tenths(st, s)) for s in shapes] for _ in range(steps)]
+        want = _adam_reference(params, grads, *hyper)
+
+        def run(ns):
+            ps = [ns.Parameter(p.copy()) for p in params]
+            opt = ns.Adam(ps, lr=hyper[0], betas=hyper[1], eps=hyper[2])
+            for step in grads:
+                opt.zero_grad()
+                for p, g in zip(ps, step):
+                    p.grad = g.copy()
+                opt.step()
+                yield from (p.data.copy() for p in ps)
+        return Case("Adam", "Adam(params, lr, betas, eps); then, for each step: set .grad; step()",
+                    {"params": params, "grads (one list per step)": grads, "lr": hyper[0], "betas": hyper[1],
+                     "eps": hyper[2]}, run,
+                    [Expect(f"after step {t + 1}: parameter {k}", w, atol=1e-12, rtol=1e-8)
+                     for t, step in enumerate(want) for k, w in enumerate(step)])
+    return case()
+
+
+def _drawn_06():
+    import hypothesis.strategies as st
+    from minitensor.ops.dropout import dropped
+
+    @st.composite
+    def case(draw):
+        shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)))
+        p, training, seed = draw(st.sampled_from([0.0, 0.1, 0.5, 0.9])), draw(st.booleans()), draw(st.integers(0, 99))
+        x, w = draw(_tenths(st, shape)), draw(_tenths(st, shape))
+        keep = np.random.default_rng(seed).random(shape) >= p
+        on = training and p > 0
+
+        def run(ns):
+            t = engine(ns).Tensor(x.copy(), requires_grad=True)
+            y = ns.dropout(t, p, np.random.default_rng(seed), training)
+            yield y
+            y.backward(w.copy())
+            yield Missing("x.grad is None") if t.grad is None else t.grad
+        return Case("dropout", "out = dropout(x, p, rng, training); out.backward(output gradient)",
+                    {"x": x, "p": p, "training": training, "rng": f"np.random.default_rng({seed})",
+                     "output gradient": w}, run,
+                    [Expect("the output", dropped(x, keep, p) if on else x, atol=1e-12),
+                     Expect("the gradient of x", dropped(w, keep, p) if on else w, atol=1e-12)])
+    return case()
+
+
+def _drawn_09():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        B, Tq, Tk, h, d_k = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 3)),
+                             draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+        d = h * d_k
+        query, key = draw(_tenths(st, (B, Tq, d))), draw(_tenths(st, (B, Tk, d)))
+
+        def mine(ns, m, query, key):
+            T = engine(ns).Tensor
+            kv = T(key)
+            return m(T(query), kv, kv, None)
+        return module_case("MultiHeadAttention", "out = MultiHeadAttention(d_model, h)(query, key, value=key)",
+                           lambda ns: ns.MultiHeadAttention(d, h, np.random.default_rng(0)),
+                           transformer.MultiHeadAttention(d, h), {"query": query, "key": key}, mine,
+                           lambda m, query, key: (lambda kv: m(mt.tensor(query), kv, kv))(mt.tensor(key)),
+                           seed=draw(st.integers(0, 99)), shown={"query": query, "key = value": key, "h": h},
+                           atol=1e-8, rtol=1e-7)
+    return case()
+
+
+def _drawn_11():
+    import hypothesis.strategies as st
+    from transformer.layers import EncoderLayer
+
+    @st.composite
+    def case(draw):
+        B, T, h, d_k, d_ff = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 2)),
+                              draw(st.integers(1, 2)), draw(st.integers(1, 4)))
+        d = h * d_k
+        x = draw(_tenths(st, (B, T, d)))
+        mask = np.ones((B, 1, 1, T), bool)
+        mask[:, ..., 1:] = np.array(draw(st.lists(st.booleans(), min_size=B * (T - 1), max_size=B * (T - 1)))
+                                    ).reshape(B, 1, 1, T - 1)
+        return module_case("EncoderLayer", "out = EncoderLayer(d_model, h, d_ff, 0.0, rng)(x, mask)",
+                           lambda ns: ns.EncoderLayer(d, h, d_ff, 0.0, np.random.default_rng(0)),
+                           EncoderLayer(d, h, d_ff, 0.0), {"x": x}, lambda ns, m, x: m(engine(ns).Tensor(x), mask),
+                           lambda m, x: m(mt.tensor(x), mt.tensor(mask)), seed=draw(st.integers(0, 99)),
+                           shown={"x": x, "mask": mask, "h": h, "d_ff": d_ff}, atol=1e-8, rtol=1e-7)
+    return case()
+
+
+def _drawn_12():
+    import hypothesis.strategies as st
+    from transformer.layers import DecoderLayer
+
+    @st.composite
+    def case(draw):
+        B, T, Ts, h, d_k = (draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(1, 3)),
+                            draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+        d = h * d_k
+        y, memory = draw(_tenths(st, (B, T, d))), draw(_tenths(st, (B, Ts, d)))
+        tgt_mask, src_mask = np.tril(np.ones((T, T), bool)), np.ones((B, 1, 1, Ts), bool)
+        if Ts > 1 and draw(st.booleans()):
+            src_mask[-1, ..., -1] = False
+        return module_case("DecoderLayer.forward", "out = DecoderLayer(d_model, h, d_ff, 0.0, rng)(x, memory, "
+                           "tgt_mask, src_mask)",
+                           lambda ns: ns.DecoderLayer(d, h, 2 * d, 0.0, np.random.default_rng(0)),
+                           DecoderLayer(d, h, 2 * d, 0.0), {"x": y, "memory": memory},
+                           lambda ns, m, x, memory: m(engine(ns).Tensor(x), engine(ns).Tensor(memory), tgt_mask,
+                                                      src_mask),
+                           lambda m, x, memory: m(mt.tensor(x), mt.tensor(memory), mt.tensor(tgt_mask),
+                                                  mt.tensor(src_mask)),
+                           seed=draw(st.integers(0, 99)),
+                           shown={"x": y, "memory": memory, "tgt_mask": tgt_mask, "src_mask": src_mask, "h": h},
+                           atol=1e-8, rtol=1e-7)
+    return case()
+
+
+def _drawn_13():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        kind = draw(st.sampled_from(["chain", "shared", "attention", "recurrent", "stack"]))
+        n, d = draw(st.integers(1, 6)), draw(st.integers(1, 3))
+        text, build, madds, seq = _layer_13(kind, n, d)
+
+        def run(ns):
+            out = build(ns)
+            yield ns.multiply_adds(out)
+            yield ns.sequential_products(out)
+        return Case(f"{kind}, n = {n} positions of width d = {d}", "multiply_adds(out), sequential_products(out)",
+                    {"out": text, "x": f"({n}, {d})", "w, v, ...": f"({d}, {d})"}, run,
+                    [Expect("multiply_adds", np.int64(madds), kind="i"),
+                     Expect("sequential_products", np.int64(seq), kind="i")])
+    return case()
+
+
+def _drawn_14():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        V, h = draw(st.integers(4, 8)), draw(st.integers(1, 2))
+        d_k, layers = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+        d = h * d_k
+        B, Ts, Tt = draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(1, 4))
+        src, tgt = _ids(np.random.default_rng(draw(st.integers(0, 99))), B, Ts, V), \
+            _ids(np.random.default_rng(draw(st.integers(0, 99))), B, Tt, V)
+        tgt[:, 0] = 1
+        if B > 1 and Ts > 1 and draw(st.booleans()):
+            src[-1, -1] = 0
+        if B > 1 and Tt > 1 and draw(st.booleans()):
+            tgt[-1, -1] = 0
+        cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                            n_decoder_layers=layers, dropout=0.0, max_len=16)
+        return module_case(
+            "Transformer", "logits = Transformer(vocab, d_model, h, d_ff, n_layers, 0.0, max_len)(src, tgt_in)",
+            lambda ns: ns.Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16),
+            transformer.Transformer(cfg), {"src": src, "tgt_in": tgt}, lambda ns, m, src, tgt_in: m(src, tgt_in),
+            lambda m, src, tgt_in: m(mt.tensor(src), mt.tensor(tgt_in)), seed=draw(st.integers(0, 99)),
+            shown={"src": src, "tgt_in": tgt, "vocab": V, "d_model": d, "h": h, "n_layers": layers},
+            atol=1e-6, rtol=1e-6)
+    return case()
+
+
+def _drawn_18():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        k, d = draw(st.integers(0, 60)), 2 * draw(st.integers(1, 5))
+        want = np.zeros((d, d))
+        for i in range(d // 2):
+            a = k / 10000.0 ** (2 * i / d)
+            want[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+
+        def run(ns):
+            yield ns.shift_matrix(k, d)
+        return Case(f"k = {k}, d = {d}", "shift_matrix(k, d)", {"k": k, "d": d}, run,
+                    [Expect("M, with PE(pos + k) = PE(pos) M", want, atol=1e-12)])
+    return case()
+
+
+def _drawn_19():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        V, d = draw(st.integers(4, 60)), draw(st.integers(1, 16))
+        d_ff, n = draw(st.integers(1, 32)), draw(st.integers(1, 4))
+        cfg = transformer.TransformerConfig(V, d_model=d, n_heads=1, d_ff=d_ff, n_encoder_layers=n,
+                                            n_decoder_layers=n, dropout=0.0)
+
+        def run(ns):
+            yield ns.parameter_count(V, d, d_ff, n)
+        return Case("parameter_count", "parameter_count(vocab, d_model, d_ff, n_layers)",
+                    {"vocab": V, "d_model": d, "d_ff": d_ff, "n_layers": n}, run,
+                    [Expect("", np.int64(transformer.Transformer(cfg).num_parameters()), kind="i")])
+    return case()
+
+
+def _drawn_15():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):   # beam search's step on drawn scores (the decoders' tokens are judged on the fixed cases)
+        from transformer.decoding import rank_extensions as _rank_extensions
+        B, K, V = draw(st.integers(1, 2)), draw(st.integers(1, 3)), draw(st.integers(2, 4))
+        n = draw(st.integers(1, K * V))
+        scores = -np.abs(draw(_tenths(st, (B, K))))
+        logp = -np.abs(draw(_tenths(st, (B, K, V))))
+        beam, token, score = _rank_extensions(scores, logp, n)   # ties go to the lower k·V + w, as the stub says
+
+        def run(ns):
+            out = ns.rank_extensions(scores.copy(), logp.copy(), n)
+            if not isinstance(out, (tuple, list)) or len(out) != 3:
+                raise Malformed("rank_extensions must return three arrays (beam, token, score)")
+            yield from out
+        return Case("rank_extensions", "rank_extensions(scores, logp, n)", {"scores": scores, "logp": logp, "n": n},
+                    run, [Expect("beam", beam, kind="i"), Expect("token", token, kind="i"),
+                          Expect("score", score, atol=1e-12)])
+    return case()
+
+
+def _drawn_22():
+    import hypothesis.strategies as st
+
+    @st.composite
+    def case(draw):
+        cuts = sorted(draw(st.sets(st.integers(1, 5), max_size=5)))
+        edges = [0] + cuts + [6]
+        count = len(edges) - 1
+        return _case_22(list(zip(edges[:-1], edges[1:])), f"{count} micro-batch{'es' if count > 1 else ''}")
+    return case()
+
+
 EXERCISES = {e.number: e for e in [
     Exercise("01", "a Tensor and a Function with backward", ("Tensor.backward", "Add.backward", "Mul.backward"),
-             _cases_01, MISTAKES_01),
+             _cases_01, MISTAKES_01, drawn=_drawn_01),
     Exercise("02", "broadcasting's sum_to, and the matrix product's backward", ("sum_to", "MatMul.backward"),
              _cases_02, MISTAKES_02, drawn=_drawn_02),
-    Exercise("03", "the gradient check", ("numerical_gradient", "gradcheck"), _cases_03, MISTAKES_03),
+    Exercise("03", "the gradient check", ("numerical_gradient", "gradcheck"), _cases_03, MISTAKES_03, drawn=_drawn_03),
     Exercise("04", "log-softmax, and cross-entropy with label smoothing",
              ("LogSoftmax.forward", "LogSoftmax.backward", "cross_entropy"), _cases_04, MISTAKES_04, drawn=_drawn_04),
     Exercise("05", "a Module, a Linear layer and Adam", ("Module.named_parameters", "Linear.forward", "Adam.step"),
-             _cases_05, MISTAKES_05),
+             _cases_05, MISTAKES_05, drawn=_drawn_05),
     Exercise("06", "Xavier initialisation and dropout",
-             ("xavier_uniform", "Dropout.forward", "Dropout.backward", "dropout"), _cases_06, MISTAKES_06),
+             ("xavier_uniform", "Dropout.forward", "Dropout.backward", "dropout"), _cases_06, MISTAKES_06,
+             drawn=_drawn_06),
     Exercise("07", "LayerNorm, forward and backward by hand",
              ("LayerNormFunction.forward", "LayerNormFunction.backward"), _cases_07, MISTAKES_07, drawn=_drawn_07),
     Exercise("08", "softmax, the causal mask, and attention with masks", ("softmax", "causal_mask", "attention"),
              _cases_08, MISTAKES_08, drawn=_drawn_08),
     Exercise("09", "multi-head attention", ("split_heads", "merge_heads", "MultiHeadAttention.forward"), _cases_09,
-             MISTAKES_09),
+             MISTAKES_09, drawn=_drawn_09),
     Exercise("10", "token embeddings and sinusoidal positions",
              ("sinusoidal_table", "Embedding.forward", "Embedding.backward", "Embeddings.forward"), _cases_10,
              MISTAKES_10, drawn=_drawn_10),
     Exercise("11", "the feed-forward network, the residual sublayer, the encoder layer",
-             ("FeedForward.forward", "Residual.forward", "EncoderLayer.forward"), _cases_11, MISTAKES_11),
+             ("FeedForward.forward", "Residual.forward", "EncoderLayer.forward"), _cases_11, MISTAKES_11,
+             drawn=_drawn_11),
     Exercise("12", "the decoder layer, and its cached step", ("DecoderLayer.forward", "DecoderLayer.step"),
-             _cases_12, MISTAKES_12),
+             _cases_12, MISTAKES_12, drawn=_drawn_12),
     Exercise("13", "Table 1, counted on your engine's own graph", ("multiply_adds", "sequential_products"), _cases_13,
-             MISTAKES_13),
+             MISTAKES_13, drawn=_drawn_13),
     Exercise("14", "the whole model, with shared embeddings",
              ("padding_mask", "target_mask", "Transformer.encode", "Transformer.decode", "Transformer.generator",
-              "Transformer.forward"), _cases_14, MISTAKES_14),
+              "Transformer.forward"), _cases_14, MISTAKES_14, drawn=_drawn_14),
     Exercise("15", "greedy decoding with the cache, and beam search", ("greedy_decode", "rank_extensions",
                                                                          "beam_search"),
-             _cases_15, MISTAKES_15),
+             _cases_15, MISTAKES_15, drawn=_drawn_15),
     Exercise("16", "the learning-rate schedule of equation (3)", ("noam_lr", "Noam.step"), _cases_16, MISTAKES_16,
              drawn=_drawn_16),
     Exercise("17", "the parameters a loss does not reach", ("silent_parameters",), _cases_17, MISTAKES_17),
-    Exercise("18", "a shift of positions as a fixed linear map", ("shift_matrix",), _cases_18, MISTAKES_18),
-    Exercise("19", "the size of a model, from its settings", ("parameter_count",), _cases_19, MISTAKES_19),
+    Exercise("18", "a shift of positions as a fixed linear map", ("shift_matrix",), _cases_18, MISTAKES_18,
+             drawn=_drawn_18),
+    Exercise("19", "the size of a model, from its settings", ("parameter_count",), _cases_19, MISTAKES_19,
+             drawn=_drawn_19),
     Exercise("20", "corpus BLEU", ("corpus_bleu",), _cases_20, MISTAKES_20, drawn=_drawn_20),
     Exercise("21", "batches by tokens, and checkpoint averaging", ("token_batches", "average"), _cases_21,
              MISTAKES_21, drawn=_drawn_21),
-    Exercise("22", "one update's gradient from several micro-batches", ("accumulate",), _cases_22, MISTAKES_22),
+    Exercise("22", "one update's gradient from several micro-batches", ("accumulate",), _cases_22, MISTAKES_22,
+             drawn=_drawn_22),
     Exercise("23", "attention a block of keys at a time (flash attention's idea)", ("blockwise_attention",),
              _cases_23, MISTAKES_23, drawn=_drawn_23),
     Exercise("24", "the ring all-reduce", ("ring_all_reduce",), _cases_24, MISTAKES_24, drawn=_drawn_24),

@@ -20,6 +20,11 @@ what the answer gave (the same values, to a hundredth of the case's tolerance, o
 exception), prints its hint. An answer that raises is reported with the exception and the
 line of the learner's file that raised it; ``NotImplementedError`` means a piece is not
 written yet.
+
+**Drawn cases.** Once the fixed cases pass, an exercise with a ``drawn`` strategy has
+hypothesis draw ``DRAWN`` more cases (derandomised: the same ones every run) and shrink the
+first one the answer gets wrong to the simplest that still fails; the report shows it as it
+shows a fixed case, and never hypothesis's own output.
 """
 from __future__ import annotations
 
