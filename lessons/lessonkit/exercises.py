@@ -629,7 +629,7 @@ def _named_parameters(prefixes=True, lists=True, once=True, every_tensor=False):
     return named_parameters
 
 
-def _adam_step(correct=True, eps_inside=False, kept=True, t_per="step"):
+def _adam_step(correct=True, eps_inside=False, kept="m and v", t_per="step"):
     def step(self):
         if t_per == "step":
             self.t += 1
@@ -639,13 +639,15 @@ def _adam_step(correct=True, eps_inside=False, kept=True, t_per="step"):
                 continue
             if t_per == "parameter":
                 self.t += 1
-            if kept:
+            if "m" in kept:
                 m *= b1
                 m += (1 - b1) * p.grad
+            else:        # a new array, bound to the loop's name only: self.m stays zero
+                m = b1 * m + (1 - b1) * p.grad
+            if "v" in kept:
                 v *= b2
                 v += (1 - b2) * p.grad**2
-            else:        # new arrays, bound to the loop's names only: self.m and self.v stay zero
-                m = b1 * m + (1 - b1) * p.grad
+            else:
                 v = b2 * v + (1 - b2) * p.grad**2
             mh, vh = (m / (1 - b1**self.t), v / (1 - b2**self.t)) if correct else (m, v)
             p.data -= self.lr * mh / (np.sqrt(vh + self.eps) if eps_inside else np.sqrt(vh) + self.eps)
@@ -667,7 +669,13 @@ MISTAKES_05 = (
     Mistake("ε goes outside the square root: √v̂ + ε", {"Adam.step": _adam_step(eps_inside=True)}),
     Mistake("the running averages did not carry over to the next step: m = β1·m + ... makes a new array that "
             "self.m never sees; update the stored arrays in place (m *= β1; m += ...) or store the new ones back",
-            {"Adam.step": _adam_step(kept=False)}),
+            {"Adam.step": _adam_step(kept="")}),
+    Mistake("the average of the gradients did not carry over to the next step: m = β1·m + ... makes a new array "
+            "that self.m never sees; update it in place (m *= β1; m += ...) or store the new one back",
+            {"Adam.step": _adam_step(kept="v")}),
+    Mistake("the average of the squared gradients did not carry over to the next step: v = β2·v + ... makes a new "
+            "array that self.v never sees; update it in place or store the new one back",
+            {"Adam.step": _adam_step(kept="m")}),
     Mistake("t was advanced once per parameter: it counts steps, once per call of step()",
             {"Adam.step": _adam_step(t_per="parameter")}),
 )

@@ -29,6 +29,7 @@ shows a fixed case, and never hypothesis's own output.
 from __future__ import annotations
 
 import math
+import re
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -435,6 +436,10 @@ def grade(ex: Exercise, answer) -> tuple[bool, str]:
             outcome = _first_failure(case, answer)
         except NotImplementedError as e:
             passed = f"; cases 1–{n - 1} of {len(cases)} pass" if n > 1 else ""
+            earlier = re.match(r"exercise (\d\d): write ([\w.]+)", str(e))
+            if earlier and earlier.group(1) != ex.number:    # a piece of an earlier exercise this one uses
+                return False, f"not written yet: this exercise uses your exercise {earlier.group(1)}, whose " \
+                              f"{earlier.group(2)} is not written yet (python lessons/check.py {earlier.group(1)})"
             return False, f"not written yet ({e}){passed}"
         if outcome is not None:
             return False, _report(ex, cases, n, outcome, answer)

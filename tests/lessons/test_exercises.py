@@ -67,6 +67,12 @@ def test_the_stub_in_the_solved_track_is_not_written_yet(number, tmp_path):
     assert not ok and report.startswith(f"not written yet (exercise {number}: write "), report
 
 
+def test_an_exercise_that_stops_at_an_unwritten_earlier_one_names_it():
+    ok, report = grader.grade(EXERCISES["22"], track.load(track.LEARNER, "22"))   # the stubs as shipped
+    assert not ok and report == "not written yet: this exercise uses your exercise 06, whose xavier_uniform is " \
+                                "not written yet (python lessons/check.py 06)", report
+
+
 @pytest.mark.parametrize("number,k", MISTAKES)
 def test_a_known_mistake_fails_with_a_report_that_teaches(number, k):
     ex = EXERCISES[number]

@@ -14,8 +14,10 @@ Write:
    it was computed from. Visit the graph in reverse topological order (a tensor only after
    every tensor that used it), start from ``grad`` (ones when None), and add up the
    gradients that reach a tensor along different paths. Store the result in ``.grad`` of
-   every input tensor, one you made with ``Tensor(..., requires_grad=True)`` (a tensor a
-   Function made needs none), added to what is already there: a second backward adds up.
+   every leaf: a tensor you made yourself with ``Tensor(..., requires_grad=True)``, not one
+   a Function returned (those need no ``.grad``). Add it to what ``.grad`` already holds, so
+   that a second backward adds up. (``backward`` is only called on tensors that need a
+   gradient.)
 
 Check by hand: x = Tensor(3.0, requires_grad=True); (x * x + x).backward() gives x.grad = 7.
 

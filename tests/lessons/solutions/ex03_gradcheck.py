@@ -8,11 +8,12 @@ Your engine's backward passes are only as good as their check. Write:
    one entry at a time, and leave ``x`` as it was given.
 2. ``gradcheck(fn, arrays, eps=1e-6, atol=1e-5, rtol=1e-4)``: does your engine's backward of
    ``fn`` agree with central differences? ``fn`` takes one Tensor per array and returns a
-   Tensor. Reduce its output to one number with fixed random weights w (``weights(shape)``
-   below) as loss = Σ w · fn(...), so that every output entry counts; run your engine's
-   backward; then compare every input's ``.grad`` with ``numerical_gradient`` of the same
-   loss computed on plain arrays (an input whose ``.grad`` is None got no gradient: compare
-   zeros). Return True when every entry of every input agrees within
+   Tensor. Make one Tensor per array with ``requires_grad=True``, reduce the output to one
+   number with fixed random weights w (``weights(shape)`` below) as loss = Σ w · fn(...), so
+   that every output entry counts, and run your engine's backward. Then compare every
+   input's ``.grad`` with ``numerical_gradient`` of the same loss as a function of that one
+   array: wrap the arrays in Tensors that need no gradient, call ``fn``, and weigh its
+   output's ``.data`` (an input whose ``.grad`` is None got no gradient: compare zeros). Return True when every entry of every input agrees within
    atol + rtol·|numerical|, else False. The weights matter: with plain Σ fn(...), a backward
    that is right only when every output's gradient is 1 would pass.
 

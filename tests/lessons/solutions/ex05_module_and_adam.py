@@ -6,11 +6,12 @@ A ``Module`` owns parameters and other modules, as attributes. A parameter is a 
 1. ``Module.named_parameters()``: every parameter of the module and of the modules inside it,
    as (name, Tensor) pairs, in the order the attributes were set: a parameter attribute
    ``weight`` is "weight"; a parameter of a module attribute ``ffn`` is "ffn.weight"; the
-   modules of a list attribute ``layers`` are "layers.0", "layers.1", ... (so
-   "layers.0.ffn.weight"). Each parameter once, even if two attributes hold it.
+   items of a list attribute ``layers``, modules or parameters, are "layers.0", "layers.1",
+   ... (so "layers.0.ffn.weight"). Each parameter once, named by the first attribute that
+   holds it.
 2. ``Linear.forward(x)``: x W + b, W of shape (in, out) as the paper writes it.
 3. ``Adam.step()``: one update of every parameter p with gradient g (``p.grad``; skip
-   parameters without one), step t counted from 1:
+   parameters without one), step t counting the calls of ``step`` from 1:
    m ← β1·m + (1 − β1)·g,  v ← β2·v + (1 − β2)·g²,
    p ← p − lr · m̂ / (√v̂ + ε),  with m̂ = m / (1 − β1ᵗ) and v̂ = v / (1 − β2ᵗ).
    Change ``p.data`` (``p.data -= ...``), and keep m and v for the next step.
