@@ -69,8 +69,8 @@ def test_the_stub_in_the_solved_track_is_not_written_yet(number, tmp_path):
 
 def test_an_exercise_that_stops_at_an_unwritten_earlier_one_names_it():
     ok, report = grader.grade(EXERCISES["22"], track.load(track.LEARNER, "22"))   # the stubs as shipped
-    assert not ok and report == "not written yet: this exercise uses your exercise 06, whose xavier_uniform is " \
-                                "not written yet (python lessons/check.py 06)", report
+    assert not ok and report == "not written yet: this exercise uses your exercise 10, whose sinusoidal_table is " \
+                                "not written yet (python lessons/check.py 10)", report
 
 
 @pytest.mark.parametrize("number,k", MISTAKES)
