@@ -138,3 +138,18 @@ def test_the_reading_path_stops_at_the_first_update_and_counts_each_function_onc
     opened = [(dst, callee) for _, _, dst, callee in hops]
     assert len(opened) == len(set(opened))
     assert ("transformer/train.py", "Trainer.__init__") in opened and ("transformer/corpus.py", "prepare") in opened
+
+
+def test_the_capstone_benchmark_times_both_engines_in_alternating_rounds_and_reports_their_ratio(tmp_path):
+    """benchmarks/capstone_vs_minitensor.py: one round per engine in turn, the medians and their
+    ratio in the JSON it writes (the figure docs/performance.md quotes)."""
+    out = tmp_path / "capstone.json"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "capstone_vs_minitensor.py"), "--rounds", "2",
+                           "--updates", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert {k: len(v) for k, v in result["rounds"].items()} == {"track": 2, "minitensor": 2}
+    median = {k: float(np.median(v)) for k, v in result["rounds"].items()}
+    assert result["median_seconds"] == median
+    assert result["ratio_track_to_minitensor"] == median["track"] / median["minitensor"]
+    assert "round 2: track" in proc.stdout and "the track takes" in proc.stdout
