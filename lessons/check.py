@@ -47,15 +47,20 @@ def load(directory: Path, number: str):
     try:
         return track.load(directory, number), None
     except Exception as e:  # noqa: BLE001 - a file that does not load is a failure, said in one line
-        where = ""
-        tb = e.__traceback__
-        while tb is not None:                       # the deepest frame in the track's files
-            if track.NAME.match(Path(tb.tb_frame.f_code.co_filename).stem):
-                where = f" ({Path(tb.tb_frame.f_code.co_filename).name}, line {tb.tb_lineno})"
-            tb = tb.tb_next
         if isinstance(e, SyntaxError):
             return None, f"{Path(e.filename or file).name} does not load: SyntaxError, line {e.lineno}: {e.msg}"
-        return None, f"{file.name} does not load: {type(e).__name__}: {e}{where}"
+        return None, f"{file.name} does not load: {type(e).__name__}: {e}{_learner_line(e)}"
+
+
+def _learner_line(e: BaseException) -> str:
+    """' (ex14_transformer.py, line 61)' for the deepest frame of ``e`` in the track's files, or ''."""
+    where, tb = "", e.__traceback__
+    while tb is not None:
+        name = Path(tb.tb_frame.f_code.co_filename)
+        if track.NAME.match(name.stem):
+            where = f" ({name.name}, line {tb.tb_lineno})"
+        tb = tb.tb_next
+    return where
 
 
 def check(directory: Path, number: str) -> tuple[bool, str]:
@@ -89,7 +94,11 @@ def main(argv=None) -> int:
                   f"{', '.join(failing)} (python lessons/check.py {failing[0]})")
             return 1
         from lessonkit import capstone
-        summary = capstone.run(directory, say=lambda line: print(line, flush=True))
+        try:
+            summary = capstone.run(directory, say=lambda line: print(line, flush=True))
+        except Exception as e:  # noqa: BLE001 - a run that stops is reported in one line, with the learner's line
+            print(f"the capstone stopped: {type(e).__name__}: {e}{_learner_line(e)}")
+            return 1
         return 0 if summary["reached"] else 1
     numbers = list(EXERCISES) if args.number == "all" else [args.number.zfill(2)]
     ok_all = True

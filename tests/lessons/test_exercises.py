@@ -174,6 +174,14 @@ def test_the_command_line(tmp_path):
         assert f"{number}  {ex.title}" in out.stdout and track.path(track.LEARNER, number).name in out.stdout
 
 
+def test_a_capstone_that_stops_is_reported_in_one_line(monkeypatch, capsys):
+    import check   # lessons/check.py (tests/conftest.py puts lessons/ on the path)
+    monkeypatch.setattr(check, "CAPSTONE_NEEDS", [])
+    monkeypatch.setattr(capstone, "run", lambda *a, **k: (_ for _ in ()).throw(FloatingPointError("the loss became nan")))
+    assert check.main(["capstone", "--dir", str(SOLUTIONS)]) == 1
+    assert capsys.readouterr().out == "the capstone stopped: FloatingPointError: the loss became nan\n"
+
+
 def test_the_capstone_trains_the_copy_task_on_the_reference_engine_to_its_target():
     lines = []
     summary = capstone.run(SOLUTIONS, say=lines.append)
