@@ -179,9 +179,10 @@ show(fig, "01", "tanh_and_gradient.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 01 of the track, `lessons/exercises/ex01_tensor.py`: the start of your engine, a
-# Tensor and a Function of your own, the backward of + and ·, and its backward pass, which walks
-# the graph in reverse topological order and adds up the gradients that reach a tensor along
-# different paths. The 25 exercises build one engine of your own, each file importing your
-# earlier ones; `lessons/README.md` describes the track. `python lessons/check.py 01` grades it
-# and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 01 of the track, `lessons/exercises/ex01_tensor.py`, asks for the start of your
+# engine, a Tensor and a Function of your own, the backward of + and ·, and its backward pass,
+# which walks the graph in reverse topological order and adds up the gradients that reach a
+# tensor along different paths. The 25 exercises build one engine of your own, each file
+# importing your earlier ones; `lessons/README.md` describes the track.
+# `python lessons/check.py 01` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

@@ -111,7 +111,8 @@ show(fig, "02", "broadcast_gradient.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 02 of the track, `lessons/exercises/ex02_broadcasting.py`: `sum_to`, which brings a
-# broadcast gradient back to its input's shape, and the backward of the matrix product; the file
-# then gives your `Tensor` the rest of its operations. `python lessons/check.py 02` grades it
-# and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 02 of the track, `lessons/exercises/ex02_broadcasting.py`, asks for `sum_to`, which
+# brings a broadcast gradient back to its input's shape, and the backward of the matrix product;
+# the file then gives your `Tensor` the rest of its operations. `python lessons/check.py 02`
+# grades it and, at the first case it gets wrong, shows the input, what it expected and what it
+# got.

@@ -144,7 +144,7 @@ show(fig, "03", "finite_difference_error.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 03 of the track, `lessons/exercises/ex03_gradcheck.py`: `numerical_gradient` (central
-# differences) and `gradcheck`, which checks your engine's backward of any function against it.
-# `python lessons/check.py 03` grades it and, at the first case it gets wrong, shows the input,
-# what it expected and what it got.
+# Exercise 03 of the track, `lessons/exercises/ex03_gradcheck.py`, asks for `numerical_gradient`
+# (central differences) and `gradcheck`, which checks your engine's backward of any function
+# against it. `python lessons/check.py 03` grades it and, at the first case it gets wrong, shows
+# the input, what it expected and what it got.

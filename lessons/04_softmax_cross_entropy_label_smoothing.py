@@ -101,7 +101,7 @@ print(f"loss per real token {loss:.4f}: equal to the hand-computed average, blin
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 04 of the track, `lessons/exercises/ex04_cross_entropy.py`: `LogSoftmax` with its
-# backward, and the label-smoothed `cross_entropy` built from your engine's operations.
+# Exercise 04 of the track, `lessons/exercises/ex04_cross_entropy.py`, asks for `LogSoftmax`
+# with its backward, and the label-smoothed `cross_entropy` built from your engine's operations.
 # `python lessons/check.py 04` grades it and, at the first case it gets wrong, shows the input,
 # what it expected and what it got.

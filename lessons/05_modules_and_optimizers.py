@@ -153,6 +153,7 @@ checks.agree(len(stack.parameters()), 6, "parameters of three Linear layers in a
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 05 of the track, `lessons/exercises/ex05_module_and_adam.py`: a `Module` that finds
-# its parameters by name, a `Linear` layer, and `Adam.step`. `python lessons/check.py 05` grades
-# it and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 05 of the track, `lessons/exercises/ex05_module_and_adam.py`, asks for a `Module`
+# that finds its parameters by name, a `Linear` layer, and `Adam.step`.
+# `python lessons/check.py 05` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

@@ -137,6 +137,6 @@ results.finding(f"averaged over n dropout masks (p = 0.1) the output's RMS dista
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 06 of the track, `lessons/exercises/ex06_init_and_dropout.py`: `xavier_uniform` and
-# `Dropout` with its backward. `python lessons/check.py 06` grades it and, at the first case it
-# gets wrong, shows the input, what it expected and what it got.
+# Exercise 06 of the track, `lessons/exercises/ex06_init_and_dropout.py`, asks for
+# `xavier_uniform` and `Dropout` with its backward. `python lessons/check.py 06` grades it and,
+# at the first case it gets wrong, shows the input, what it expected and what it got.

@@ -161,6 +161,6 @@ show(fig, "07", "activation_scale.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 07 of the track, `lessons/exercises/ex07_layer_norm.py`: LayerNorm's forward and
-# backward by hand, as one `Function`. `python lessons/check.py 07` grades it and, at the first
-# case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 07 of the track, `lessons/exercises/ex07_layer_norm.py`, asks for LayerNorm's forward
+# and backward by hand, as one `Function`. `python lessons/check.py 07` grades it and, at the
+# first case it gets wrong, shows the input, what it expected and what it got.

@@ -114,6 +114,6 @@ show(fig, "08", "scaling_and_gradients.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 08 of the track, `lessons/exercises/ex08_attention.py`: `softmax`, `causal_mask` and
-# `attention` with masks, on your engine. `python lessons/check.py 08` grades it and, at the
-# first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 08 of the track, `lessons/exercises/ex08_attention.py`, asks for `softmax`,
+# `causal_mask` and `attention` with masks, on your engine. `python lessons/check.py 08` grades
+# it and, at the first case it gets wrong, shows the input, what it expected and what it got.

@@ -149,6 +149,6 @@ show(fig, "09", "heads.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 09 of the track, `lessons/exercises/ex09_multi_head.py`: `split_heads`, `merge_heads`
-# and your `MultiHeadAttention`. `python lessons/check.py 09` grades it and, at the first case
-# it gets wrong, shows the input, what it expected and what it got.
+# Exercise 09 of the track, `lessons/exercises/ex09_multi_head.py`, asks for `split_heads`,
+# `merge_heads` and your `MultiHeadAttention`. `python lessons/check.py 09` grades it and, at
+# the first case it gets wrong, shows the input, what it expected and what it got.

@@ -107,7 +107,7 @@ results.finding(f"at d_model 512, two different tokens at the same position ente
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 10 of the track, `lessons/exercises/ex10_positions.py`: `sinusoidal_table`, the
-# `Embedding` lookup with its backward, and the scaled embeddings plus positions.
+# Exercise 10 of the track, `lessons/exercises/ex10_positions.py`, asks for `sinusoidal_table`,
+# the `Embedding` lookup with its backward, and the scaled embeddings plus positions.
 # `python lessons/check.py 10` grades it and, at the first case it gets wrong, shows the input,
 # what it expected and what it got.

@@ -98,6 +98,7 @@ show(fig, "11", "encoder_influence.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 11 of the track, `lessons/exercises/ex11_encoder_layer.py`: the feed-forward network,
-# the post-norm residual sublayer and your `EncoderLayer`. `python lessons/check.py 11` grades
-# it and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 11 of the track, `lessons/exercises/ex11_encoder_layer.py`, asks for the feed-forward
+# network, the post-norm residual sublayer and your `EncoderLayer`. `python lessons/check.py 11`
+# grades it and, at the first case it gets wrong, shows the input, what it expected and what it
+# got.

@@ -85,6 +85,7 @@ results["cached_vs_whole_max_difference"] = err
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 12 of the track, `lessons/exercises/ex12_decoder_layer.py`: your `DecoderLayer`, and
-# its cached `step` for decoding one position at a time. `python lessons/check.py 12` grades it
-# and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 12 of the track, `lessons/exercises/ex12_decoder_layer.py`, asks for your
+# `DecoderLayer`, and its cached `step` for decoding one position at a time.
+# `python lessons/check.py 12` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

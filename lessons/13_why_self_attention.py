@@ -313,7 +313,7 @@ show(fig, "13", "table1.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 13 of the track, `lessons/exercises/ex13_path_length.py`: `multiply_adds` and
-# `sequential_products`, Table 1's counts, read from your engine's own graph.
+# Exercise 13 of the track, `lessons/exercises/ex13_path_length.py`, asks for `multiply_adds`
+# and `sequential_products`, Table 1's counts, read from your engine's own graph.
 # `python lessons/check.py 13` grades it and, at the first case it gets wrong, shows the input,
 # what it expected and what it got.

@@ -252,7 +252,7 @@ show_saved(out / "attention.png")
 #
 # ## Exercise
 #
-# Exercise 14 of the track, `lessons/exercises/ex14_transformer.py`: the masks and your whole
-# `Transformer`, with one embedding table shared by source, target and output.
+# Exercise 14 of the track, `lessons/exercises/ex14_transformer.py`, asks for the masks and your
+# whole `Transformer`, with one embedding table shared by source, target and output.
 # `python lessons/check.py 14` grades it and, at the first case it gets wrong, shows the input,
 # what it expected and what it got.

@@ -103,7 +103,7 @@ show(fig, "15", "length_penalty.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 15 of the track, `lessons/exercises/ex15_decoding.py`: `greedy_decode` with your
-# layers' caches, `rank_extensions` (one step of beam search) and `beam_search`.
+# Exercise 15 of the track, `lessons/exercises/ex15_decoding.py`, asks for `greedy_decode` with
+# your layers' caches, `rank_extensions` (one step of beam search) and `beam_search`.
 # `python lessons/check.py 15` grades it and, at the first case it gets wrong, shows the input,
 # what it expected and what it got.

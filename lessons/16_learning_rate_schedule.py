@@ -152,8 +152,8 @@ show(fig, "16", "schedule.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 16 of the track, `lessons/exercises/ex16_schedule.py`: `noam_lr`, equation (3), and
-# the `Noam` schedule that sets your Adam's rate. With exercises 01–16 passed,
+# Exercise 16 of the track, `lessons/exercises/ex16_schedule.py`, asks for `noam_lr`, equation
+# (3), and the `Noam` schedule that sets your Adam's rate. With exercises 01–16 passed,
 # `python lessons/check.py capstone` trains the copy task on your engine and model, and prints
 # your engine's time per update beside minitensor's. `python lessons/check.py 16` grades it and,
 # at the first case it gets wrong, shows the input, what it expected and what it got.

@@ -235,6 +235,7 @@ show(fig, "17", "debugging.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 17 of the track, `lessons/exercises/ex17_silent_parameters.py`: `silent_parameters`:
-# the parameters of your model that a loss does not reach. `python lessons/check.py 17` grades
-# it and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 17 of the track, `lessons/exercises/ex17_silent_parameters.py`, asks for
+# `silent_parameters`, the parameters of your model that a loss does not reach.
+# `python lessons/check.py 17` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

@@ -136,7 +136,7 @@ show(fig, "18", "extrapolation.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 18 of the track, `lessons/exercises/ex18_relative_positions.py`: `shift_matrix`: the
-# fixed linear map that moves every sinusoidal position by k. `python lessons/check.py 18`
-# grades it and, at the first case it gets wrong, shows the input, what it expected and what it
-# got.
+# Exercise 18 of the track, `lessons/exercises/ex18_relative_positions.py`, asks for
+# `shift_matrix`, the fixed linear map that moves every sinusoidal position by k.
+# `python lessons/check.py 18` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

@@ -206,6 +206,6 @@ show(fig, "19", "table3_replay.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 19 of the track, `lessons/exercises/ex19_parameter_count.py`: `parameter_count`: your
-# model's size from its settings. `python lessons/check.py 19` grades it and, at the first case
-# it gets wrong, shows the input, what it expected and what it got.
+# Exercise 19 of the track, `lessons/exercises/ex19_parameter_count.py`, asks for
+# `parameter_count`, your model's size from its settings. `python lessons/check.py 19` grades it
+# and, at the first case it gets wrong, shows the input, what it expected and what it got.

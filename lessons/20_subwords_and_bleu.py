@@ -81,6 +81,6 @@ show(fig, "20", "vocab_vs_length.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 20 of the track, `lessons/exercises/ex20_bleu.py`: `corpus_bleu`: clipped n-gram
-# precisions over the corpus and the brevity penalty. `python lessons/check.py 20` grades it
-# and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 20 of the track, `lessons/exercises/ex20_bleu.py`, asks for `corpus_bleu`, clipped
+# n-gram precisions over the corpus and the brevity penalty. `python lessons/check.py 20` grades
+# it and, at the first case it gets wrong, shows the input, what it expected and what it got.

@@ -247,6 +247,7 @@ show(fig, "21", "batches_and_averaging.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 21 of the track, `lessons/exercises/ex21_token_batches.py`: `token_batches`, batches
-# cut by padded tokens, and `average`, checkpoint averaging. `python lessons/check.py 21` grades
-# it and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 21 of the track, `lessons/exercises/ex21_token_batches.py`, asks for `token_batches`,
+# batches cut by padded tokens, and `average`, checkpoint averaging.
+# `python lessons/check.py 21` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

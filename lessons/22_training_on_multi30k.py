@@ -75,7 +75,7 @@ print("the run's checkpoints, metrics and figures are in", out / "run")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 22 of the track, `lessons/exercises/ex22_micro_batches.py`: `accumulate`: one
-# update's gradient of your model from several micro-batches. `python lessons/check.py 22`
+# Exercise 22 of the track, `lessons/exercises/ex22_micro_batches.py`, asks for `accumulate`,
+# one update's gradient of your model from several micro-batches. `python lessons/check.py 22`
 # grades it and, at the first case it gets wrong, shows the input, what it expected and what it
 # got.

@@ -313,7 +313,7 @@ checks.agree(w.grad.numpy(), expected, "the unscaled gradient vs the exact one",
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 23 of the track, `lessons/exercises/ex23_online_softmax.py`: `blockwise_attention`:
-# attention over one block of keys at a time with a running softmax, the idea of flash
-# attention. `python lessons/check.py 23` grades it and, at the first case it gets wrong, shows
-# the input, what it expected and what it got.
+# Exercise 23 of the track, `lessons/exercises/ex23_online_softmax.py`, asks for
+# `blockwise_attention`, attention over one block of keys at a time with a running softmax, the
+# idea of flash attention. `python lessons/check.py 23` grades it and, at the first case it gets
+# wrong, shows the input, what it expected and what it got.

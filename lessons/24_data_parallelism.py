@@ -96,6 +96,7 @@ show(fig, "24", "exact_data_parallel.png")
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 24 of the track, `lessons/exercises/ex24_ring_all_reduce.py`: `ring_all_reduce`: the
-# sum across ranks by a ring, and what each rank sends. `python lessons/check.py 24` grades it
-# and, at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 24 of the track, `lessons/exercises/ex24_ring_all_reduce.py`, asks for
+# `ring_all_reduce`, the sum across ranks by a ring, and what each rank sends.
+# `python lessons/check.py 24` grades it and, at the first case it gets wrong, shows the input,
+# what it expected and what it got.

@@ -166,6 +166,6 @@ results.finding(f"the base model's matrix products need {per_token / 1e6:.0f} MF
 # %% [markdown]
 # ## Exercise
 #
-# Exercise 25 of the track, `lessons/exercises/ex25_profile.py`: `profile`: the calls and time
-# of every `Function` of your engine while it runs. `python lessons/check.py 25` grades it and,
-# at the first case it gets wrong, shows the input, what it expected and what it got.
+# Exercise 25 of the track, `lessons/exercises/ex25_profile.py`, asks for `profile`, the calls
+# and time of every `Function` of your engine while it runs. `python lessons/check.py 25` grades
+# it and, at the first case it gets wrong, shows the input, what it expected and what it got.
