@@ -17,8 +17,9 @@ your code gave, the entries that differ (or a wrong shape or dtype), and, when y
 one the grader knows as a common mistake, a one-line hint. Code that raises is reported with
 the exception and your line that raised it. Once the fixed cases pass, every exercise but
 17 and 25 (whose inputs are a loss and a program) tries 40 more inputs drawn by hypothesis
-(the same ones every run) and reports the smallest failing one it finds. When an exercise fails and an earlier one it builds on fails too, the report
-says so: fix the earlier one first.
+(the same ones every run) and reports the smallest failing one it finds. When an exercise
+fails and an earlier one it builds on fails too, the report says so: fix the earlier one
+first.
 
 With exercises 01–16 passed, ``capstone`` trains the copy task of ``examples/copy_task.py`` on
 your engine and model (same model size, batches, schedule and exact-match target) and prints
@@ -53,24 +54,19 @@ def load(directory: Path, number: str):
 
 
 def _learner_line(e: BaseException) -> str:
-    """' (ex14_transformer.py, line 61)' for the deepest frame of ``e`` in the track's files, or ''."""
-    where, tb = "", e.__traceback__
-    while tb is not None:
-        name = Path(tb.tb_frame.f_code.co_filename)
-        if track.NAME.match(name.stem):
-            where = f" ({name.name}, line {tb.tb_lineno})"
-        tb = tb.tb_next
-    return where
+    """' (ex14_transformer.py, in forward, line 61: ...)' for the learner's line that raised ``e``, or ''."""
+    at = track.where(e)
+    return f" ({at})" if at else ""
 
 
-def check(directory: Path, number: str) -> tuple[bool, str]:
+def check(directory: Path, number: str, draw: bool = True) -> tuple[bool, str]:
     answer, problem = load(directory, number)
-    return (False, problem) if problem else grade(EXERCISES[number], answer)
+    return (False, problem) if problem else grade(EXERCISES[number], answer, draw)
 
 
 def earlier_failing(directory: Path, number: str) -> list:
-    """The earlier exercises of the track that fail their own check."""
-    return [n for n in EXERCISES if n < number and not check(directory, n)[0]]
+    """The earlier exercises of the track that fail their fixed cases (enough to say which to fix first)."""
+    return [n for n in EXERCISES if n < number and not check(directory, n, draw=False)[0]]
 
 
 def main(argv=None) -> int:

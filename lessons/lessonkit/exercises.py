@@ -1425,10 +1425,17 @@ def _greedy(mod, offsets=True, banned=True):
     return greedy_decode
 
 
-def _beam_search(mod, penalty=True, pick="best"):
+def _beam_without_penalty(mod):
+    """The reference's beam search with alpha = 0: every length penalty is 1."""
+    right = mod.beam_search
+    return lambda model, src, beam, alpha, max_len, bos, eos, pad: right(model, src, beam, 0.0, max_len, bos, eos, pad)
+
+
+def _beam_first_finished(mod):
+    """Beam search that returns the first hypothesis to finish, not the best-scored one."""
     def beam_search(model, src, beam, alpha, max_len, bos, eos, pad):
         src = np.asarray(src)[None]
-        lp = (lambda n: ((5.0 + n) / 6.0) ** alpha) if penalty else (lambda n: 1.0)
+        lp = lambda n: ((5.0 + n) / 6.0) ** alpha   # noqa: E731
         with mod.no_grad():
             src_mask, memory = mod.padding_mask(src, pad), model.encode(src)
             open_, finished, done = [([], 0.0)], [], False
@@ -1458,15 +1465,15 @@ def _beam_search(mod, penalty=True, pick="best"):
             hypotheses = list(finished)
             if not done or not hypotheses:
                 hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]
-        return hypotheses[0][0] if pick == "first" else max(hypotheses, key=lambda h: h[1])[0]
+        return hypotheses[0][0]
     return beam_search
 
 
 MISTAKES_15 = (
     Mistake("the hypotheses are ranked by log P alone: divide by the length penalty ((5 + n) / 6)^alpha, or short "
-            "ones win", dict(beam_search=Using(lambda m: _beam_search(m, penalty=False)))),
+            "ones win", dict(beam_search=Using(_beam_without_penalty))),
     Mistake("the first hypothesis to finish was returned: return the best-scored one",
-            dict(beam_search=Using(lambda m: _beam_search(m, pick="first")))),
+            dict(beam_search=Using(_beam_first_finished))),
     Mistake("every step embeds its token at position 0: the token of step t sits at position t (offset=t)",
             dict(greedy_decode=Using(lambda m: _greedy(m, offsets=False)))),
     Mistake("pad or bos was chosen, or eos as the first token: neither pad nor bos is ever an output, and an "

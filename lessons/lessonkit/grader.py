@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import re
-import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -370,19 +369,7 @@ def _precision(got, exp: Expect) -> int | None:
     return p if finite.size == 0 else min(12, max(p, math.ceil(-math.log10(finite.max())) + 1))
 
 
-def _where_raised(e: BaseException, answer) -> str:
-    """'ex08_attention.py, in attention, line 12: s = q @ k.T' for the deepest frame in the
-    learner's files (this exercise's and the earlier ones it uses), or ''."""
-    files = {getattr(m, "__file__", None) for m in getattr(answer, "__track__", {}).values()}
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename in files]
-    if not frames:
-        return ""
-    f = frames[-1]
-    where = f"{f.filename.rsplit('/', 1)[-1]}, in {f.name}, line {f.lineno}"
-    return f"{where}: {f.line}" if f.line else where
-
-
-def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer, drawn: bool = False) -> str:
+def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, drawn: bool = False) -> str:
     case = cases[n - 1]
     head = f"a case drawn by hypothesis, the smallest it found that fails: {case.title}" if drawn \
         else f"case {n} of {len(cases)}: {case.title}"
@@ -397,7 +384,7 @@ def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer, drawn:
     if outcome.raised is not None:
         e = outcome.raised
         lines.append(f"  your code raised {type(e).__name__}: {e}")
-        where = _where_raised(e, answer)
+        where = track.where(e)
         if where:
             lines.append(f"    {where}")
     else:
@@ -423,10 +410,10 @@ def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer, drawn:
     return "\n".join(lines)
 
 
-def grade(ex: Exercise, answer) -> tuple[bool, str]:
+def grade(ex: Exercise, answer, draw: bool = True) -> tuple[bool, str]:
     """(passed, report) for ``answer``, the learner's module of exercise ``ex`` (imported with
     :func:`lessonkit.track.load`). The cases run in order; the report describes the first one
-    that fails."""
+    that fails. ``draw=False``: the fixed cases only, no drawn ones."""
     missing = [f for f in ex.functions if not callable(lookup(answer, f))]
     if missing:
         return False, f"missing: {', '.join(missing)} (the file must define {', '.join(ex.functions)})"
@@ -442,8 +429,8 @@ def grade(ex: Exercise, answer) -> tuple[bool, str]:
                               f"{earlier.group(2)} is not written yet (python lessons/check.py {earlier.group(1)})"
             return False, f"not written yet ({e}){passed}"
         if outcome is not None:
-            return False, _report(ex, cases, n, outcome, answer)
-    if ex.drawn is None:
+            return False, _report(ex, cases, n, outcome)
+    if ex.drawn is None or not draw:
         return True, f"all {len(cases)} cases pass"
     try:
         case = _drawn_failure(ex, answer)
@@ -452,7 +439,7 @@ def grade(ex: Exercise, answer) -> tuple[bool, str]:
                      "pip install -e \".[lessons]\")"
     if case is None:
         return True, f"all {len(cases)} cases pass, and {DRAWN} more drawn by hypothesis"
-    return False, _report(ex, cases + [case], len(cases) + 1, _first_failure(case, answer), answer, drawn=True)
+    return False, _report(ex, cases + [case], len(cases) + 1, _first_failure(case, answer), drawn=True)
 
 
 DRAWN = 40   # inputs hypothesis draws per exercise, the same ones every run
@@ -477,7 +464,4 @@ def _r(rng, shape, scale=1.0, decimals=1):
     """Normal numbers rounded to ``decimals``: inputs the report can print exactly."""
     return np.round(rng.standard_normal(shape) * scale, decimals)
 
-
-def _c(a):
-    return None if a is None else np.array(a, copy=True)
 
