@@ -472,7 +472,8 @@ __device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, lon
 }
 
 // The forward's and the dQ pass's copies: keys [it BK, it BK + BK) of K and V (row stride
-// `stride`, Tk rows) into buffer `buf` of the shared tiles Ks and Vs.
+// `stride`, Tk rows) into buffer `buf` of the shared tiles Ks and Vs. Whether every row is
+// 16-byte aligned is decided once, when the copier is made, not at every tile.
 template <typename T, int BK, int D>
 struct KeyValueTiles {
     T (*Ks)[BK][D + TcMath<T>::PAD];
@@ -481,8 +482,12 @@ struct KeyValueTiles {
     const T* V;
     long long stride;
     int Tk;
+    bool wide;
+    __device__ __forceinline__ KeyValueTiles(T (*ks)[BK][D + TcMath<T>::PAD], T (*vs)[BK][D + TcMath<T>::PAD],
+                                             const T* k, const T* v, long long st, int tk)
+        : Ks(ks), Vs(vs), K(k), V(v), stride(st), Tk(tk),
+          wide(rows_aligned_16(k, st) && rows_aligned_16(v, st)) {}
     __device__ __forceinline__ void operator()(int it, int buf) const {
-        const bool wide = rows_aligned_16(K, stride) && rows_aligned_16(V, stride);
         stage_rows<T, BK, D>(&Ks[buf][0][0], K, stride, it * BK, Tk, wide);
         stage_rows<T, BK, D>(&Vs[buf][0][0], V, stride, it * BK, Tk, wide);
     }
