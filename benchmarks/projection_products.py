@@ -44,6 +44,30 @@ def main() -> None:
             w = cp.asarray(rng.standard_normal((d, n * d), np.float32) * 0.05).astype(dt)
             gs = [cp.asarray(rng.standard_normal((rows, d), np.float32)).astype(dt) for _ in range(n)]
             gcat = cp.concatenate(gs, axis=1)
+            bs = [cp.asarray(rng.standard_normal(d, np.float32)) for _ in range(n)]
+            bcat = cp.concatenate(bs)
+
+            def batched_with_bias():
+                y = gemm.matmul(x, w.reshape(d, n, d).transpose(1, 0, 2))
+                y += cp.stack(bs)[:, None, :]
+                return y
+
+            def one_with_bias():
+                y = gemm.matmul(x, w)
+                y += bcat
+                return y
+
+            def dx_accumulated():
+                gx = gemm.matmul(gs[0], w[:, :d].T)
+                for i in range(1, n):
+                    gemm.matmul(gs[i], w[:, i * d:(i + 1) * d].T, out=gx, accumulate=True)
+                return gx
+
+            def dx_blocks():
+                buf = cp.empty((rows, n * d), dt)
+                for i, g in enumerate(gs):
+                    buf[:, i * d:(i + 1) * d] = g
+                return gemm.matmul(buf, w.T)
             flop = 2 * rows * d * d * n
             variants = {
                 "forward: batched, x broadcast (now)":
@@ -54,6 +78,10 @@ def main() -> None:
                     lambda: [cp.ascontiguousarray(c) for c in cp.split(gemm.matmul(x, w), n, axis=1)],
                 "forward: n products, W_i as column views":
                     lambda: [gemm.matmul(x, w[:, i * d:(i + 1) * d]) for i in range(n)],
+                "forward + bias: batched, stacked bias added (now)": batched_with_bias,
+                "forward + bias: one product, one bias add, column views": one_with_bias,
+                "dx: n products accumulated in place (beta 1)": dx_accumulated,
+                "dx: G_i copied into column blocks, one product": dx_blocks,
                 "dx: concatenate G, one product (now)":
                     lambda: gemm.matmul(cp.concatenate(gs, axis=1), w.T),
                 "dW: n products x^T G_i (now)":

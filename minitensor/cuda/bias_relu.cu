@@ -1,12 +1,17 @@
-// The bias and the ReLU of the feed-forward layer's first product (equation 2), fused.
+// The bias and the ReLU of the feed-forward layer's first product (equation 2), fused; and the
+// bias alone, added in place to any product (xW + b of every linear layer).
 //
 //   forward:  y = max(0, p + b)            p: the product x W_1 (rows x cols), b: the bias (cols)
+//             y = p + b                    with RELU false (the plain bias: its backward is dy
+//                                          itself, and db = Σ over rows of dy, a sum_rows product)
 //   backward: dp = dy ⊙ [y > 0],   db = Σ over rows of dp
 //
-// Thread mapping, both ways: block (c, r) of the grid owns the columns [32c, 32c + 32) and the
-// rows [r * rows_per_block, (r + 1) * rows_per_block); its 8 warps take every 8th row of that
-// range, lane l column 32c + l, so each warp's loads are one coalesced row segment and each
-// thread reads its bias value once.
+// Thread mapping, both ways: block (c, r, g) of the grid owns the columns [32c, 32c + 32) and the
+// rows [r * rows_per_block, (r + 1) * rows_per_block) of group g; its 8 warps take every 8th row
+// of that range, lane l column 32c + l, so each warp's loads are one coalesced row segment and
+// each thread reads its bias value once. Groups (forward only): p is (groups, rows, cols) and b
+// (groups, cols), each group its own bias row (the Q, K and V products of one input, made as one
+// batch); one group otherwise.
 //
 // The forward overwrites p with y in one pass (the product is a fresh array nobody else
 // reads), so the bias costs no pass and no array of its own. A NaN stays NaN, as in
@@ -26,21 +31,22 @@
 
 #define BR_WARPS 8
 
-template <typename T, typename B>
+template <typename T, typename B, bool RELU>
 __global__ void bias_relu_forward(T* __restrict__ y, const B* __restrict__ bias, long long rows, int cols,
                                   long long rows_per_block) {
     typedef typename Acc<T>::type A;
     const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP;
     const int col = blockIdx.x * MT_WARP + lane;
     if (col >= cols) return;
-    const A b = static_cast<A>(widen(bias[col]));
+    y += static_cast<long long>(blockIdx.z) * rows * cols;   // this block's group
+    const A b = static_cast<A>(widen(bias[static_cast<long long>(blockIdx.z) * cols + col]));
     const long long first = static_cast<long long>(blockIdx.y) * rows_per_block;
     long long last = first + rows_per_block;
     if (last > rows) last = rows;
     for (long long row = first + warp; row < last; row += BR_WARPS) {
         const long long i = row * cols + col;
         const A v = widen(y[i]) + b;
-        y[i] = narrow<T>(v > A(0) || v != v ? v : A(0));
+        y[i] = narrow<T>(!RELU || v > A(0) || v != v ? v : A(0));
     }
 }
 

@@ -1,9 +1,10 @@
-"""Launcher for the fused bias + ReLU kernels of ``bias_relu.cu``.
+"""Launcher for the fused bias + ReLU kernels of ``bias_relu.cu``, and for its bias alone.
 
 :class:`FusedBiasRelu` is the op on this route; :func:`minitensor.functional.linear` with
 ``activation="relu"`` takes it after a product without bias where the kernels apply, and
 ``relu(linear(x, W, b))`` (:class:`minitensor.ops.linalg.Linear`, then
-:class:`minitensor.ops.elementwise.Relu`) elsewhere; tests compare the two.
+:class:`minitensor.ops.elementwise.Relu`) elsewhere; tests compare the two. The bias alone
+(``forward(y, b, relu=False)``) is what ``fastpaths.add_bias`` runs on CuPy for every linear layer.
 """
 from __future__ import annotations
 
@@ -18,23 +19,27 @@ TARGET_BLOCKS = 2048   # the row ranges are sized so that the grid has about thi
 BIASES = {"float": ("float",), "f16": ("f16", "float"), "bf16": ("bf16", "float"), "double": ("double",)}
 
 
-def applies(dtype, cols: int, bias) -> bool:
+def applies(dtype, cols: int, bias, groups: int = 1) -> bool:
     """Whether the kernels take a product of ``dtype`` with ``cols`` columns and this bias
-    (cols,): a bias in the product's dtype, or float32 beside a 16-bit product (autocast's
-    parameters)."""
+    (cols,), or (groups, cols) for a product of that many groups: a bias in the product's
+    dtype, or float32 beside a 16-bit product (autocast's parameters)."""
     t, b = ctype(dtype), ctype(bias.dtype)
-    return t is not None and b in BIASES[t] and bias.shape == (cols,) and 0 < cols < 2**31
+    shape = (cols,) if groups == 1 else (groups, cols)
+    return (t is not None and b in BIASES[t] and bias.shape == shape and 0 < cols < 2**31
+            and 0 < groups <= 65535)
 
 
-def names(t: str, b: str) -> tuple[str, str, str]:
+def names(t: str, b: str, relu: bool = True) -> tuple[str, str, str]:
     """The instantiations (forward, backward, the bias gradient's stage 2) for a product of
-    storage type ``t`` and a bias of type ``b``."""
+    storage type ``t`` and a bias of type ``b``; ``relu`` False: the forward of the bias alone."""
     acc = "double" if t == "double" else "float"
-    return f"bias_relu_forward<{t}, {b}>", f"bias_relu_backward<{t}>", f"column_sums<{acc}, {b}>"
+    return (f"bias_relu_forward<{t}, {b}, {'true' if relu else 'false'}>", f"bias_relu_backward<{t}>",
+            f"column_sums<{acc}, {b}>")
 
 
 def instantiations() -> list[str]:
-    return sorted({name for t, bs in BIASES.items() for b in bs for name in names(t, b)})
+    return sorted({name for t, bs in BIASES.items() for b in bs for relu in (True, False)
+                   for name in names(t, b, relu)})
 
 
 def _grid(rows: int, cols: int) -> tuple[tuple[int, int], int]:
@@ -45,14 +50,20 @@ def _grid(rows: int, cols: int) -> tuple[tuple[int, int], int]:
     return (tiles, -(-rows // per)), per
 
 
-def forward(y, bias):
-    """y ← max(0, y + bias) in place, row by row; returns y."""
+def forward(y, bias, relu: bool = True):
+    """y ← max(0, y + bias) in place, row by row (``relu`` False: y ← y + bias); returns y, which
+    must be C-contiguous. ``bias`` (cols,), or (groups, cols) for y (groups, rows, cols), each
+    group of rows with its own bias row."""
     xp = array_module(y)
+    if y.size == 0:
+        return y
     cols = y.shape[-1]
-    rows = y.size // cols
-    grid, per = _grid(rows, cols)
-    k = kernel(SOURCE, names(ctype(y.dtype), ctype(bias.dtype))[0], xp)
-    k(grid, (32 * WARPS,), (y, xp.ascontiguousarray(bias), np.int64(rows), np.int32(cols), np.int64(per)))
+    groups = 1 if bias.ndim == 1 else bias.shape[0]
+    rows = y.size // cols // groups
+    (tiles, parts), per = _grid(rows, cols)
+    k = kernel(SOURCE, names(ctype(y.dtype), ctype(bias.dtype), relu)[0], xp)
+    k((tiles, parts, groups), (32 * WARPS,), (y, xp.ascontiguousarray(bias), np.int64(rows), np.int32(cols),
+                                              np.int64(per)))
     return y
 
 

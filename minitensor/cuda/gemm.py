@@ -66,13 +66,14 @@ def _batched(cupy, x, batch: tuple):
     return x, x.shape[-2] * x.shape[-1]
 
 
-def matmul(a, b, out_dtype=None, exact: bool = False, out=None):
+def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool = False):
     """``a @ b`` over the last two axes, leading axes broadcast, written in ``out_dtype``
     (default: the operands' dtype) by one cuBLAS call; CuPy arrays of a type :func:`applies`
     takes, at least 2-D each. ``exact``: float32 operands are multiplied in float32 even while
     TF32 is on (a sum written as a product with ones must not round its summands to TF32).
     ``out``: a C-contiguous array of the result's shape and dtype to write into (a view of a
-    caller's array of another shape, say), returned."""
+    caller's array of another shape, say), returned. ``accumulate``: ``out += a @ b`` (cuBLAS's
+    beta = 1: the sum is formed in float32 and rounded once into ``out``'s dtype)."""
     import cupy  # noqa: PLC0415
     from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
     from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
@@ -88,12 +89,15 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None):
     if out is not None and (out.shape != batch + (m, n) or out.dtype != out_dtype or not out.flags.c_contiguous):
         raise ValueError(f"gemm.matmul: out must be a C-contiguous {out_dtype} array of shape {batch + (m, n)}, "
                          f"not {out.dtype} {out.shape}")
+    if accumulate and out is None:
+        raise ValueError("gemm.matmul: accumulate=True adds into out, which is missing")
     c = cupy.empty(batch + (m, n), out_dtype) if out is None else out
     count = int(np.prod(batch)) if batch else 1
     if c.size == 0:
         return c
     if k == 0:
-        c.fill(0)
+        if not accumulate:
+            c.fill(0)
         return c
     a, stride_a = _batched(cupy, a, batch)
     b, stride_b = _batched(cupy, b, batch)
@@ -106,7 +110,8 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None):
     else:
         compute = cublas.CUBLAS_COMPUTE_32F                 # 16-bit in, float32 accumulation
     scalar = np.dtype(np.float64 if a.dtype.itemsize == 8 else np.float32)
-    one, zero = _ONE[scalar].ctypes.data, _ZERO[scalar].ctypes.data
+    one = _ONE[scalar].ctypes.data
+    zero = one if accumulate else _ZERO[scalar].ctypes.data   # beta
     op = {False: cublas.CUBLAS_OP_N, True: cublas.CUBLAS_OP_T}
     types = CUDA_TYPES[a.dtype.name], CUDA_TYPES[out_dtype.name]
     handle = cupy.cuda.get_cublas_handle()

@@ -9,7 +9,7 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
 from .elementwise import Cast, relu
-from .fastpaths import product, sum_rows
+from .fastpaths import add_bias, product, sum_rows
 
 
 def _swap(a):
@@ -115,7 +115,9 @@ class Linear(Function):
         ctx.transposed = transposed
         y = product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one GEMM over all rows
         if b is not None:
-            y += b  # a float32 bias is added to a 16-bit y in float32 and rounded once: no cast of its own
+            # a float32 bias is added to a 16-bit y in float32 and rounded once: no cast of its own;
+            # why add_bias: one pass down the columns on CuPy (fastpaths)
+            add_bias(ctx.xp, y, b)
         return y.reshape(x.shape[:-1] + (n_out,))
 
     @staticmethod
@@ -135,8 +137,8 @@ class Linears(Function):
     """y_i = x W_i + b_i for i = 1..n, every W_i (in, out): the Q, K and V projections of one input.
 
     One batched product over the n column blocks of [W_1 … W_n] gives the n outputs, each a
-    contiguous (…, out) array. dx = Σ_i G_i W_iᵀ = [G_1 … G_n] [W_1 … W_n]ᵀ (one
-    product), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over rows. An output nothing used adds nothing to dx.
+    contiguous (…, out) array. dx = Σ_i G_i W_iᵀ (n products added into one array), dW_i = x₂ᵈᵀ G_i,
+    db_i = Σ G_i over rows. An output nothing used adds nothing to dx.
     """
 
     @staticmethod
@@ -156,30 +158,35 @@ class Linears(Function):
         n, (n_in, n_out) = len(ws), ws[0].shape
         # (n, rows, out): one batched GEMM for all n maps, reading W_i as the column block it is in w
         y = product(x.reshape(-1, n_in), w.reshape(n_in, n, n_out).transpose(1, 0, 2))
-        if all(b is not None for b in bs):
-            y += ctx.xp.stack(bs)[:, None, :]
+        if all(b is not None for b in bs) and len({b.dtype for b in bs}) == 1:
+            add_bias(ctx.xp, y, ctx.xp.stack(bs))   # why add_bias: one pass for all n (fastpaths)
         else:
             for y_i, b in zip(y, bs):
                 if b is not None:
-                    y_i += b
+                    add_bias(ctx.xp, y_i, b)
         return tuple(y_i.reshape(x.shape[:-1] + (n_out,)) for y_i in y)
 
     @staticmethod
     def backward(ctx, grads):
         x, w = ctx.saved
-        xp, needs = ctx.xp, ctx.needs_input_grad
+        needs = ctx.needs_input_grad
         x2, n_out = x.reshape(-1, x.shape[-1]), w.shape[1] // len(grads)
         g2 = [None if g is None else g.reshape(-1, n_out) for g in grads]
         gx = None
         if needs[0]:
-            gs = xp.concatenate([xp.zeros((x2.shape[0], n_out), w.dtype) if g is None else g for g in g2], axis=1)
-            gx = product(gs, w.T).reshape(x.shape)
+            for i, g in enumerate(g2):
+                if g is not None:
+                    w_t = w[:, i * n_out:(i + 1) * n_out].T       # W_iᵀ, a view of [W_1 … W_n]
+                    gx = product(g, w_t) if gx is None else product(g, w_t, into=gx)
+            if gx is None:
+                gx = ctx.xp.zeros_like(x2)
+            gx = gx.reshape(x.shape)
         out = [gx]
         for i, g in enumerate(g2):
             nw, nb = needs[1 + 2 * i], needs[2 + 2 * i]
             # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
             out.append(product(x2.T, g, ctx.w_dtypes[i]) if nw and g is not None else None)
-            out.append(sum_rows(xp, g, ctx.b_dtypes[i]) if nb and g is not None else None)
+            out.append(sum_rows(ctx.xp, g, ctx.b_dtypes[i]) if nb and g is not None else None)
         return tuple(out)
 
 

@@ -30,7 +30,7 @@ from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, attention_op, masked_softmax_reference
 from minitensor.ops.loss import _smoothed_nll
 from minitensor.errors import ShapeError
-from minitensor.ops import linalg
+from minitensor.ops import fastpaths, linalg
 from minitensor.ops.norm import layer_norm_backward_reference, layer_norm_reference
 
 from ...helpers import require
@@ -993,6 +993,32 @@ def test_bias_relu_kernels_match_the_reference(dev, shape, dtype, bias_dtype):
     assert _rel(db, db_ref) < (1e-12 if dtype == "float64" else TOL[bias_dtype])
     again = bias_relu_kernels.backward(dy, y, bt)[1]
     assert np.array_equal(mt.backend.to_numpy(again), mt.backend.to_numpy(db))      # a fixed order of sums
+
+
+@pytest.mark.parametrize("groups, rows, cols", [(1, 1, 1), (1, 130, 100), (3, 9, 33), (2, 600, 40)], ids=str)
+@pytest.mark.parametrize("dtype, bias_dtype", [("float32", "float32"), ("bfloat16", "float32"),
+                                               ("float16", "float16"), ("float64", "float64")])
+def test_the_bias_alone_is_added_in_place_group_by_group(dev, groups, rows, cols, dtype, bias_dtype):
+    """relu=False: y = p + b rounded once from the float32 (float64) sum, bit for bit, negative
+    values and a NaN kept; with groups, p (groups, rows, cols) takes bias row g in group g;
+    fastpaths.add_bias takes the kernel and gives the same bits."""
+    rng = _rng("bias alone", groups, rows, cols, dtype, bias_dtype)
+    dt, bt = _half(dtype), _half(bias_dtype)
+    shape = (rows, cols) if groups == 1 else (groups, rows, cols)
+    p = _randn(dev, rng, shape, dt)
+    p.reshape(-1)[min(5, p.size - 1)] = np.nan
+    b = _randn(dev, rng, (cols,) if groups == 1 else (groups, cols), bt)
+    assert bias_relu_kernels.applies(dt, cols, b, groups=groups)
+    assert not bias_relu_kernels.applies(dt, cols, b, groups=groups + 1)
+    acc = np.float64 if dtype == "float64" else np.float32
+    b_rows = mt.backend.to_numpy(b).astype(acc)
+    want = (mt.backend.to_numpy(p).astype(acc) + (b_rows if groups == 1 else b_rows[:, None, :])).astype(dt)
+    again = p.copy()
+    y = bias_relu_kernels.forward(p, b, relu=False)
+    assert y is p and y.dtype == dt
+    np.testing.assert_array_equal(mt.backend.to_numpy(y).astype(np.float64), want.astype(np.float64))
+    assert fastpaths.add_bias(dev.xp, again, b) is again
+    np.testing.assert_array_equal(mt.backend.to_numpy(again).astype(np.float64), want.astype(np.float64))
 
 
 def test_linear_relu_takes_the_fused_kernels_and_gradchecks_through_them(dev, monkeypatch):
