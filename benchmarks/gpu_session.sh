@@ -70,7 +70,7 @@ if [[ $what == kernels || $what == goals || $what == all ]]; then
 fi
 if [[ $what == step || $what == goals || $what == all ]]; then
   (cd benchmarks && run "base step vs PyTorch" "${LIMIT_STEP:-0}" $py base_step_vs_torch.py --device cuda --batch 400 \
-      --length 64 --steps 10 --warmup 3 --precisions fp32,tf32,fp16,bf16 --out "$OUT/base_step.json" > "$OUT/base_step.log" 2>&1)
+      --length 64 --steps 12 --warmup 5 --precisions fp32,tf32,fp16,bf16 --out "$OUT/base_step.json" > "$OUT/base_step.log" 2>&1)
   tail -5 "$OUT/base_step.log"
 fi
 if [[ $what == goals ]]; then

@@ -37,11 +37,12 @@ ATTENTION_MODES = ("auto", "flash", "fused")
 FLASH_MIN_KEYS = 4096
 # The tensor-core flash kernels (float16 and bfloat16 inputs, head size 32, 64 or 128; float32 in TF32
 # while set_tf32 is on, head size 32 or 64) are taken up to FLASH_TC_SHORT_KEYS keys and from
-# FLASH_TC_MIN_KEYS on. On an H100 the 16-bit ones beat cuBLAS plus the fused softmax at 128 keys and
-# at 4096, and in the transformer-base step at 64, where they also read the heads in place; from 256
-# to 2048 keys the fused path was 1.4-1.7x faster (docs/performance.md). The TF32 ones follow the
-# same rule until they are timed themselves.
-FLASH_TC_SHORT_KEYS = 128
+# FLASH_TC_MIN_KEYS on. On an H100 (forward + backward, 16384 tokens, 8 heads of 64) the bf16 ones
+# took 0.52-0.81x the time of cuBLAS plus the fused softmax up to 512 keys, 1.09-1.10x at 1024 and
+# 2048, 0.20x at 4096; the TF32 ones 0.84-0.99x up to 512 keys, 1.01-1.04x at 1024 and 2048, 0.37x
+# at 4096; in the transformer-base step (64 keys) they also read the heads in place
+# (docs/performance.md).
+FLASH_TC_SHORT_KEYS = 512
 FLASH_TC_MIN_KEYS = 4096
 
 EMULATOR_CHECKS = (None, "race", "memory")

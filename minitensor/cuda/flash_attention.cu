@@ -279,8 +279,9 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // registers. A row's max and sum meet in the 4 lanes of its quad (two xor shuffles).
 //
 // Arrays are read through strides (in elements) for the batch, head and time axes, so q, k, v
-// may be views of (B, T, H, d) projections with no head copies: Q, O, dO and dQ share one set
-// (q_s*), K, V, dK and dV another (k_s*). The head size d is 32, 64 or 128 (no padding); every
+// may be views of (B, T, H, d) projections with no head copies, and column blocks of one wider
+// product (Q, K and V of one input made by one product: gaps between the rows): Q has one set
+// (q_s*), O, dO and dQ another (o_s*), K and V a third (k_s*), dK and dV a fourth (dk_s*). The head size d is 32, 64 or 128 (no padding); every
 // row starts 4-byte aligned. The mask is read per score through MaskView; `causal` also forbids
 // key j > query i, and then the tiles wholly above the diagonal are skipped (not computed). A
 // warp's tile that every score may enter (no mask, inside both lengths, below the diagonal) skips
@@ -385,18 +386,19 @@ struct AllowedKeys {   // may query i attend to key j?
 // offsets for this (batch, head), and the mask.
 struct TcPlace {
     int n, g, t, block_row0, row0;
-    long long q_off, k_off;
+    long long q_off, o_off, k_off, dk_off;
     AllowedKeys allowed;
 };
 
 __device__ __forceinline__ TcPlace tc_place(const unsigned char* mask, long long mask_sb, long long mask_sh,
                                             long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
-                                            long long q_sb, long long q_sh, long long k_sb, long long k_sh,
+                                            long long q_sb, long long q_sh, long long o_sb, long long o_sh,
+                                            long long k_sb, long long k_sh, long long dk_sb, long long dk_sh,
                                             int causal) {
     const int n = blockIdx.x, b = n / H, h = n % H, lane = threadIdx.x % MT_WARP;
     const int block_row0 = blockIdx.y * 64;
     return TcPlace{n, lane / 4, lane % 4, block_row0, block_row0 + static_cast<int>(threadIdx.x / MT_WARP) * 16,
-                   b * q_sb + h * q_sh, b * k_sb + h * k_sh,
+                   b * q_sb + h * q_sh, b * o_sb + h * o_sh, b * k_sb + h * k_sh, b * dk_sb + h * dk_sh,
                    AllowedKeys{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal}};
 }
 
@@ -567,15 +569,17 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            T* __restrict__ O, float* __restrict__ LSE, const unsigned char* __restrict__ mask,
                            long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
                            int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
-                           long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
+                           long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh, long long k_st,
+                           long long dk_sb, long long dk_sh, long long dk_st, int causal, float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
     __shared__ __align__(16) T Ks[2][BK][D + PAD];   // the tile's keys (for Q K^T)
     __shared__ __align__(16) T Vs[2][BK][D + PAD];   // and values (for P V), both row-major
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
-    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
+    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
+                                k_sb, k_sh, dk_sb, dk_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
-    const long long q_off = at.q_off, k_off = at.k_off;
+    const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
 
     unsigned int qf[D / KS][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
@@ -641,7 +645,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
     for (int dt = 0; dt < D / 8; ++dt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
-    store_rows<T, D>(O + q_off, q_st, q0, Tq, o, 1.f);
+    store_rows<T, D>(O + o_off, o_st, q0, Tq, o, 1.f);
 }
 
 // dQ, and delta_i = dO_i . O_i for the dK/dV pass (which runs after this one): a block per
@@ -653,21 +657,24 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                                float* __restrict__ Delta, T* __restrict__ dQ, const unsigned char* __restrict__ mask,
                                long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
                                int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
-                               long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
+                               long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
+                               long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
+                               float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
     __shared__ __align__(16) T Ks[2][BK][D + PAD];   // keys (for Q K^T and dS K)
     __shared__ __align__(16) T Vs[2][BK][D + PAD];   // values (for dO V^T), both row-major
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
-    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
+    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
+                                k_sb, k_sh, dk_sb, dk_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
-    const long long q_off = at.q_off, k_off = at.k_off;
+    const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
 
     unsigned int qf[D / KS][4], dof[D / KS][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
-    load_rows_a<T, D>(dof, dO + q_off, q_st, q0, Tq);
+    load_rows_a<T, D>(dof, dO + o_off, o_st, q0, Tq);
     float lse[2], delta[2];
-    row_dots<T, D>(delta, dO + q_off, O + q_off, q_st, q0, Tq);
+    row_dots<T, D>(delta, dO + o_off, O + o_off, o_st, q0, Tq);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int i = q0 + g + r * 8;
@@ -706,7 +713,7 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
         mma_shared<T, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
         TilePipe::release();
     }
-    store_rows<T, D>(dQ + q_off, q_st, q0, Tq, dq, scale);
+    store_rows<T, D>(dQ + o_off, o_st, q0, Tq, dq, scale);
 }
 
 // dK and dV: a block per (batch, head) pair and 64 keys, walking over tiles of BQ queries. The
@@ -720,16 +727,19 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                                  const unsigned char* __restrict__ mask, long long mask_sb, long long mask_sh,
                                  long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
                                  long long q_sb, long long q_sh, long long q_st,
-                                 long long k_sb, long long k_sh, long long k_st, int causal, float scale) {
+                                 long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
+                                 long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
+                                 float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
     __shared__ __align__(16) T Qs[2][BQ][D + PAD];    // queries
     __shared__ __align__(16) T dOs[2][BQ][D + PAD];   // and their output gradients, both row-major
     __shared__ __align__(16) float lse_s[2][BQ], delta_s[2][BQ];
     static_assert(sizeof(Qs) + sizeof(dOs) + sizeof(lse_s) + sizeof(delta_s) <= 48 * 1024, "two buffers fit in 48 KB");
-    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, k_sb, k_sh, causal);
+    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
+                                k_sb, k_sh, dk_sb, dk_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
     const AllowedKeys& allowed = at.allowed;
-    const long long q_off = at.q_off, k_off = at.k_off;
+    const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off, dk_off = at.dk_off;
 
     unsigned int kf[D / KS][4], vf[D / KS][4];
     load_rows_a<T, D>(kf, K + k_off, k_st, k0, Tk);
@@ -745,11 +755,11 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
 
     const int i_begin = causal ? block_k0 / BQ * BQ : 0;   // causal: no query before the block's first key
     const int tiles = Tq > i_begin ? (Tq - i_begin + BQ - 1) / BQ : 0;
-    const bool wide = rows_aligned_16(Q + q_off, q_st) && rows_aligned_16(dO + q_off, q_st);
+    const bool wide = rows_aligned_16(Q + q_off, q_st) && rows_aligned_16(dO + o_off, o_st);
     auto copy = [&](int it, int buf) {
         const int i0 = i_begin + it * BQ;
         stage_rows<T, BQ, D>(&Qs[buf][0][0], Q + q_off, q_st, i0, Tq, wide);
-        stage_rows<T, BQ, D>(&dOs[buf][0][0], dO + q_off, q_st, i0, Tq, wide);
+        stage_rows<T, BQ, D>(&dOs[buf][0][0], dO + o_off, o_st, i0, Tq, wide);
         for (int r = threadIdx.x; r < BQ; r += 128) {   // zeros past Tq, where no score is allowed
             const long long i = static_cast<long long>(n) * Tq + (i0 + r < Tq ? i0 + r : 0);
             cp_async<4>(&lse_s[buf][r], LSE + i, i0 + r < Tq);
@@ -785,6 +795,6 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dk, dsf, &Qs[buf][0][0]);   // dK += dS^T Q
         TilePipe::release();
     }
-    store_rows<T, D>(dK + k_off, k_st, k0, Tk, dk, scale);
-    store_rows<T, D>(dV + k_off, k_st, k0, Tk, dv, 1.f);
+    store_rows<T, D>(dK + dk_off, dk_st, k0, Tk, dk, scale);
+    store_rows<T, D>(dV + dk_off, dk_st, k0, Tk, dv, 1.f);
 }

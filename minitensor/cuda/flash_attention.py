@@ -110,8 +110,8 @@ def same_layout(a, b) -> bool:
 
 
 def _in_layout(a, ref):
-    """``a`` with ``ref``'s strides (a copy when they differ): the kernels read arrays of one
-    family (Q, O, dO, dQ; K, V, dK, dV) through one set of strides."""
+    """``a`` with the strides of ``ref``, which has no gaps (a copy when they differ): the kernels
+    read V through K's strides, and dO through O's."""
     if same_layout(a, ref):
         return a
     out = array_module(ref).empty_like(ref)
@@ -119,14 +119,22 @@ def _in_layout(a, ref):
     return out
 
 
-def _family(first, *others):
-    """``first`` readable by the kernels, and ``others`` in its layout. ``first`` is copied to C
-    order where the kernels cannot read it, and where it has gaps (a slice of wider rows): its
-    family's outputs are made by ``empty_like``, which leaves none, and written through
-    ``first``'s strides."""
-    if _strides4(first) is None or _has_gaps(first):
+def _readable(a):
+    """``a`` itself where the kernels can read it through its strides (gaps between rows
+    included: Q, K and V as column blocks of one product), else a C-order copy."""
+    return a if _strides4(a) is not None else array_module(a).ascontiguousarray(a)
+
+
+def _pair(first, second):
+    """``first`` and ``second`` readable through one set of strides (K and V; O and dO): both as
+    they are where they share a readable layout, else ``second`` copied into ``first``'s, which
+    is copied to C order first where it has gaps (``empty_like`` would leave none)."""
+    first = _readable(first)
+    if same_layout(first, second):
+        return first, second
+    if _has_gaps(first):
         first = array_module(first).ascontiguousarray(first)
-    return (first,) + tuple(_in_layout(a, first) for a in others)
+    return first, _in_layout(second, first)
 
 
 def _has_gaps(a) -> bool:
@@ -140,15 +148,18 @@ def _has_gaps(a) -> bool:
     return False
 
 
-def _tc_args(cp, q, k, mask, causal: bool, scale: float) -> tuple:
-    """The arguments every tensor-core kernel ends with: mask view, sizes, both families' strides."""
+def _tc_args(cp, q, o, k, dk, mask, causal: bool, scale: float) -> tuple:
+    """The arguments every tensor-core kernel ends with: mask view, sizes, and the strides of Q,
+    of O (dO, dQ), of K (V) and of dK (dV). Outputs are made by ``empty_like``, which leaves no
+    gaps, so an input with gaps has strides of its own."""
     B, H, Tq, Tk, _ = _dims(q, k)
+    strides = _strides4(q) + _strides4(o) + _strides4(k) + _strides4(dk)
     return (mask_view(cp, mask, (B, H, Tq, Tk)) + (np.int32(H), np.int32(Tq), np.int32(Tk))
-            + tuple(np.int64(x) for x in _strides4(q) + _strides4(k)) + (np.int32(causal), np.float32(scale)))
+            + tuple(np.int64(x) for x in strides) + (np.int32(causal), np.float32(scale)))
 
 
 def forward(q, k, v, mask, scale: float, causal: bool = False, tf32: bool = False):
-    """(out, lse): out like q (its strides, where the kernels can read q's); lse (..., Tq), in the
+    """(out, lse): out in q's order of axes, without gaps (``empty_like``); lse (..., Tq), in the
     kernels' accumulation dtype, +inf on rows with no allowed key. ``causal`` forbids key j > query i
     on top of ``mask`` (the tensor-core kernels then skip the tiles above the diagonal). ``tf32``:
     float32 on the tensor cores (see :func:`tensor_cores`)."""
@@ -156,12 +167,11 @@ def forward(q, k, v, mask, scale: float, causal: bool = False, tf32: bool = Fals
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
     if tensor_cores(q, tf32):
-        q, = _family(q)
-        k, v = _family(k, v)
+        q, (k, v) = _readable(q), _pair(k, v)
         out = cp.empty_like(q)
         lse = cp.empty(q.shape[:-1], dtype=np.float32)
         fn = kernel(SOURCE, names(t, d, tf32)[0], cp)
-        fn((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, k, mask, causal, scale))
+        fn((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, out, k, k, mask, causal, scale))
         return out, lse
     if causal:
         raise ValueError("flash_attention.forward: causal=True is for the tensor-core kernels; pass the triangle in mask")
@@ -182,12 +192,11 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
     B, H, Tq, Tk, d = _dims(q, k)
     t = ctype(q.dtype)
     if tensor_cores(q, tf32):
-        q, out, grad = _family(q, out, grad.astype(q.dtype, copy=False))
-        k, v = _family(k, v)
-        dq, dk, dv = cp.empty_like(q), cp.empty_like(k), cp.empty_like(k)
+        q, (k, v), (out, grad) = _readable(q), _pair(k, v), _pair(out, grad.astype(q.dtype, copy=False))
+        dq, dk, dv = cp.empty_like(out), cp.empty_like(k), cp.empty_like(k)
         delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
         _, dkdv, dq_name = names(t, d, tf32)
-        tail = _tc_args(cp, q, k, mask, causal, scale)
+        tail = _tc_args(cp, q, out, k, dk, mask, causal, scale)
         kernel(SOURCE, dq_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, grad, lse, delta, dq) + tail)
         kernel(SOURCE, dkdv, cp)((B * H, -(-Tk // TC_ROWS)), (128,), (q, k, v, grad, lse, delta, dk, dv) + tail)
         return dq, dk, dv

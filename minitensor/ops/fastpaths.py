@@ -96,6 +96,37 @@ def add_bias(xp, y, b):
     return y
 
 
+def block_products(xp, x, w, biases):
+    """Reference: ``[x @ W_i + b_i for each i]`` for x (rows, in), w = [W_1 … W_n] (in, n out)
+    and n biases (out,) or None: the Q, K and V projections of one input.
+
+    Where the kernels run (CuPy, or the emulator), one plain GEMM x w and one bias pass over all
+    n outputs, each y_i a column block of the (rows, n out) result (rows with gaps): the
+    tensor-core attention kernels read such blocks in place, and on an H100 the one product took
+    a third less time than a batched one. On NumPy, one batched product over the weights' column
+    blocks, so that each y_i is contiguous, as NumPy's products downstream prefer."""
+    from .. import cuda  # noqa: PLC0415
+
+    n = len(biases)
+    n_in, n_out = w.shape[0], w.shape[1] // n
+    same = all(b is not None for b in biases) and len({b.dtype for b in biases}) == 1
+    if cuda.kernels_may_run(xp):
+        y = product(x, w)
+        if same:
+            add_bias(xp, y, xp.concatenate(biases))
+        ys = [y[:, i * n_out:(i + 1) * n_out] for i in range(n)]
+    else:
+        y = product(x, w.reshape(n_in, n, n_out).transpose(1, 0, 2))      # (n, rows, out)
+        if same:
+            add_bias(xp, y, xp.stack(biases))
+        ys = list(y)
+    if not same:
+        for y_i, b in zip(ys, biases):
+            if b is not None:
+                y_i += b
+    return ys
+
+
 _ONES: dict = {}  # (device, dtype) -> the longest row of ones made there so far
 
 

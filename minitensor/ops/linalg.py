@@ -9,7 +9,7 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
 from .elementwise import Cast, relu
-from .fastpaths import add_bias, product, sum_rows
+from .fastpaths import add_bias, block_products, product, sum_rows
 
 
 def _swap(a):
@@ -136,9 +136,9 @@ class Linear(Function):
 class Linears(Function):
     """y_i = x W_i + b_i for i = 1..n, every W_i (in, out): the Q, K and V projections of one input.
 
-    One batched product over the n column blocks of [W_1 … W_n] gives the n outputs, each a
-    contiguous (…, out) array. dx = Σ_i G_i W_iᵀ (n products added into one array), dW_i = x₂ᵈᵀ G_i,
-    db_i = Σ G_i over rows. An output nothing used adds nothing to dx.
+    One product x [W_1 … W_n] gives the n outputs (``fastpaths.block_products``).
+    dx = Σ_i G_i W_iᵀ (n products added into one array), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over rows.
+    An output nothing used adds nothing to dx.
     """
 
     @staticmethod
@@ -155,16 +155,10 @@ class Linears(Function):
         ws = [_weight_in(w, dtype) for w in ws]
         w = ctx.xp.concatenate(ws, axis=1)                    # [W_1 … W_n], (in, n out)
         ctx.save_for_backward(x, w)
-        n, (n_in, n_out) = len(ws), ws[0].shape
-        # (n, rows, out): one batched GEMM for all n maps, reading W_i as the column block it is in w
-        y = product(x.reshape(-1, n_in), w.reshape(n_in, n, n_out).transpose(1, 0, 2))
-        if all(b is not None for b in bs) and len({b.dtype for b in bs}) == 1:
-            add_bias(ctx.xp, y, ctx.xp.stack(bs))   # why add_bias: one pass for all n (fastpaths)
-        else:
-            for y_i, b in zip(y, bs):
-                if b is not None:
-                    add_bias(ctx.xp, y_i, b)
-        return tuple(y_i.reshape(x.shape[:-1] + (n_out,)) for y_i in y)
+        n_in, n_out = ws[0].shape
+        # why block_products: one GEMM whose outputs the attention kernels read in place (fastpaths)
+        ys = block_products(ctx.xp, x.reshape(-1, n_in), w, bs)
+        return tuple(y_i.reshape(x.shape[:-1] + (n_out,)) for y_i in ys)
 
     @staticmethod
     def backward(ctx, grads):

@@ -508,8 +508,8 @@ def test_tensor_core_flash_attention_reads_each_family_through_one_set_of_stride
 @pytest.mark.parametrize("dtype", ["float16", "tf32"])
 def test_tensor_core_flash_attention_takes_slices_of_wider_rows(dev, dtype):
     """q, k and v cut from one (B, T, 3, H, d) array (a packed projection: gaps between each one's
-    rows): the outputs, made without gaps, are written through strides of their own layout (the
-    launcher copies such inputs first), and the answer is equation 1's."""
+    rows) are read in place, with no copy; the outputs, made without gaps, are written through
+    strides of their own, and the answer is equation 1's."""
     rng = _rng("tc gaps", dtype)
     B, T, H, d = 2, 40, 2, 32
     tf32 = dtype == "tf32"
@@ -517,7 +517,9 @@ def test_tensor_core_flash_attention_takes_slices_of_wider_rows(dev, dtype):
     packed = _randn(dev, rng, (B, T, 3, H, d), dt)
     q, k, v = (packed[:, :, i].swapaxes(1, 2) for i in range(3))
     g = _randn(dev, rng, (B, H, T, d), dt)
+    assert flash_kernels._readable(q) is q and all(a is b for a, b in zip(flash_kernels._pair(k, v), (k, v)))
     out, lse = flash_kernels.forward(q, k, v, None, 0.2, tf32=tf32)
+    assert not flash_kernels._has_gaps(out) and not flash_kernels.same_layout(out, q)
     grads = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, tf32=tf32)
     for got, ref in zip((out,) + grads, _attention_reference(dev.xp, q, k, v, g, None, 0.2)):
         assert got.shape == (B, H, T, d) and _rel(got, ref) < TC_TOL[dtype]

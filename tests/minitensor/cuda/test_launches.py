@@ -43,9 +43,10 @@ def test_one_base_update_launches_at_most_its_bound(cupy_double, precision):
     if precision != "fp32":   # attention at these 7 keys on the tensor-core kernels: 3 launches each, no head copies
         assert sum(n for k, n in made.items() if k.startswith("kernel flash_attention_tc")) == 54, made
         assert not {k for k in made if "softmax" in k}, made
-        assert not {"ascontiguousarray", "reshape"} & set(made), made   # the heads split and merged as views
-        # the only batched products: each layer's projections of one input (Q, K, V; K, V of the memory)
-        assert made["gemmStridedBatchedEx"] == 18, made
+        # the heads split and merged as views, read in place from the column blocks of one product
+        assert not {"ascontiguousarray", "reshape"} & set(made), made
+        # the projections of one input (Q, K, V; K, V of the memory) are one plain product each
+        assert "gemmStridedBatchedEx" not in made, made
 
 
 @pytest.mark.slow
