@@ -1,5 +1,5 @@
-"""The projections' products and their bias gradients in the base step's shapes, each way of
-calling the device timed alone, PyTorch's linear beside: x (25600, 512) and n weights (512, 512)
+"""The projections' products, their bias and their bias gradients in the base step's shapes,
+each way of calling the device timed alone ("now": what ``Linears`` does), PyTorch's linear beside: x (25600, 512) and n weights (512, 512)
 (Linears: Q, K, V or K, V of one input); a bias gradient over 25600 rows of 512 or 2048 columns
 by CuPy's ``sum(axis=0)`` and by ``fastpaths.sum_rows`` (one product with a row of ones).
 
@@ -57,6 +57,9 @@ def main() -> None:
                 y += bcat
                 return y
 
+            def one_with_bias_kernel():
+                return fastpaths.block_products(cp, x, w, bs)
+
             def dx_accumulated():
                 gx = gemm.matmul(gs[0], w[:, :d].T)
                 for i in range(1, n):
@@ -70,19 +73,20 @@ def main() -> None:
                 return gemm.matmul(buf, w.T)
             flop = 2 * rows * d * d * n
             variants = {
-                "forward: batched, x broadcast (now)":
+                "forward: batched, x broadcast (before)":
                     lambda: gemm.matmul(x, w.reshape(d, n, d).transpose(1, 0, 2)),
-                "forward: one product, outputs as column views":
+                "forward: one product, outputs as column views (now)":
                     lambda: gemm.matmul(x, w),
                 "forward: one product, outputs copied contiguous":
                     lambda: [cp.ascontiguousarray(c) for c in cp.split(gemm.matmul(x, w), n, axis=1)],
                 "forward: n products, W_i as column views":
                     lambda: [gemm.matmul(x, w[:, i * d:(i + 1) * d]) for i in range(n)],
-                "forward + bias: batched, stacked bias added (now)": batched_with_bias,
-                "forward + bias: one product, one bias add, column views": one_with_bias,
-                "dx: n products accumulated in place (beta 1)": dx_accumulated,
+                "forward + bias: batched, stacked bias added (before)": batched_with_bias,
+                "forward + bias: one product, CuPy's bias add, column views": one_with_bias,
+                "forward + bias: fastpaths.block_products, the bias kernel (now)": one_with_bias_kernel,
+                "dx: n products accumulated in place (beta 1; now)": dx_accumulated,
                 "dx: G_i copied into column blocks, one product": dx_blocks,
-                "dx: concatenate G, one product (now)":
+                "dx: concatenate G, one product (before)":
                     lambda: gemm.matmul(cp.concatenate(gs, axis=1), w.T),
                 "dW: n products x^T G_i (now)":
                     lambda: [gemm.matmul(x.T, g, out_w) for g in gs],

@@ -10,7 +10,9 @@ dropout + residual + LayerNorm (the same double): fp32 and tf32 1691, bf16 2565,
 after: 1066, 1132 and 1138; with 16-bit attention on the tensor-core flash kernels, which read
 the heads in place, bf16 808 and fp16 814; with TF32 attention on them too, tf32 742; with the
 projections of one input as one product (Q, K, V; K, V of the memory), fp32 1000, tf32 676, bf16
-742, fp16 748 (docs/performance.md, "Launches per update")."""
+742, fp16 748; with their input gradients as products added in place (one more launch for each
+of the 12 Q/K/V projections, no concatenation), fp32 1012, tf32 688, bf16 754, fp16 760
+(docs/performance.md, "Launches per update")."""
 import pytest
 
 from tests.cupy_double.launches import count_update
