@@ -6,12 +6,17 @@
 //                                          itself, and db = Σ over rows of dy, a sum_rows product)
 //   backward: dp = dy ⊙ [y > 0],   db = Σ over rows of dp
 //
-// Thread mapping, both ways: block (c, r, g) of the grid owns the columns [32c, 32c + 32) and the
-// rows [r * rows_per_block, (r + 1) * rows_per_block) of group g; its 8 warps take every 8th row
+// Thread mapping. Forward: p seen as one flat array of groups x rows x cols values, each thread
+// taking V consecutive ones as one 16-byte load and store (V = 16 / sizeof(T)) where cols is a
+// multiple of V and p is 16-byte aligned, so that a pack never leaves its row; one value (V = 1)
+// otherwise. Its column is its flat index mod cols, its group the index over rows x cols: with
+// groups, p is (groups, rows, cols) and b (groups, cols), each group its own bias row (the Q, K
+// and V products of one input, made as one batch); one group otherwise. A block of 256 threads
+// covers 256 packs, so every thread has its load in flight at once (a grid-stride loop only past
+// 2^31 - 1 blocks' worth). Backward: block (c, r) of the grid owns the columns [32c, 32c + 32)
+// and the rows [r * rows_per_block, (r + 1) * rows_per_block); its 8 warps take every 8th row
 // of that range, lane l column 32c + l, so each warp's loads are one coalesced row segment and
-// each thread reads its bias value once. Groups (forward only): p is (groups, rows, cols) and b
-// (groups, cols), each group its own bias row (the Q, K and V products of one input, made as one
-// batch); one group otherwise.
+// each thread sums its one column.
 //
 // The forward overwrites p with y in one pass (the product is a fresh array nobody else
 // reads), so the bias costs no pass and no array of its own. A NaN stays NaN, as in
@@ -26,27 +31,28 @@
 // T is the storage type of p, y and dy (float, f16, bf16, double); B the bias's (float for a
 // 16-bit product under autocast, so db comes out in float32 directly, else T). Arithmetic and
 // the partial sums run in Acc<T>::type. Edge cases: cols need not be a multiple of 32 (lanes
-// past the last column idle); rows = 0 is not launched.
+// past the last column idle) nor of V (then V = 1); rows = 0 is not launched.
 #include "common.cuh"
 
 #define BR_WARPS 8
 
-template <typename T, typename B, bool RELU>
-__global__ void bias_relu_forward(T* __restrict__ y, const B* __restrict__ bias, long long rows, int cols,
-                                  long long rows_per_block) {
+template <typename T, typename B, bool RELU, int V>
+__global__ void bias_relu_forward(T* __restrict__ y, const B* __restrict__ bias, long long packs, int cols,
+                                  long long group_size) {
     typedef typename Acc<T>::type A;
-    const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP;
-    const int col = blockIdx.x * MT_WARP + lane;
-    if (col >= cols) return;
-    y += static_cast<long long>(blockIdx.z) * rows * cols;   // this block's group
-    const A b = static_cast<A>(widen(bias[static_cast<long long>(blockIdx.z) * cols + col]));
-    const long long first = static_cast<long long>(blockIdx.y) * rows_per_block;
-    long long last = first + rows_per_block;
-    if (last > rows) last = rows;
-    for (long long row = first + warp; row < last; row += BR_WARPS) {
-        const long long i = row * cols + col;
-        const A v = widen(y[i]) + b;
-        y[i] = narrow<T>(!RELU || v > A(0) || v != v ? v : A(0));
+    struct alignas(sizeof(T) * V) Pack { T v[V]; };
+    Pack* __restrict__ packed = reinterpret_cast<Pack*>(y);
+    const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
+    for (long long k = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; k < packs; k += step) {
+        const long long i = k * V;                                        // the pack's first value
+        const B* b = bias + (i / group_size) * cols + static_cast<int>(i % cols);
+        Pack p = packed[k];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            const A v = widen(p.v[e]) + static_cast<A>(widen(b[e]));
+            p.v[e] = narrow<T>(!RELU || v > A(0) || v != v ? v : A(0));
+        }
+        packed[k] = p;
     }
 }
 

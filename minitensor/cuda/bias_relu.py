@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
-from .build import acc_dtype, array_module, ctype, kernel
+from .build import acc_dtype, address, array_module, ctype, kernel
 
 SOURCE = "bias_relu.cu"
 WARPS = 8              # BR_WARPS in bias_relu.cu: rows taken in turn by the warps of a block
 TARGET_BLOCKS = 2048   # the row ranges are sized so that the grid has about this many blocks
 BIASES = {"float": ("float",), "f16": ("f16", "float"), "bf16": ("bf16", "float"), "double": ("double",)}
+PACK = {"float": 4, "f16": 8, "bf16": 8, "double": 2}   # V in bias_relu.cu: values in one 16-byte pack
+BLOCK = 256            # the forward's threads per block
 
 
 def applies(dtype, cols: int, bias, groups: int = 1) -> bool:
@@ -29,17 +31,19 @@ def applies(dtype, cols: int, bias, groups: int = 1) -> bool:
             and 0 < groups <= 65535)
 
 
-def names(t: str, b: str, relu: bool = True) -> tuple[str, str, str]:
+def names(t: str, b: str, relu: bool = True, packed: bool = True) -> tuple[str, str, str]:
     """The instantiations (forward, backward, the bias gradient's stage 2) for a product of
-    storage type ``t`` and a bias of type ``b``; ``relu`` False: the forward of the bias alone."""
+    storage type ``t`` and a bias of type ``b``; ``relu`` False: the forward of the bias alone;
+    ``packed`` False: the forward one value at a time (V = 1)."""
     acc = "double" if t == "double" else "float"
-    return (f"bias_relu_forward<{t}, {b}, {'true' if relu else 'false'}>", f"bias_relu_backward<{t}>",
+    v = PACK[t] if packed else 1
+    return (f"bias_relu_forward<{t}, {b}, {'true' if relu else 'false'}, {v}>", f"bias_relu_backward<{t}>",
             f"column_sums<{acc}, {b}>")
 
 
 def instantiations() -> list[str]:
-    return sorted({name for t, bs in BIASES.items() for b in bs for relu in (True, False)
-                   for name in names(t, b, relu)})
+    return sorted({name for t, bs in BIASES.items() for b in bs for relu in (True, False) for packed in (True, False)
+                   for name in names(t, b, relu, packed)})
 
 
 def _grid(rows: int, cols: int) -> tuple[tuple[int, int], int]:
@@ -51,19 +55,20 @@ def _grid(rows: int, cols: int) -> tuple[tuple[int, int], int]:
 
 
 def forward(y, bias, relu: bool = True):
-    """y ← max(0, y + bias) in place, row by row (``relu`` False: y ← y + bias); returns y, which
-    must be C-contiguous. ``bias`` (cols,), or (groups, cols) for y (groups, rows, cols), each
-    group of rows with its own bias row."""
+    """y ← max(0, y + bias) in place (``relu`` False: y ← y + bias); returns y, which must be
+    C-contiguous. ``bias`` (cols,), or (groups, cols) for y (groups, rows, cols), each group of
+    rows with its own bias row."""
     xp = array_module(y)
     if y.size == 0:
         return y
     cols = y.shape[-1]
     groups = 1 if bias.ndim == 1 else bias.shape[0]
-    rows = y.size // cols // groups
-    (tiles, parts), per = _grid(rows, cols)
-    k = kernel(SOURCE, names(ctype(y.dtype), ctype(bias.dtype), relu)[0], xp)
-    k((tiles, parts, groups), (32 * WARPS,), (y, xp.ascontiguousarray(bias), np.int64(rows), np.int32(cols),
-                                              np.int64(per)))
+    t = ctype(y.dtype)
+    packed = cols % PACK[t] == 0 and address(y) % 16 == 0   # a 16-byte pack stays in its row
+    packs = y.size // (PACK[t] if packed else 1)
+    k = kernel(SOURCE, names(t, ctype(bias.dtype), relu, packed)[0], xp)
+    k((min(-(-packs // BLOCK), 2**31 - 1),), (BLOCK,),
+      (y, xp.ascontiguousarray(bias), np.int64(packs), np.int32(cols), np.int64(y.size // groups)))
     return y
 
 

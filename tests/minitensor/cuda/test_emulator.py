@@ -554,9 +554,10 @@ def _small_cases(address_tables: bool = True):
     residual_grads = ln_kernels.residual_backward(x, residual[1], w, residual[2], residual[3], np.float32, 0.3, 21, 4)
     relu = bias_relu_kernels.forward(rng.standard_normal((70, 33)).astype(np.float32), w)  # 33 columns: 2 tiles
     relu_grads = bias_relu_kernels.backward(relu[::-1].copy(), relu, np.float32)
-    # the bias alone, three groups of 9 rows each with its own bias row (the Q, K and V products)
-    groups = np.random.default_rng(4).standard_normal((3, 9, 33)).astype(np.float32)   # (rng's draws left as they were)
-    biased = bias_relu_kernels.forward(groups, np.stack([w, w + 1, w - 1]), relu=False)
+    # the bias alone, three groups of 9 rows each with its own bias row (the Q, K and V products),
+    # 32 columns: 16-byte packs (rng's draws left as they were)
+    groups = np.random.default_rng(4).standard_normal((3, 9, 32)).astype(np.float32)
+    biased = bias_relu_kernels.forward(groups, np.stack([w[:32], w[:32] + 1, w[:32] - 1]), relu=False)
     # the tensor-core kernels on a (B, T, H, d) view, a padding mask and the causal flag (tiles skipped)
     hq = rng.standard_normal((1, 70, 2, 32)).astype(np.float16).swapaxes(1, 2)
     tc_out, tc_lse = flash_kernels.forward(hq, hq, hq, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2, causal=True)
@@ -590,6 +591,7 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
               ("loss_scale.cu", loss_scale_kernels.name("float"))]
     items += [("bias_relu.cu", n) for n in bias_relu_kernels.names("float", "float")]
     items += [("bias_relu.cu", bias_relu_kernels.names("float", "float", relu=False)[0])]
+    items += [("bias_relu.cu", bias_relu_kernels.names("float", "float", packed=False)[0])]
     items += [("cast.cu", cast_kernels.name("float", "f16"))]
     items += [("layer_norm.cu", n) for n in ln_kernels.names("float", 33, "float")]
     emulator.precompile(items, check)
