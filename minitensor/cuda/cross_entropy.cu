@@ -6,10 +6,13 @@
 //   backward: g_c = w·(exp(x_c - lse) - ε/V) - w·(1-ε)·[c = t],  w the row's weight (the
 //             launcher makes it 0 for an ignored row); g may be written over the logits.
 //
-// Rows are (N, V) with V up to tens of thousands, so one block of 32·WARPS threads owns a row;
-// thread i reads columns i, i + blockDim.x, ... (coalesced loads). The forward is one pass over
-// the logits: each thread keeps a running max m, the sum Σ exp(x - m) (rescaled when m grows,
-// the online softmax of Milakov and Gimelshein, 2018) and Σ x. Each warp combines its lanes by
+// Rows are (N, V) with V up to tens of thousands, so one block of 32·WARPS threads owns a row.
+// Its values are read in packs of P: 16 bytes (P = 16 / sizeof(T)) where every row starts
+// 16-byte aligned (V·sizeof(T) a multiple of 16, the logits aligned), one value otherwise; thread
+// i reads packs i, i + blockDim.x, ... (coalesced, and with P > 1 each load brings 16 bytes, so
+// that more bytes are in flight). The forward is one pass over the logits: each thread keeps a
+// running max m, the sum Σ exp(x - m) (rescaled when m grows, pack by pack: the online softmax of
+// Milakov and Gimelshein, 2018) and Σ x. Each warp combines its lanes by
 // butterfly shuffles; thread 0 then combines the warps' partials from shared memory in warp
 // order, so the result does not depend on timing. The backward reads the logits once and writes
 // the gradient once; read and write of an entry are the same thread's, so in place is safe.
@@ -18,6 +21,9 @@
 // caller checks that on the host).
 // T is the storage type (float, f16, bf16, double); arithmetic runs in Acc<T>::type.
 #include "common.cuh"
+
+template <typename T, int P>
+struct alignas(sizeof(T) * P) Pack { T v[P]; };
 
 // (m, s) absorbs (m2, s2): two running (max, Σ exp(x - max)); a max of -inf is an empty part
 template <typename A>
@@ -28,7 +34,7 @@ __device__ __forceinline__ void absorb(A& m, A& s, A m2, A s2) {
     m = top;
 }
 
-template <typename T, int WARPS>
+template <typename T, int WARPS, int P>
 __global__ void cross_entropy_forward(const T* __restrict__ logits, const long long* __restrict__ target,
                                       typename Acc<T>::type* __restrict__ loss,
                                       typename Acc<T>::type* __restrict__ lse_out, long long rows, int V,
@@ -42,15 +48,22 @@ __global__ void cross_entropy_forward(const T* __restrict__ logits, const long l
     const T* x = logits + row * V;
 
     A m = -MT_INF, s = A(0), sx = A(0);
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        const A v = widen(x[j]);
-        sx += v;
-        if (v > m) {
-            s = s * exp_(m - v) + A(1);  // the old terms, rescaled to the new max, and exp(0)
-            m = v;
-        } else {
-            s += exp_(v - m);
+    const Pack<T, P>* packs = reinterpret_cast<const Pack<T, P>*>(x);
+    for (int j = threadIdx.x; j < V / P; j += blockDim.x) {
+        const Pack<T, P> p = packs[j];
+        A v[P], top = m;
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+            v[e] = widen(p.v[e]);
+            sx += v[e];
+            top = v[e] > top ? v[e] : top;
         }
+        if (top > m) {
+            s = s * exp_(m - top);  // the old terms, rescaled to the new max
+            m = top;
+        }
+#pragma unroll
+        for (int e = 0; e < P; ++e) s += exp_(v[e] - m);
     }
 #pragma unroll
     for (int offset = MT_WARP / 2; offset > 0; offset /= 2) {
@@ -83,7 +96,7 @@ __global__ void cross_entropy_forward(const T* __restrict__ logits, const long l
     loss[row] = (A(1) - e) * (lse - widen(x[t])) + e * (lse - sum_x / static_cast<A>(V));
 }
 
-template <typename T>
+template <typename T, int P>
 __global__ void cross_entropy_backward(const T* logits, const long long* __restrict__ target,
                                        const typename Acc<T>::type* __restrict__ lse,
                                        const typename Acc<T>::type* __restrict__ weight, T* grad,
@@ -97,11 +110,16 @@ __global__ void cross_entropy_backward(const T* logits, const long long* __restr
     const A e = static_cast<A>(eps);
     const A smooth = w * e / static_cast<A>(V);
     const A hit = w * (A(1) - e);
-    const T* x = logits + row * V;
-    T* g = grad + row * V;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        A v = w * exp_(widen(x[j]) - l) - smooth;
-        if (j == t) v -= hit;
-        g[j] = narrow<T>(v);
+    const Pack<T, P>* x = reinterpret_cast<const Pack<T, P>*>(logits + row * V);
+    Pack<T, P>* g = reinterpret_cast<Pack<T, P>*>(grad + row * V);
+    for (int j = threadIdx.x; j < V / P; j += blockDim.x) {
+        Pack<T, P> p = x[j];
+#pragma unroll
+        for (int e = 0; e < P; ++e) {
+            A v = w * exp_(widen(p.v[e]) - l) - smooth;
+            if (j * P + e == t) v -= hit;
+            p.v[e] = narrow<T>(v);
+        }
+        g[j] = p;
     }
 }

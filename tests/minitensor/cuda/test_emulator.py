@@ -548,6 +548,9 @@ def _small_cases(address_tables: bool = True):
     logits, target = rng.standard_normal((3, 300)).astype(np.float32), np.array([5, 0, 299])
     loss, ce_lse = ce_kernels.forward(logits, target, 0, 0.1)
     dlogits = ce_kernels.backward(logits, target, ce_lse, np.array([0.5, 0.0, 2.0]), 0.1)
+    odd = np.random.default_rng(5).standard_normal((3, 301)).astype(np.float32)   # rows not 16-byte multiples
+    odd_loss, odd_lse = ce_kernels.forward(odd, target, 0, 0.1)
+    odd_grad = ce_kernels.backward(odd, target, odd_lse, np.array([0.5, 0.0, 2.0]), 0.1)
     dropped = dropout_kernels.apply(x[:, :31], 0.3, 11, 5)          # n = 279: the last counter is partial
     sub = rng.standard_normal((9, 33)).astype(np.float32)
     residual = ln_kernels.residual_forward(x, sub, w, b, 1e-5, 0.3, 21, 4)   # y, z, mean, rstd
@@ -567,7 +570,7 @@ def _small_cases(address_tables: bool = True):
     tf_out, tf_lse = flash_kernels.forward(fq, fq, fq, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2, tf32=True)
     tf_grads = flash_kernels.backward(fq, fq, fq, fq, tf_out, tf_lse, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2,
                                       tf32=True)
-    kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, dropped, relu, biased) \
+    kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, odd_loss, odd_lse, odd_grad, dropped, relu, biased) \
         + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads) + (tf_out, tf_lse) + tuple(tf_grads)
     if not address_tables:
         return kernels
@@ -586,7 +589,7 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24) + flash_kernels.names("f16", 32)
               + flash_kernels.names("float", 32, tf32=True)]
-    items += [("cross_entropy.cu", n) for n in ce_kernels.names("float")]
+    items += [("cross_entropy.cu", n) for packed in (True, False) for n in ce_kernels.names("float", packed)]
     items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
               ("loss_scale.cu", loss_scale_kernels.name("float"))]
     items += [("bias_relu.cu", n) for n in bias_relu_kernels.names("float", "float")]
