@@ -5,8 +5,9 @@
 # `goals` measures what the speed goals are about, and nothing else: `train --preset wmt14-base`'s
 # update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
 # attention, the cross-entropy, the fused elementwise kernels and the products, then the base
-# step in the four precisions, PyTorch beside each, and the TF32 step once more with attention on
-# the fused path, auto's alternative (about 4 minutes on an H100, measured in parts).
+# step in the four precisions, PyTorch beside each, the projections' products and bias one by one,
+# and the TF32 step once more with attention on the fused path, auto's alternative (about 4
+# minutes on an H100, measured in parts).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
@@ -74,6 +75,9 @@ if [[ $what == step || $what == goals || $what == all ]]; then
   tail -5 "$OUT/base_step.log"
 fi
 if [[ $what == goals ]]; then
+  (cd benchmarks && run "projections' products and bias, one by one" "${LIMIT_STEP:-0}" $py projection_products.py \
+      --out "$OUT/projection_products.json" > "$OUT/projection_products.log" 2>&1)
+  grep "(now)" "$OUT/projection_products.log" | head -8
   (cd benchmarks && MINITENSOR_ATTENTION=fused run "base step vs PyTorch, TF32, fused attention" "${LIMIT_STEP:-0}" $py \
       base_step_vs_torch.py --device cuda --batch 400 --length 64 --steps 10 --warmup 3 --precisions tf32 \
       --out "$OUT/base_step_tf32_fused.json" > "$OUT/base_step_tf32_fused.log" 2>&1)
