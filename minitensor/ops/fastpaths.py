@@ -127,6 +127,29 @@ def block_products(xp, x, w, biases):
     return ys
 
 
+def block_products_grad(xp, grads, w, rows: int):
+    """Reference: Σ_i G_i W_iᵀ for w = [W_1 … W_n] (in, n out) and the n gradients G_i (rows,
+    out) of :func:`block_products`' outputs, None for an output nothing used (it adds nothing).
+
+    Where the kernels run (CuPy, or the emulator), n products added into one array (cuBLAS's
+    beta = 1), each reading W_iᵀ as a view of w: on an H100 in bf16, 0.18 ms for Q, K and V of
+    25600 × 512 against 0.28 for a concatenation of the G_i and one product. On NumPy, that
+    concatenation (zeros for a missing G_i) and one product."""
+    from .. import cuda  # noqa: PLC0415
+
+    n = len(grads)
+    n_out = w.shape[1] // n
+    if not cuda.kernels_may_run(xp):
+        gs = [xp.zeros((rows, n_out), w.dtype) if g is None else g for g in grads]
+        return product(xp.concatenate(gs, axis=1), w.T)
+    gx = None
+    for i, g in enumerate(grads):
+        if g is not None:
+            w_t = w[:, i * n_out:(i + 1) * n_out].T       # W_iᵀ, a view of [W_1 … W_n]
+            gx = product(g, w_t) if gx is None else product(g, w_t, into=gx)
+    return xp.zeros((rows, w.shape[0]), w.dtype) if gx is None else gx
+
+
 _ONES: dict = {}  # (device, dtype) -> the longest row of ones made there so far
 
 

@@ -9,7 +9,7 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
 from .elementwise import Cast, relu
-from .fastpaths import add_bias, block_products, product, sum_rows
+from .fastpaths import add_bias, block_products, block_products_grad, product, sum_rows
 
 
 def _swap(a):
@@ -137,8 +137,8 @@ class Linears(Function):
     """y_i = x W_i + b_i for i = 1..n, every W_i (in, out): the Q, K and V projections of one input.
 
     One product x [W_1 … W_n] gives the n outputs (``fastpaths.block_products``).
-    dx = Σ_i G_i W_iᵀ (n products added into one array), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over rows.
-    An output nothing used adds nothing to dx.
+    dx = Σ_i G_i W_iᵀ (``fastpaths.block_products_grad``), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over
+    rows. An output nothing used adds nothing to dx.
     """
 
     @staticmethod
@@ -166,16 +166,8 @@ class Linears(Function):
         needs = ctx.needs_input_grad
         x2, n_out = x.reshape(-1, x.shape[-1]), w.shape[1] // len(grads)
         g2 = [None if g is None else g.reshape(-1, n_out) for g in grads]
-        gx = None
-        if needs[0]:
-            for i, g in enumerate(g2):
-                if g is not None:
-                    w_t = w[:, i * n_out:(i + 1) * n_out].T       # W_iᵀ, a view of [W_1 … W_n]
-                    gx = product(g, w_t) if gx is None else product(g, w_t, into=gx)
-            if gx is None:
-                gx = ctx.xp.zeros_like(x2)
-            gx = gx.reshape(x.shape)
-        out = [gx]
+        # why block_products_grad: no concatenation of the G_i where the kernels run (fastpaths)
+        out = [block_products_grad(ctx.xp, g2, w, x2.shape[0]).reshape(x.shape) if needs[0] else None]
         for i, g in enumerate(g2):
             nw, nb = needs[1 + 2 * i], needs[2 + 2 * i]
             # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
@@ -187,7 +179,7 @@ class Linears(Function):
 def linears(x, weights, biases=None) -> tuple:
     """(x @ W_1 + b_1, …, x @ W_n + b_n) for weights W_i all (in, out) and biases (out,) or None:
     several linear maps of one input (the Q, K and V projections of self-attention) in one
-    batched matrix product, which reads x once, and one product for their input's gradient.
+    matrix product, which reads x once.
     Runs in 16-bit inside ``amp.autocast`` as :func:`linear` does."""
     x = as_tensor(x)
     weights = [as_tensor(w, x) for w in weights]
