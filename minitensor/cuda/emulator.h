@@ -151,7 +151,9 @@ struct Runtime {
     bool failed = false;
     char* err = nullptr;
     size_t errlen = 0;
-    // fiber stacks (kept between launches)
+    // fiber stacks, mapped for one launch: kept between launches, every kernel a process has loaded
+    // would hold two mappings per thread (a stack and its guard page), and a test run loads over a
+    // thousand kernels, past Linux's limit of 65530 mappings a process
     char* stacks = nullptr;
     int stack_count = 0;
     // signals (segmentation faults inside a kernel become errors)
@@ -242,9 +244,15 @@ MT_RT inline void fiber_main() {
 
 MT_RT inline char* stack_of(int i) { return rt.stacks + static_cast<size_t>(i) * (kStackBytes + 4096) + 4096; }
 
+MT_RT inline void release_stacks() {
+    if (rt.stacks) munmap(rt.stacks, static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096));
+    rt.stacks = nullptr;
+    rt.stack_count = 0;
+}
+
 MT_RT inline bool ensure_stacks(int n) {
     if (rt.stack_count >= n) return true;
-    if (rt.stacks) munmap(rt.stacks, static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096));
+    release_stacks();
     const size_t bytes = static_cast<size_t>(n) * (kStackBytes + 4096);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -854,6 +862,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     sigaction(SIGFPE, &rt.previous[2], nullptr);
     sigaltstack(&old_alt, nullptr);
 #endif
+    release_stacks();
     free(rt.threads);
     free(rt.warps);
     free(rt.dyn);

@@ -72,6 +72,27 @@ def test_builtins_number_threads_and_blocks_as_cuda_does():
     np.testing.assert_array_equal(out, expected)
 
 
+def _mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
+def test_a_launch_gives_its_fiber_stacks_back_so_many_kernels_fit_in_one_process():
+    """Each kernel a process loads runs its own copy of the runtime, whose 1024 fibers need a stack
+    and a guard page each: two mappings a thread. They are unmapped when the launch ends, so the
+    mappings after three launches of three kernels of 1024 threads are those before, give or take
+    the libraries' own, and a test run that loads a thousand kernels stays under Linux's 65530."""
+    out = emulator.arrays.empty((1024, 6), np.int32)
+    kernels = [compile_source(IDS + f"\n// copy {i}\n", "ids") for i in range(3)]
+    kernels[0]((1,), (1024,), (out,))                 # the loader's and the runtime's own mappings, once
+    before = _mappings()
+    for k in kernels:
+        for _ in range(3):
+            k((1,), (1024,), (out,))
+    assert _mappings() - before < 100, (before, _mappings())   # kept stacks would add 2 x 1024 a kernel
+
+
 SHUFFLES = r'''
 __global__ void shuffles(const int* in, int* out, int delta, int width) {
     const int t = threadIdx.x, n = blockDim.x;
