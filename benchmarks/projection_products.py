@@ -1,5 +1,6 @@
 """The projections' products, their bias and their bias gradients in the base step's shapes,
-each way of calling the device timed alone ("now": what ``Linears`` does), PyTorch's linear beside: x (25600, 512) and n weights (512, 512)
+each way of calling the device timed alone ("now": what ``Linears`` does), PyTorch's linear
+beside: x (25600, 512) and n weights (512, 512)
 (Linears: Q, K, V or K, V of one input); a bias gradient over 25600 rows of 512 or 2048 columns
 by CuPy's ``sum(axis=0)`` and by ``fastpaths.sum_rows`` (one product with a row of ones).
 

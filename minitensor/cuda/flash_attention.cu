@@ -281,11 +281,11 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // Arrays are read through strides (in elements) for the batch, head and time axes, so q, k, v
 // may be views of (B, T, H, d) projections with no head copies, and column blocks of one wider
 // product (Q, K and V of one input made by one product: gaps between the rows): Q has one set
-// (q_s*), O, dO and dQ another (o_s*), K and V a third (k_s*), dK and dV a fourth (dk_s*). The head size d is 32, 64 or 128 (no padding); every
-// row starts 4-byte aligned. The mask is read per score through MaskView; `causal` also forbids
-// key j > query i, and then the tiles wholly above the diagonal are skipped (not computed). A
-// warp's tile that every score may enter (no mask, inside both lengths, below the diagonal) skips
-// the per-score check.
+// (q_s*), O, dO and dQ another (o_s*), K and V a third (k_s*), dK and dV a fourth (dk_s*). The
+// head size d is 32, 64 or 128 (no padding); every row starts 4-byte aligned. The mask is read
+// per score through MaskView; `causal` also forbids key j > query i, and then the tiles wholly
+// above the diagonal are skipped (not computed). A warp's tile that every score may enter (no
+// mask, inside both lengths, below the diagonal) skips the per-score check.
 // lse and delta are float32. The backward is two passes without atomics, as above: the result
 // is deterministic. A query with no allowed key gets O = 0, lse = +inf and zero gradients.
 
@@ -569,8 +569,9 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            T* __restrict__ O, float* __restrict__ LSE, const unsigned char* __restrict__ mask,
                            long long mask_sb, long long mask_sh, long long mask_sq, long long mask_sk,
                            int H, int Tq, int Tk, long long q_sb, long long q_sh, long long q_st,
-                           long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh, long long k_st,
-                           long long dk_sb, long long dk_sh, long long dk_st, int causal, float scale) {
+                           long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
+                           long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
+                           float scale) {
     constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
     __shared__ __align__(16) T Ks[2][BK][D + PAD];   // the tile's keys (for Q K^T)
     __shared__ __align__(16) T Vs[2][BK][D + PAD];   // and values (for P V), both row-major

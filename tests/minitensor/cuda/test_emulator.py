@@ -591,7 +591,8 @@ def _small_cases(address_tables: bool = True):
     tf_out, tf_lse = flash_kernels.forward(fq, fq, fq, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2, tf32=True)
     tf_grads = flash_kernels.backward(fq, fq, fq, fq, tf_out, tf_lse, mask[:1, :, :, :1] | (np.arange(70) < 60), 0.2,
                                       tf32=True)
-    kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) + (loss, ce_lse, dlogits, odd_loss, odd_lse, odd_grad, dropped, relu, biased) \
+    kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) \
+        + (loss, ce_lse, dlogits, odd_loss, odd_lse, odd_grad, dropped, relu, biased) \
         + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads) + (tf_out, tf_lse) + tuple(tf_grads)
     if not address_tables:
         return kernels
