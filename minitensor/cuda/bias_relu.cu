@@ -40,13 +40,12 @@ template <typename T, typename B, bool RELU, int V>
 __global__ void bias_relu_forward(T* __restrict__ y, const B* __restrict__ bias, long long packs, int cols,
                                   long long group_size) {
     typedef typename Acc<T>::type A;
-    struct alignas(sizeof(T) * V) Pack { T v[V]; };
-    Pack* __restrict__ packed = reinterpret_cast<Pack*>(y);
+    Pack<T, V>* __restrict__ packed = reinterpret_cast<Pack<T, V>*>(y);
     const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
     for (long long k = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; k < packs; k += step) {
         const long long i = k * V;                                        // the pack's first value
         const B* b = bias + (i / group_size) * cols + static_cast<int>(i % cols);
-        Pack p = packed[k];
+        Pack<T, V> p = packed[k];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
             const A v = widen(p.v[e]) + static_cast<A>(widen(b[e]));

@@ -11,13 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..autograd import Function
-from .build import acc_dtype, address, array_module, ctype, kernel
+from .build import PACK, acc_dtype, array_module, ctype, kernel, packable
 
 SOURCE = "bias_relu.cu"
 WARPS = 8              # BR_WARPS in bias_relu.cu: rows taken in turn by the warps of a block
 TARGET_BLOCKS = 2048   # the row ranges are sized so that the grid has about this many blocks
 BIASES = {"float": ("float",), "f16": ("f16", "float"), "bf16": ("bf16", "float"), "double": ("double",)}
-PACK = {"float": 4, "f16": 8, "bf16": 8, "double": 2}   # V in bias_relu.cu: values in one 16-byte pack
 BLOCK = 256            # the forward's threads per block
 
 
@@ -64,7 +63,7 @@ def forward(y, bias, relu: bool = True):
     cols = y.shape[-1]
     groups = 1 if bias.ndim == 1 else bias.shape[0]
     t = ctype(y.dtype)
-    packed = cols % PACK[t] == 0 and address(y) % 16 == 0   # a 16-byte pack stays in its row
+    packed = packable(y)
     packs = y.size // (PACK[t] if packed else 1)
     k = kernel(SOURCE, names(t, ctype(bias.dtype), relu, packed)[0], xp)
     k((min(-(-packs // BLOCK), 2**31 - 1),), (BLOCK,),

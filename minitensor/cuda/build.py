@@ -95,6 +95,15 @@ def address(a) -> int:
     return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
 
 
+PACK = {"float": 4, "f16": 8, "bf16": 8, "double": 2}   # values of each storage type in a 16-byte Pack
+
+
+def packable(*arrays) -> bool:
+    """Whether a kernel may move these (..., n) arrays in 16-byte packs (``Pack`` in common.cuh)
+    without a pack leaving its row: every row starts 16-byte aligned."""
+    return all(a.shape[-1] * a.itemsize % 16 == 0 and address(a) % 16 == 0 for a in arrays)
+
+
 def one_launch_takes(arrays: list) -> bool:
     """Whether a kernel over many arrays in one launch can take these: one dtype that the
     kernels are instantiated for, every array C-contiguous (the kernel indexes each as flat)."""

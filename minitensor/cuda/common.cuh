@@ -78,6 +78,11 @@ __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 __device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ double max_(double a, double b) { return fmax(a, b); }
 
+// P consecutive values of storage type T moved as one aligned load or store: 16 bytes where
+// P = 16 / sizeof(T) (the launchers' build.PACK), which keeps more bytes in flight per thread
+template <typename T, int P>
+struct alignas(sizeof(T) * P) Pack { T v[P]; };
+
 // ---------------------------------------------------------------- warp reductions
 // Butterfly (xor) shuffles: after log2(32) = 5 rounds every lane holds the result.
 template <typename A>

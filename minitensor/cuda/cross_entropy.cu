@@ -22,9 +22,6 @@
 // T is the storage type (float, f16, bf16, double); arithmetic runs in Acc<T>::type.
 #include "common.cuh"
 
-template <typename T, int P>
-struct alignas(sizeof(T) * P) Pack { T v[P]; };
-
 // (m, s) absorbs (m2, s2): two running (max, Σ exp(x - max)); a max of -inf is an empty part
 template <typename A>
 __device__ __forceinline__ void absorb(A& m, A& s, A m2, A s2) {

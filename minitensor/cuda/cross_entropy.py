@@ -11,11 +11,10 @@ import numpy as np
 from ..autograd import Function
 from ..ops.loss import checked_targets, reduce_loss, row_weights, spend_once
 from ..ops.precision import compute_dtype
-from .build import acc_dtype, address, array_module, ctype, kernel
+from .build import PACK, acc_dtype, array_module, ctype, kernel, packable
 
 SOURCE = "cross_entropy.cu"
 WARPS = 8  # 256 threads per row: a row of 37000 float32 logits is 37 loads of 16 bytes per thread
-PACK = {"float": 4, "f16": 8, "bf16": 8, "double": 2}   # P in cross_entropy.cu: values in one 16-byte pack
 
 
 def applies(dtype, shape: tuple) -> bool:
@@ -34,12 +33,6 @@ def instantiations() -> list[str]:
     return [name for t in PACK for packed in (True, False) for name in names(t, packed)]
 
 
-def _packed(*arrays) -> bool:
-    """Whether the kernels may read these (rows, V) arrays in 16-byte packs: every row starts
-    16-byte aligned."""
-    return all(a.shape[-1] * a.itemsize % 16 == 0 and address(a) % 16 == 0 for a in arrays)
-
-
 def _rows(x):
     return int(np.prod(x.shape[:-1], dtype=np.int64)), int(x.shape[-1])
 
@@ -53,7 +46,7 @@ def forward(logits, target, ignore_index: int | None, eps: float):
     rows, V = _rows(logits)
     acc = acc_dtype(logits.dtype)
     loss, lse = xp.empty(rows, dtype=acc), xp.empty(rows, dtype=acc)
-    k = kernel(SOURCE, names(ctype(logits.dtype), _packed(logits))[0], xp)
+    k = kernel(SOURCE, names(ctype(logits.dtype), packable(logits))[0], xp)
     ignored = ignore_index is not None
     k((rows,), (32 * WARPS,), (logits, target, loss, lse, np.int64(rows), np.int32(V),
                                np.int64(ignore_index if ignored else 0), np.int32(ignored), np.float64(eps)))
@@ -70,7 +63,7 @@ def backward(logits, target, lse, weight, eps: float, out=None):
     acc = acc_dtype(logits.dtype)
     weight = xp.ascontiguousarray(weight, dtype=acc).reshape(-1)
     grad = xp.empty_like(logits) if out is None else out
-    k = kernel(SOURCE, names(ctype(logits.dtype), _packed(logits, grad))[1], xp)
+    k = kernel(SOURCE, names(ctype(logits.dtype), packable(logits, grad))[1], xp)
     k((rows,), (32 * WARPS,), (logits, target, xp.ascontiguousarray(lse, dtype=acc), weight, grad,
                                np.int64(rows), np.int32(V), np.float64(eps)))
     return grad

@@ -111,16 +111,16 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool
         compute = cublas.CUBLAS_COMPUTE_32F                 # 16-bit in, float32 accumulation
     scalar = np.dtype(np.float64 if a.dtype.itemsize == 8 else np.float32)
     one = _ONE[scalar].ctypes.data
-    zero = one if accumulate else _ZERO[scalar].ctypes.data   # beta
+    beta = one if accumulate else _ZERO[scalar].ctypes.data
     op = {False: cublas.CUBLAS_OP_N, True: cublas.CUBLAS_OP_T}
     types = CUDA_TYPES[a.dtype.name], CUDA_TYPES[out_dtype.name]
     handle = cupy.cuda.get_cublas_handle()
     algo = cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP if a.dtype.itemsize <= 4 else cublas.CUBLAS_GEMM_DEFAULT
     if count == 1:
         cublas.gemmEx(handle, op[trans_b], op[trans_a], n, m, k, one, b.data.ptr, types[0], ldb,
-                      a.data.ptr, types[0], lda, zero, c.data.ptr, types[1], n, compute, algo)
+                      a.data.ptr, types[0], lda, beta, c.data.ptr, types[1], n, compute, algo)
     else:
         cublas.gemmStridedBatchedEx(handle, op[trans_b], op[trans_a], n, m, k, one,
                                     b.data.ptr, types[0], ldb, stride_b, a.data.ptr, types[0], lda, stride_a,
-                                    zero, c.data.ptr, types[1], n, m * n, count, compute, algo)
+                                    beta, c.data.ptr, types[1], n, m * n, count, compute, algo)
     return c

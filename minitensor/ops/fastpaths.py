@@ -82,10 +82,9 @@ def add_bias(xp, y, b):
     """Reference: ``y += b`` in place for y (rows, cols) and b (cols,), or ``y += b[:, None]`` for
     y (n, rows, cols) and b (n, cols) (n products, each with its own bias); returns y.
 
-    Where the kernels run (CuPy, or the emulator) a C-contiguous ``y`` takes one kernel
-    (``cuda/bias_relu.cu`` with its ReLU off), each thread adding its one bias value down its
-    column: CuPy's broadcast addition computes every element's bias index anew and ran at a fifth
-    of the copy bandwidth."""
+    Where the kernels run (CuPy, or the emulator) a C-contiguous ``y`` takes one kernel pass
+    (``cuda/bias_relu.cu`` with its ReLU off), every n products in the same launch: CuPy's
+    broadcast addition ran at a fifth of the copy bandwidth."""
     from .. import cuda  # noqa: PLC0415
 
     if y.flags.c_contiguous and b.ndim == y.ndim - 1 and b.ndim in (1, 2) and cuda.kernels_may_run(xp):

@@ -116,7 +116,7 @@ class Linear(Function):
         y = product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one GEMM over all rows
         if b is not None:
             # a float32 bias is added to a 16-bit y in float32 and rounded once: no cast of its own;
-            # why add_bias: one pass down the columns on CuPy (fastpaths)
+            # why add_bias: one kernel pass where the kernels run (fastpaths)
             add_bias(ctx.xp, y, b)
         return y.reshape(x.shape[:-1] + (n_out,))
 
