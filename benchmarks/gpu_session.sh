@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in the order a GPU session should run it (each step's log goes
-# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|wmt|kernels|step|profile|multi30k|lesson|goals|all]
+# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|wmt|kernels|step|profile|ncu|multi30k|lesson|goals|all]
 #
 # `goals` measures what the speed goals are about, and nothing else: `train --preset wmt14-base`'s
 # update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
@@ -8,6 +8,9 @@
 # step in the four precisions, PyTorch beside each, the projections' products and bias one by one,
 # and the TF32 step once more with attention on the fused path, auto's alternative (about 4
 # minutes on an H100, measured in parts).
+#
+# `ncu` profiles the tensor-core attention kernels (bf16, T 4096) and the cross-entropy's two with Nsight
+# Compute, every section, into ncu_attention.log and ncu_cross_entropy.log (not part of `all`).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
@@ -18,7 +21,8 @@
 #   TESTS_K       a pytest -k expression choosing among the GPU tests (default: all of them)
 #   KERNELS_ONLY  the sections of benchmarks/kernels.py to run, e.g. "products,cross_entropy" (default: all)
 #   TRAIN_ARGS    further `train` flags for multi30k-gpu, e.g. "--tf32 true" or "--precision bf16"
-#   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, WMT, KERNELS, STEP, PROFILE, TRAIN,
+#   NCU_LENGTH    the sequence length of the attention that `ncu` profiles (default 4096)
+#   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, WMT, KERNELS, STEP, PROFILE, NCU, TRAIN,
 #                 EVAL, LESSON; default: no limit), so that a session with a fixed budget still
 #                 gets to its later steps
 set -u
@@ -87,6 +91,15 @@ if [[ $what == profile || $what == all ]]; then
   (cd benchmarks && run "step profile per precision" "${LIMIT_PROFILE:-0}" $py precision_profile.py --device cuda \
       --out "$OUT/precision_profile.json" > "$OUT/precision_profile.log" 2>&1)
   grep -A12 "^==" "$OUT/precision_profile.log" | head -45
+fi
+if [[ $what == ncu ]]; then
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  run "ncu: tensor-core attention" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full -k regex:flash_attention_tc \
+      $py benchmarks/kernel_calls.py attention --length "${NCU_LENGTH:-4096}" > "$OUT/ncu_attention.log" 2>&1
+  grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu_attention.log" | head -24
+  run "ncu: cross-entropy" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full -k regex:cross_entropy \
+      $py benchmarks/kernel_calls.py cross_entropy > "$OUT/ncu_cross_entropy.log" 2>&1
+  grep -E "cross_entropy_|Duration|DRAM Throughput|Memory Throughput" "$OUT/ncu_cross_entropy.log" | head -12
 fi
 if [[ $what == multi30k || $what == all ]]; then
   run "multi30k-gpu" "${LIMIT_TRAIN:-0}" $py -m transformer train --preset multi30k-gpu --device cuda \
