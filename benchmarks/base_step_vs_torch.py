@@ -1,7 +1,9 @@
 """One training step of Transformer (base): minitensor vs PyTorch eager, same configuration,
 same device, per precision: target tokens/s, ms/step, peak memory and model FLOP utilisation.
 The two take turns, one step each per round, so both see the machine at the same speed; the
-JSON has every step's time and the spread of the per-round ratios.
+JSON has every step's time and the spread of the per-round ratios, and of every step the host's
+part (until the step's call returned, before the device is waited for) and the time Python's
+garbage collector ran in it.
 
 A step is forward, label-smoothed loss, backward and the Adam update (0.9, 0.98, 1e-9);
 dropout 0.1, vocabulary 37000. Precisions: fp32, tf32 (float32 products on TF32 tensor
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import time
 
 import numpy as np
@@ -152,6 +155,25 @@ def torch_step(args, data, precision: str):
     return step, lambda: TorchPeak() if dev == "cuda" else contextlib.nullcontext()
 
 
+class GcClock:
+    """The seconds Python's cyclic garbage collector ran while inside the ``with`` block."""
+
+    def __enter__(self):
+        self.seconds, self._start = 0.0, None
+        gc.callbacks.append(self._tick)
+        return self
+
+    def _tick(self, phase, info):
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.seconds += time.perf_counter() - self._start
+            self._start = None
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._tick)
+
+
 def run_side_by_side(args, runners: dict, probe=None) -> dict:
     """Time the runners' steps in turns (one step of each, then the next round), after a
     warm-up of each: a machine whose speed drifts slows both sides alike, and each round gives
@@ -162,20 +184,28 @@ def run_side_by_side(args, runners: dict, probe=None) -> dict:
             step(i)
     sync(args.device)
     times = {name: [] for name in runners}
+    host = {name: [] for name in runners}   # until step() returned: the host's part (all of it on the CPU)
+    gc_time = {name: [] for name in runners}
     probed = []
-    for i in range(args.steps):
-        for name, (step, _) in runners.items():
-            t0 = time.perf_counter()
-            step(i)
-            sync(args.device)
-            times[name].append(time.perf_counter() - t0)
+    with GcClock() as gc_clock:
+        for i in range(args.steps):
+            for name, (step, _) in runners.items():
+                gc_before = gc_clock.seconds
+                t0 = time.perf_counter()
+                step(i)
+                host[name].append(time.perf_counter() - t0)
+                sync(args.device)
+                times[name].append(time.perf_counter() - t0)
+                gc_time[name].append(gc_clock.seconds - gc_before)
         if probe is not None:
             probed.append(probe())
     out = {"probe": probed} if probe is not None else {}
     for name, (step, peak) in runners.items():
         med = float(np.median(times[name]))
         r = {"ms_per_step": round(1000 * med, 2), "target_tokens_per_s": round(args.batch * args.length / med, 1),
-             "ms_per_step_each": [round(1000 * t, 1) for t in times[name]]}
+             "ms_per_step_each": [round(1000 * t, 1) for t in times[name]],
+             "host_ms_each": [round(1000 * t, 1) for t in host[name]],
+             "gc_ms_each": [round(1000 * t, 1) for t in gc_time[name]]}
         with peak() as p:
             step(0)
             sync(args.device)

@@ -447,13 +447,21 @@ __device__ __forceinline__ void row_dots(float out[2], const T* __restrict__ a, 
 
 // Start copying rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into the
 // row-major shared tile s[R][D + PAD], zeros past `rows` (cp.async, BYTES at a time: the block's
-// 128 threads take consecutive pieces of a row, so the reads are coalesced).
+// 128 threads take consecutive pieces of a row, so the reads are coalesced). Thread x copies piece
+// x % P of rows x / P + k 128 / P (P pieces a row): its first addresses are worked out once, the
+// others one fixed step apart (the loop's index arithmetic cost more than the copies).
 template <int BYTES, typename T, int R, int D>
 __device__ __forceinline__ void copy_rows(T* s, const T* __restrict__ base, long long stride, int row0, int rows) {
-    constexpr int V = BYTES / sizeof(T), PAD = TcMath<T>::PAD;   // values per copy
-    for (int e = threadIdx.x; e < R * D / V; e += 128) {
-        const int r = e / (D / V), c = V * (e % (D / V)), row = row0 + r;
-        cp_async<BYTES>(s + r * (D + PAD) + c, base + (row < rows ? row : 0) * stride + c, row < rows);
+    constexpr int V = BYTES / sizeof(T), PAD = TcMath<T>::PAD, P = D / V, STEP = 128 / P;   // STEP rows a pass
+    static_assert(128 % P == 0 && R % STEP == 0, "the block's 128 threads copy whole rows, the same count each");
+    const int r0 = threadIdx.x / P, c = V * (threadIdx.x % P);
+    const long long step = STEP * stride;
+    const T* src = base + (row0 + r0) * stride + c;
+    T* dst = s + r0 * (D + PAD) + c;
+#pragma unroll
+    for (int k = 0; k < R / STEP; ++k, src += step) {
+        const bool inside = row0 + r0 + k * STEP < rows;
+        cp_async<BYTES>(dst + k * STEP * (D + PAD), inside ? src : base, inside);
     }
 }
 
@@ -544,6 +552,31 @@ __device__ __forceinline__ void pack_a(unsigned int a[NT * 8 / TcMath<T>::KS][4]
     for (int kb = 0; kb < NT / TILES; ++kb) TcMath<T>::pack(a[kb], acc + kb * TILES);
 }
 
+// The warp's 16 x 8 NT tile of scores times `scale`, and -inf where the query may not see the
+// key: rows [r0, r0 + 16) are queries and columns [c0, c0 + 8 NT) keys, or the other way round
+// (KEY_ROWS, the dK/dV pass). A whole tile (AllowedKeys::whole, the most common) takes the path
+// that checks nothing: the check at every score, even not taken, cost more than the products.
+template <typename T, int NT, bool CHECK, bool KEY_ROWS>
+__device__ __forceinline__ void scale_scores_(float s[NT][4], float scale, const AllowedKeys& allowed, int r0, int c0) {
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = r0 + g + (e / 2) * 8, c = c0 + nt * 8 + TcMath<T>::col(t, e % 2);
+            const bool ok = !CHECK || (KEY_ROWS ? allowed(c, r) : allowed(r, c));
+            s[nt][e] = ok ? s[nt][e] * scale : -MT_INF;
+        }
+}
+template <typename T, int NT, bool KEY_ROWS>
+__device__ __forceinline__ void scale_scores(float s[NT][4], float scale, const AllowedKeys& allowed, int r0, int c0,
+                                             bool whole) {
+    if (whole)
+        scale_scores_<T, NT, false, KEY_ROWS>(s, scale, allowed, r0, c0);
+    else
+        scale_scores_<T, NT, true, KEY_ROWS>(s, scale, allowed, r0, c0);
+}
+
 // The warp's 16 x D accumulator, times `scale`, as rows [row0, row0 + 16) of out (rows past
 // `rows` are not written).
 template <typename T, int D>
@@ -581,6 +614,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
+    const float scale2 = scale * MT_LOG2E;   // scores, m and lse in log2 units: p = 2^(s - m)
 
     unsigned int qf[D / KS][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
@@ -599,21 +633,18 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
         mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
-        const bool whole = allowed.whole(q0, 16, j0, BK);                       // no score to check
+        scale_scores<T, BK / 8, false>(s, scale2, allowed, q0, j0, allowed.whole(q0, 16, j0, BK));
         float tile_max[2] = {-MT_INF, -MT_INF};
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + TcMath<T>::col(t, e % 2);
-                s[nt][e] = (whole || allowed(i, j)) ? s[nt][e] * scale : -MT_INF;
-                tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
-            }
-        float correction[2];
+            for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+        float correction[2], base[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
-            correction[r] = m_new == -MT_INF ? 1.f : exp_(m[r] - m_new);   // 0 on the first allowed tile
+            correction[r] = m_new == -MT_INF ? 1.f : exp2_(m[r] - m_new);   // 0 on the first allowed tile
+            base[r] = m_new == -MT_INF ? 0.f : m_new;   // no allowed key yet: every s is -inf, every p 0
             l[r] *= correction[r];
             m[r] = m_new;
         }
@@ -621,7 +652,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const float p = m[e / 2] == -MT_INF ? 0.f : exp_(s[nt][e] - m[e / 2]);   // forbidden: 0
+                const float p = exp2_(s[nt][e] - base[e / 2]);
                 s[nt][e] = p;
                 l[e / 2] += p;
             }
@@ -640,7 +671,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         l[r] = quad_sum(l[r]);
         inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
         const int i = q0 + g + r * 8;
-        if (t == 0 && i < Tq) LSE[static_cast<long long>(n) * Tq + i] = l[r] > 0.f ? m[r] + log_(l[r]) : MT_INF;
+        if (t == 0 && i < Tq) LSE[static_cast<long long>(n) * Tq + i] = l[r] > 0.f ? m[r] * MT_LN2 + log_(l[r]) : MT_INF;
     }
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
@@ -671,6 +702,7 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
 
+    const float scale2 = scale * MT_LOG2E;   // scores and lse in log2 units: p = 2^(s - lse)
     unsigned int qf[D / KS][4], dof[D / KS][4];
     load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
     load_rows_a<T, D>(dof, dO + o_off, o_st, q0, Tq);
@@ -679,7 +711,7 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const int i = q0 + g + r * 8;
-        lse[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] : MT_INF;
+        lse[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] * MT_LOG2E : MT_INF;   // in log2 units
         if (t == 0 && i < Tq) Delta[static_cast<long long>(n) * Tq + i] = delta[r];
     }
     float dq[D / 8][4];
@@ -700,14 +732,13 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
             for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
         mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);     // S = Q K^T
         mma_shared<T, BK / 8, D / KS, D + PAD, true>(dp, dof, &Vs[buf][0][0]);   // dP = dO V^T
-        const bool whole = allowed.whole(q0, 16, j0, BK);
+        scale_scores<T, BK / 8, false>(s, scale2, allowed, q0, j0, allowed.whole(q0, 16, j0, BK));
 #pragma unroll
         for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = q0 + g + (e / 2) * 8, j = j0 + nt * 8 + TcMath<T>::col(t, e % 2);
-                const float p = (whole || allowed(i, j)) ? exp_(s[nt][e] * scale - lse[e / 2]) : 0.f;
-                dp[nt][e] = p * (dp[nt][e] - delta[e / 2]);              // dS
+                const float p = exp2_(s[nt][e] - lse[e / 2]);   // 0 where not allowed (s = -inf)
+                dp[nt][e] = p * (dp[nt][e] - delta[e / 2]);     // dS
             }
         unsigned int dsf[BK / KS][4];
         pack_a<T, BK / 8>(dsf, dp);
@@ -742,6 +773,7 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off, dk_off = at.dk_off;
 
+    const float scale2 = scale * MT_LOG2E;   // scores in log2 units: p = 2^(s - lse log2 e)
     unsigned int kf[D / KS][4], vf[D / KS][4];
     load_rows_a<T, D>(kf, K + k_off, k_st, k0, Tk);
     // V's fragments are held like K's, except at head size 128, where holding both would spill
@@ -779,15 +811,15 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         mma_shared<T, BQ / 8, D / KS, D + PAD, true>(st, kf, &Qs[buf][0][0]);     // S^T = K Q^T
         if (!HOLD_V) load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
         mma_shared<T, BQ / 8, D / KS, D + PAD, true>(dpt, vf, &dOs[buf][0][0]);   // dP^T = V dO^T
-        const bool whole = allowed.whole(i0, BQ, k0, 16);
+        scale_scores<T, BQ / 8, true>(st, scale2, allowed, k0, i0, allowed.whole(i0, BQ, k0, 16));
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int c = nt * 8 + TcMath<T>::col(t, e % 2), j = k0 + g + (e / 2) * 8;   // query i0 + c, key j
-                const float p = (whole || allowed(i0 + c, j)) ? exp_(st[nt][e] * scale - lse_s[buf][c]) : 0.f;
-                st[nt][e] = p;                                                // P^T
-                dpt[nt][e] = p * (dpt[nt][e] - delta_s[buf][c]);              // dS^T
+                const int c = nt * 8 + TcMath<T>::col(t, e % 2);   // query i0 + c
+                const float p = exp2_(fmaf(lse_s[buf][c], -MT_LOG2E, st[nt][e]));   // 0 where not allowed
+                st[nt][e] = p;                                                    // P^T
+                dpt[nt][e] = p * (dpt[nt][e] - delta_s[buf][c]);                  // dS^T
             }
         unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);

@@ -625,9 +625,13 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     plain = _small_cases(address_tables=check != "memory")
     for a, b in zip(checked, plain):   # the checked builds use -O1, which contracts other FMAs than -O2
         assert np.isfinite(a[np.isfinite(b)]).all()   # (lse is +inf on rows with no allowed key)
-        # (a 16-bit result may round the other way: one step is 2^-10 of it)
-        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-4 if a.itemsize >= 4 else 2e-3,
-                                   atol=1e-6)
+        # A 16-bit result may round the other way (one step is 2^-10 of it), and so may the 16-bit
+        # intermediates of a sum (the probabilities and score gradients of the tensor-core
+        # attention): one step of the largest term, which a small entry of the sum carries whole.
+        wide = a.itemsize >= 4
+        atol = 1e-6 if wide else 2.0**-10 * float(np.abs(b[np.isfinite(b)]).max(initial=0.0))
+        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=1e-4 if wide else 2e-3,
+                                   atol=max(atol, 1e-6))
 
 
 # ---------------------------------------------------------------- the switch
