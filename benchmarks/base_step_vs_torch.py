@@ -3,7 +3,8 @@ same device, per precision: target tokens/s, ms/step, peak memory and model FLOP
 The two take turns, one step each per round, so both see the machine at the same speed; the
 JSON has every step's time and the spread of the per-round ratios, and of every step the host's
 part (until the step's call returned, before the device is waited for) and the time Python's
-garbage collector ran in it.
+garbage collector ran in it. On a GPU each precision runs in a fresh process, as a training run
+would (``--same-process`` to run them all in one).
 
 A step is forward, label-smoothed loss, backward and the Adam update (0.9, 0.98, 1e-9);
 dropout 0.1, vocabulary 37000. Precisions: fp32, tf32 (float32 products on TF32 tensor
@@ -24,7 +25,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from harness import environment, peak_tflops, product_timer, sync, write_results
@@ -220,6 +226,19 @@ def run_side_by_side(args, runners: dict, probe=None) -> dict:
     return out
 
 
+def in_own_process(a, precision: str) -> dict:
+    """The results of this script for one precision, run in a fresh Python process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        started = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]   # e.g. -m tests.cupy_double.run: the same
+        argv = [sys.executable, *started, str(Path(__file__).resolve()), "--device", a.device,
+                "--precisions", precision, "--batch", str(a.batch), "--length", str(a.length), "--vocab", str(a.vocab), "--steps", str(a.steps),
+                "--warmup", str(a.warmup), "--out", str(out)]
+        argv += (["--threads", str(a.threads)] if a.threads else []) + (["--no-torch"] if a.no_torch else [])
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())["results"][precision]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -231,6 +250,10 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--same-process", action="store_true",
+                   help="on cuda, run every precision in this one process (by default each runs in a process of "
+                        "its own, as a training run would: no precision inherits the models, memory pools and "
+                        "caches of the ones before it)")
     p.add_argument("--out", help="also write the JSON here (e.g. benchmarks/results/...json)")
     a = p.parse_args()
     precisions = a.precisions.split(",")
@@ -243,6 +266,12 @@ def main() -> None:
     flops = train_flops(cfg, a.batch, a.length, a.length)
     out = {"benchmark": "transformer-base training step", "environment": env, "config": vars(a),
            "train_gflop_per_step": round(flops / 1e9, 1), "paper_base_run": PAPER, "results": {}}
+    if a.device == "cuda" and len(precisions) > 1 and not a.same_process:
+        out["config"]["processes"] = "one per precision"
+        for prec in precisions:
+            out["results"][prec] = in_own_process(a, prec)
+        write_results(out, a.out)
+        return
     for prec in precisions:
         runners = {"minitensor": minitensor_step(a, data, prec)}
         if not a.no_torch:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in the order a GPU session should run it (each step's log goes
-# to $OUT, default ./gpu_out). Usage: bash benchmarks/gpu_session.sh [tests|cli|wmt|kernels|step|profile|ncu|multi30k|lesson|goals|all]
+# to $OUT, default ./gpu_out).
+# Usage: bash benchmarks/gpu_session.sh [tests|cli|wmt|kernels|step|profile|ncu|multi30k|lesson|goals|all]
 #
 # `goals` measures what the speed goals are about, and nothing else: `train --preset wmt14-base`'s
 # update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
@@ -94,9 +95,11 @@ if [[ $what == profile || $what == all ]]; then
 fi
 if [[ $what == ncu ]]; then
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-  run "ncu: tensor-core attention" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full -k regex:flash_attention_tc \
-      $py benchmarks/kernel_calls.py attention --length "${NCU_LENGTH:-4096}" > "$OUT/ncu_attention.log" 2>&1
-  grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" "$OUT/ncu_attention.log" | head -24
+  run "ncu: tensor-core attention" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full \
+      -k regex:flash_attention_tc $py benchmarks/kernel_calls.py attention --length "${NCU_LENGTH:-4096}" \
+      > "$OUT/ncu_attention.log" 2>&1
+  grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" \
+      "$OUT/ncu_attention.log" | head -24
   run "ncu: cross-entropy" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full -k regex:cross_entropy \
       $py benchmarks/kernel_calls.py cross_entropy > "$OUT/ncu_cross_entropy.log" 2>&1
   grep -E "cross_entropy_|Duration|DRAM Throughput|Memory Throughput" "$OUT/ncu_cross_entropy.log" | head -12

@@ -671,7 +671,8 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         l[r] = quad_sum(l[r]);
         inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
         const int i = q0 + g + r * 8;
-        if (t == 0 && i < Tq) LSE[static_cast<long long>(n) * Tq + i] = l[r] > 0.f ? m[r] * MT_LN2 + log_(l[r]) : MT_INF;
+        if (t == 0 && i < Tq)   // m is in log2 units
+            LSE[static_cast<long long>(n) * Tq + i] = l[r] > 0.f ? m[r] * MT_LN2 + log_(l[r]) : MT_INF;
     }
 #pragma unroll
     for (int dt = 0; dt < D / 8; ++dt)
