@@ -232,8 +232,8 @@ def in_own_process(a, precision: str) -> dict:
         out = Path(tmp) / "result.json"
         started = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]   # e.g. -m tests.cupy_double.run: the same
         argv = [sys.executable, *started, str(Path(__file__).resolve()), "--device", a.device,
-                "--precisions", precision, "--batch", str(a.batch), "--length", str(a.length), "--vocab", str(a.vocab), "--steps", str(a.steps),
-                "--warmup", str(a.warmup), "--out", str(out)]
+                "--precisions", precision, "--batch", str(a.batch), "--length", str(a.length), "--vocab", str(a.vocab),
+                "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", str(out)]
         argv += (["--threads", str(a.threads)] if a.threads else []) + (["--no-torch"] if a.no_torch else [])
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text())["results"][precision]
