@@ -28,9 +28,16 @@ from .sources import source
 CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16", "float64": "double"}
 
 
+_CTYPE_OF: dict = {}   # dtype -> ctype(dtype): a launcher asks at every call, the host's time counts
+
+
 def ctype(dtype) -> str | None:
     """The kernels' name for ``dtype``, or None if no kernel takes it."""
-    return CTYPES.get(np.dtype(dtype).name)
+    try:
+        return _CTYPE_OF[dtype]
+    except KeyError:
+        _CTYPE_OF[dtype] = found = CTYPES.get(np.dtype(dtype).name)
+        return found
 
 
 def acc_dtype(dtype) -> np.dtype:

@@ -24,18 +24,30 @@ import numpy as np
 
 from ..ops.precision import is_half
 
-# alpha and beta are read from the host (cuBLAS's default pointer mode): kept alive here
+# alpha and beta are read from the host (cuBLAS's default pointer mode): kept alive here, their
+# addresses taken once (numpy's .ctypes is slow enough to show in a host-bound update)
 _ONE = {np.dtype(np.float32): np.array(1, np.float32), np.dtype(np.float64): np.array(1, np.float64)}
 _ZERO = {np.dtype(np.float32): np.array(0, np.float32), np.dtype(np.float64): np.array(0, np.float64)}
+_ONE_AT = {dt: a.ctypes.data for dt, a in _ONE.items()}
+_ZERO_AT = {dt: a.ctypes.data for dt, a in _ZERO.items()}
 CUDA_TYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}  # cudaDataType (runtime.pxd)
+_TYPE_OF: dict = {}   # dtype -> its CUDA_TYPES entry or None, by name once per dtype
+
+
+def _cuda_type(dtype) -> int | None:
+    try:
+        return _TYPE_OF[dtype]
+    except KeyError:
+        _TYPE_OF[dtype] = found = CUDA_TYPES.get(np.dtype(dtype).name)
+        return found
 
 
 def applies(a_dtype, b_dtype, out_dtype=None) -> bool:
     """Whether cuBLAS multiplies these dtypes here: both operands of one floating type (16-bit,
     float32 or float64), the output that type or, for 16-bit operands, float32."""
-    a, b = np.dtype(a_dtype), np.dtype(b_dtype)
-    out = a if out_dtype is None else np.dtype(out_dtype)
-    return a == b and a.name in CUDA_TYPES and (out == a or (is_half(a) and out == np.float32))
+    if a_dtype != b_dtype or _cuda_type(a_dtype) is None:
+        return False
+    return out_dtype is None or out_dtype == a_dtype or (is_half(a_dtype) and out_dtype == np.float32)
 
 
 def _layout(cupy, x):
@@ -74,17 +86,15 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool
     ``out``: a C-contiguous array of the result's shape and dtype to write into (a view of a
     caller's array of another shape, say), returned. ``accumulate``: ``out += a @ b`` (cuBLAS's
     beta = 1: the sum is formed in float32 and rounded once into ``out``'s dtype)."""
-    import cupy  # noqa: PLC0415
-    from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
-    from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
-
+    cupy, linalg, cublas = _libraries()
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"gemm.matmul: shapes {a.shape} and {b.shape} do not align")
-    out_dtype = np.dtype(a.dtype if out_dtype is None else out_dtype)
+    out_dtype = a.dtype if out_dtype is None else np.dtype(out_dtype)
     if not applies(a.dtype, b.dtype, out_dtype):
         raise TypeError(f"gemm.matmul: cuBLAS here multiplies one floating type (16-bit into float32 too), "
                         f"not {a.dtype} @ {b.dtype} -> {out_dtype}")
-    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    plain = a.ndim == 2 and b.ndim == 2   # one matrix each (most calls): no batch to broadcast
+    batch = () if plain else tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     (m, k), n = a.shape[-2:], b.shape[-1]
     if out is not None and (out.shape != batch + (m, n) or out.dtype != out_dtype or not out.flags.c_contiguous):
         raise ValueError(f"gemm.matmul: out must be a C-contiguous {out_dtype} array of shape {batch + (m, n)}, "
@@ -99,8 +109,9 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool
         if not accumulate:
             c.fill(0)
         return c
-    a, stride_a = _batched(cupy, a, batch)
-    b, stride_b = _batched(cupy, b, batch)
+    if not plain:
+        a, stride_a = _batched(cupy, a, batch)
+        b, stride_b = _batched(cupy, b, batch)
     a, trans_a, lda = _layout(cupy, a)
     b, trans_b, ldb = _layout(cupy, b)
     if a.dtype.itemsize == 8:
@@ -109,18 +120,36 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool
         compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32       # set_tf32(True): float32 on TF32 tensor cores
     else:
         compute = cublas.CUBLAS_COMPUTE_32F                 # 16-bit in, float32 accumulation
-    scalar = np.dtype(np.float64 if a.dtype.itemsize == 8 else np.float32)
-    one = _ONE[scalar].ctypes.data
-    beta = one if accumulate else _ZERO[scalar].ctypes.data
-    op = {False: cublas.CUBLAS_OP_N, True: cublas.CUBLAS_OP_T}
-    types = CUDA_TYPES[a.dtype.name], CUDA_TYPES[out_dtype.name]
+    scalar = _F64 if a.dtype.itemsize == 8 else _F32
+    one = _ONE_AT[scalar]
+    beta = one if accumulate else _ZERO_AT[scalar]
+    op_a = cublas.CUBLAS_OP_T if trans_a else cublas.CUBLAS_OP_N
+    op_b = cublas.CUBLAS_OP_T if trans_b else cublas.CUBLAS_OP_N
+    type_in, type_out = _cuda_type(a.dtype), _cuda_type(out_dtype)
     handle = cupy.cuda.get_cublas_handle()
     algo = cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP if a.dtype.itemsize <= 4 else cublas.CUBLAS_GEMM_DEFAULT
     if count == 1:
-        cublas.gemmEx(handle, op[trans_b], op[trans_a], n, m, k, one, b.data.ptr, types[0], ldb,
-                      a.data.ptr, types[0], lda, beta, c.data.ptr, types[1], n, compute, algo)
+        cublas.gemmEx(handle, op_b, op_a, n, m, k, one, b.data.ptr, type_in, ldb,
+                      a.data.ptr, type_in, lda, beta, c.data.ptr, type_out, n, compute, algo)
     else:
-        cublas.gemmStridedBatchedEx(handle, op[trans_b], op[trans_a], n, m, k, one,
-                                    b.data.ptr, types[0], ldb, stride_b, a.data.ptr, types[0], lda, stride_a,
-                                    beta, c.data.ptr, types[1], n, m * n, count, compute, algo)
+        cublas.gemmStridedBatchedEx(handle, op_b, op_a, n, m, k, one,
+                                    b.data.ptr, type_in, ldb, stride_b, a.data.ptr, type_in, lda, stride_a,
+                                    beta, c.data.ptr, type_out, n, m * n, count, compute, algo)
     return c
+
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_LIBRARIES: tuple = ()
+
+
+def _libraries():
+    """(cupy, cupy's linalg routines, CuPy's cuBLAS bindings), imported on first use (the
+    module imports without CuPy)."""
+    global _LIBRARIES
+    if not _LIBRARIES:
+        import cupy  # noqa: PLC0415
+        from cupy._core import _routines_linalg as linalg  # noqa: PLC0415
+        from cupy_backends.cuda.libs import cublas  # noqa: PLC0415
+
+        _LIBRARIES = (cupy, linalg, cublas)
+    return _LIBRARIES
