@@ -264,7 +264,8 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // inputs rounded to TF32's 10 mantissa bits as they are read, as cuBLAS does in TF32 mode).
 // TcMath<T> below holds everything that differs between the two; the kernels are written once.
 //
-// Block: 4 warps (128 threads) and 64 rows (queries, or keys in the dK/dV pass), 16 per warp.
+// Block: 4 warps (128 threads) and 64 MT rows (queries; keys in the dK/dV pass, which has MT = 1),
+// MT blocks of 16 rows a warp: a B fragment read from shared memory serves the MT blocks' products.
 // A warp's own rows of Q, dO, K or V stay in A fragments (registers) for the whole kernel; the
 // other side's rows are staged tile by tile in shared memory, row-major as they lie in memory,
 // and each product reads its B fragments from there: for Q K^T the staged rows are B's columns,
@@ -382,7 +383,7 @@ struct AllowedKeys {   // may query i attend to key j?
 };
 
 // Where a thread of a tensor-core block stands: the (batch, head) pair n = blockIdx.x, the lane's
-// g and t, the block's first row (blockIdx.y * 64) and its warp's (16 per warp), both families'
+// g and t, the block's first row (blockIdx.y * 4 rows_per_warp) and its warp's, both families'
 // offsets for this (batch, head), and the mask.
 struct TcPlace {
     int n, g, t, block_row0, row0;
@@ -394,10 +395,11 @@ __device__ __forceinline__ TcPlace tc_place(const unsigned char* mask, long long
                                             long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
                                             long long q_sb, long long q_sh, long long o_sb, long long o_sh,
                                             long long k_sb, long long k_sh, long long dk_sb, long long dk_sh,
-                                            int causal) {
+                                            int causal, int rows_per_warp = 16) {
     const int n = blockIdx.x, b = n / H, h = n % H, lane = threadIdx.x % MT_WARP;
-    const int block_row0 = blockIdx.y * 64;
-    return TcPlace{n, lane / 4, lane % 4, block_row0, block_row0 + static_cast<int>(threadIdx.x / MT_WARP) * 16,
+    const int block_row0 = blockIdx.y * 4 * rows_per_warp;
+    return TcPlace{n, lane / 4, lane % 4, block_row0,
+                   block_row0 + static_cast<int>(threadIdx.x / MT_WARP) * rows_per_warp,
                    b * q_sb + h * q_sh, b * o_sb + h * o_sh, b * k_sb + h * k_sh, b * dk_sb + h * dk_sh,
                    AllowedKeys{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal}};
 }
@@ -524,11 +526,13 @@ struct TilePipe {
     __device__ __forceinline__ static void release() { __syncthreads(); }
 };
 
-// acc[nt] += A (16 x KS KK) B for the NT 8-column tiles of B, read from the shared tile s (PITCH
-// values per row): A S^T where s holds B's columns as rows (B_T, as the keys of Q K^T), A S where
-// it holds B's rows (as the values of P V).
-template <typename T, int NT, int KK, int PITCH, bool B_T>
-__device__ __forceinline__ void mma_shared(float acc[NT][4], const unsigned int a[KK][4], const T* s) {
+// acc[mt][nt] += A_mt (16 x KS KK) B for the MT 16-row blocks of the warp's A and the NT 8-column
+// tiles of B, read from the shared tile s (PITCH values per row): A S^T where s holds B's columns
+// as rows (B_T, as the keys of Q K^T), A S where it holds B's rows (as the values of P V). Each B
+// fragment is read from shared memory once for all MT blocks: with one block a warp, these reads
+// bounded the kernels (two 128-byte wavefronts a product).
+template <typename T, int MT, int NT, int KK, int PITCH, bool B_T>
+__device__ __forceinline__ void mma_shared(float (*acc)[NT][4], const unsigned int (*a)[KK][4], const T* s) {
     constexpr int KS = TcMath<T>::KS;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -539,7 +543,8 @@ __device__ __forceinline__ void mma_shared(float acc[NT][4], const unsigned int 
                 TcMath<T>::b_frag_t(b, s, PITCH, nt * 8, kk * KS);
             else
                 TcMath<T>::b_frag(b, s, PITCH, nt * 8, kk * KS);
-            TcMath<T>::mma(acc[nt], a[kk], b);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) TcMath<T>::mma(acc[mt][nt], a[mt][kk], b);
         }
 }
 
@@ -593,10 +598,43 @@ __device__ __forceinline__ void store_rows(T* __restrict__ base, long long strid
     }
 }
 
-// Forward: a block per (batch, head) pair and 64 queries, walking over tiles of BK keys.
-// (__launch_bounds__(128, 1): ptxas may use up to 255 registers; with no minimum it held some
-// instantiations to 128 and spilled.)
-template <typename T, int D, int BK>
+// One tile of the online softmax for one 16-row block of a warp (rows g and g + 8 in this lane):
+// the scores s (log2 units, -inf where not allowed) become p = 2^(s - m) with m the rows' running
+// maximum, after the running sums l and the output o were rescaled by 2^(m_old - m_new).
+template <int NT, int DT>
+__device__ __forceinline__ void online_softmax(float s[NT][4], float m[2], float l[2], float o[DT][4]) {
+    float tile_max[2] = {-MT_INF, -MT_INF};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+    float correction[2], base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
+        correction[r] = m_new == -MT_INF ? 1.f : exp2_(m[r] - m_new);   // 0 on the first allowed tile
+        base[r] = m_new == -MT_INF ? 0.f : m_new;   // no allowed key yet: every s is -inf, every p 0
+        l[r] *= correction[r];
+        m[r] = m_new;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float p = exp2_(s[nt][e] - base[e / 2]);
+            s[nt][e] = p;
+            l[e / 2] += p;
+        }
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e / 2];
+}
+
+// Forward: a block per (batch, head) pair and 64 MT queries (16 MT a warp), walking over tiles of
+// BK keys. (__launch_bounds__(128, 1): ptxas may use up to 255 registers; with no minimum it held
+// some instantiations to 128 and spilled.)
+template <typename T, int D, int BK, int MT>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                            T* __restrict__ O, float* __restrict__ LSE, const unsigned char* __restrict__ mask,
@@ -605,85 +643,76 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
                            long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
                            float scale) {
-    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
+    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD, ROWS = 64 * MT;   // the block's queries
     __shared__ __align__(16) T Ks[2][BK][D + PAD];   // the tile's keys (for Q K^T)
     __shared__ __align__(16) T Vs[2][BK][D + PAD];   // and values (for P V), both row-major
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
-                                k_sb, k_sh, dk_sb, dk_sh, causal);
+                                k_sb, k_sh, dk_sb, dk_sh, causal, 16 * MT);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
     const float scale2 = scale * MT_LOG2E;   // scores, m and lse in log2 units: p = 2^(s - m)
 
-    unsigned int qf[D / KS][4];
-    load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
-    float o[D / 8][4], m[2] = {-MT_INF, -MT_INF}, l[2] = {0.f, 0.f};
+    unsigned int qf[MT][D / KS][4];
+    float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt) {
+        load_rows_a<T, D>(qf[mt], Q + q_off, q_st, q0 + 16 * mt, Tq);
+        m[mt][0] = m[mt][1] = -MT_INF;
+        l[mt][0] = l[mt][1] = 0.f;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+    }
 
-    const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;   // causal: no key past the block's last query
+    // causal: no key past the block's last query
+    const int k_end = (causal && block_q0 + ROWS < Tk) ? block_q0 + ROWS : Tk;
     const int tiles = (k_end + BK - 1) / BK;
     const KeyValueTiles<T, BK, D> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int j0 = it * BK, buf = it % 2;
         TilePipe::await(it, it + 1 < tiles, copy);
-        float s[BK / 8][4];
+        float s[MT][BK / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < BK / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
-        scale_scores<T, BK / 8, false>(s, scale2, allowed, q0, j0, allowed.whole(q0, 16, j0, BK));
-        float tile_max[2] = {-MT_INF, -MT_INF};
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < BK / 8; ++nt)
+            for (int nt = 0; nt < BK / 8; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+        mma_shared<T, MT, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
+        unsigned int pf[MT][BK / KS][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
-        float correction[2], base[2];
+        for (int mt = 0; mt < MT; ++mt) {
+            const int r0 = q0 + 16 * mt;
+            scale_scores<T, BK / 8, false>(s[mt], scale2, allowed, r0, j0, allowed.whole(r0, 16, j0, BK));
+            online_softmax<BK / 8, D / 8>(s[mt], m[mt], l[mt], o[mt]);
+            pack_a<T, BK / 8>(pf[mt], s[mt]);
+        }
+        mma_shared<T, MT, D / 8, BK / KS, D + PAD, false>(o, pf, &Vs[buf][0][0]);  // O += P V
+        TilePipe::release();
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int r0 = q0 + 16 * mt;
+        float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
-            correction[r] = m_new == -MT_INF ? 1.f : exp2_(m[r] - m_new);   // 0 on the first allowed tile
-            base[r] = m_new == -MT_INF ? 0.f : m_new;   // no allowed key yet: every s is -inf, every p 0
-            l[r] *= correction[r];
-            m[r] = m_new;
+            l[mt][r] = quad_sum(l[mt][r]);
+            inv[r] = l[mt][r] > 0.f ? 1.f / l[mt][r] : 0.f;
+            const int i = r0 + g + r * 8;
+            if (t == 0 && i < Tq)   // m is in log2 units
+                LSE[static_cast<long long>(n) * Tq + i] = l[mt][r] > 0.f ? m[mt][r] * MT_LN2 + log_(l[mt][r]) : MT_INF;
         }
-#pragma unroll
-        for (int nt = 0; nt < BK / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float p = exp2_(s[nt][e] - base[e / 2]);
-                s[nt][e] = p;
-                l[e / 2] += p;
-            }
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) o[dt][e] *= correction[e / 2];
-        unsigned int pf[BK / KS][4];
-        pack_a<T, BK / 8>(pf, s);
-        mma_shared<T, D / 8, BK / KS, D + PAD, false>(o, pf, &Vs[buf][0][0]);  // O += P V
-        TilePipe::release();
+            for (int e = 0; e < 4; ++e) o[mt][dt][e] *= inv[e / 2];
+        store_rows<T, D>(O + o_off, o_st, r0, Tq, o[mt], 1.f);
     }
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        l[r] = quad_sum(l[r]);
-        inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
-        const int i = q0 + g + r * 8;
-        if (t == 0 && i < Tq)   // m is in log2 units
-            LSE[static_cast<long long>(n) * Tq + i] = l[r] > 0.f ? m[r] * MT_LN2 + log_(l[r]) : MT_INF;
-    }
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[dt][e] *= inv[e / 2];
-    store_rows<T, D>(O + o_off, o_st, q0, Tq, o, 1.f);
 }
 
 // dQ, and delta_i = dO_i . O_i for the dK/dV pass (which runs after this one): a block per
-// (batch, head) pair and 64 queries, walking over tiles of BK keys.
-template <typename T, int D, int BK>
+// (batch, head) pair and 64 MT queries (16 MT a warp), walking over tiles of BK keys.
+template <typename T, int D, int BK, int MT>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                const T* __restrict__ O, const T* __restrict__ dO, const float* __restrict__ LSE,
@@ -693,60 +722,70 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                                long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
                                long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
                                float scale) {
-    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
+    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD, ROWS = 64 * MT;   // the block's queries
     __shared__ __align__(16) T Ks[2][BK][D + PAD];   // keys (for Q K^T and dS K)
     __shared__ __align__(16) T Vs[2][BK][D + PAD];   // values (for dO V^T), both row-major
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
-                                k_sb, k_sh, dk_sb, dk_sh, causal);
+                                k_sb, k_sh, dk_sb, dk_sh, causal, 16 * MT);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
-
     const float scale2 = scale * MT_LOG2E;   // scores and lse in log2 units: p = 2^(s - lse)
-    unsigned int qf[D / KS][4], dof[D / KS][4];
-    load_rows_a<T, D>(qf, Q + q_off, q_st, q0, Tq);
-    load_rows_a<T, D>(dof, dO + o_off, o_st, q0, Tq);
-    float lse[2], delta[2];
-    row_dots<T, D>(delta, dO + o_off, O + o_off, o_st, q0, Tq);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int i = q0 + g + r * 8;
-        lse[r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] * MT_LOG2E : MT_INF;   // in log2 units
-        if (t == 0 && i < Tq) Delta[static_cast<long long>(n) * Tq + i] = delta[r];
-    }
-    float dq[D / 8][4];
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.f;
 
-    const int k_end = (causal && block_q0 + 64 < Tk) ? block_q0 + 64 : Tk;
+    unsigned int qf[MT][D / KS][4], dof[MT][D / KS][4];
+    float lse[MT][2], delta[MT][2], dq[MT][D / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int r0 = q0 + 16 * mt;
+        load_rows_a<T, D>(qf[mt], Q + q_off, q_st, r0, Tq);
+        load_rows_a<T, D>(dof[mt], dO + o_off, o_st, r0, Tq);
+        row_dots<T, D>(delta[mt], dO + o_off, O + o_off, o_st, r0, Tq);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = r0 + g + r * 8;
+            lse[mt][r] = i < Tq ? LSE[static_cast<long long>(n) * Tq + i] * MT_LOG2E : MT_INF;   // in log2 units
+            if (t == 0 && i < Tq) Delta[static_cast<long long>(n) * Tq + i] = delta[mt][r];
+        }
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) dq[mt][dt][0] = dq[mt][dt][1] = dq[mt][dt][2] = dq[mt][dt][3] = 0.f;
+    }
+
+    const int k_end = (causal && block_q0 + ROWS < Tk) ? block_q0 + ROWS : Tk;
     const int tiles = (k_end + BK - 1) / BK;
     const KeyValueTiles<T, BK, D> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int j0 = it * BK, buf = it % 2;
         TilePipe::await(it, it + 1 < tiles, copy);
-        float s[BK / 8][4], dp[BK / 8][4];
+        float s[MT][BK / 8][4], dp[MT][BK / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < BK / 8; ++nt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s[nt][e] = dp[nt][e] = 0.f;
-        mma_shared<T, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);     // S = Q K^T
-        mma_shared<T, BK / 8, D / KS, D + PAD, true>(dp, dof, &Vs[buf][0][0]);   // dP = dO V^T
-        scale_scores<T, BK / 8, false>(s, scale2, allowed, q0, j0, allowed.whole(q0, 16, j0, BK));
+            for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
-        for (int nt = 0; nt < BK / 8; ++nt)
+                for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
+        mma_shared<T, MT, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);     // S = Q K^T
+        mma_shared<T, MT, BK / 8, D / KS, D + PAD, true>(dp, dof, &Vs[buf][0][0]);   // dP = dO V^T
+        unsigned int dsf[MT][BK / KS][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float p = exp2_(s[nt][e] - lse[e / 2]);   // 0 where not allowed (s = -inf)
-                dp[nt][e] = p * (dp[nt][e] - delta[e / 2]);     // dS
-            }
-        unsigned int dsf[BK / KS][4];
-        pack_a<T, BK / 8>(dsf, dp);
-        mma_shared<T, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
+        for (int mt = 0; mt < MT; ++mt) {
+            const int r0 = q0 + 16 * mt;
+            scale_scores<T, BK / 8, false>(s[mt], scale2, allowed, r0, j0, allowed.whole(r0, 16, j0, BK));
+#pragma unroll
+            for (int nt = 0; nt < BK / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float p = exp2_(s[mt][nt][e] - lse[mt][e / 2]);   // 0 where not allowed (s = -inf)
+                    dp[mt][nt][e] = p * (dp[mt][nt][e] - delta[mt][e / 2]);  // dS
+                }
+            pack_a<T, BK / 8>(dsf[mt], dp[mt]);
+        }
+        mma_shared<T, MT, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
         TilePipe::release();
     }
-    store_rows<T, D>(dQ + o_off, o_st, q0, Tq, dq, scale);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(dQ + o_off, o_st, q0 + 16 * mt, Tq, dq[mt], scale);
 }
 
 // dK and dV: a block per (batch, head) pair and 64 keys, walking over tiles of BQ queries. The
@@ -809,9 +848,9 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[nt][e] = dpt[nt][e] = 0.f;
-        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(st, kf, &Qs[buf][0][0]);     // S^T = K Q^T
+        mma_shared<T, 1, BQ / 8, D / KS, D + PAD, true>(&st, &kf, &Qs[buf][0][0]);     // S^T = K Q^T
         if (!HOLD_V) load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
-        mma_shared<T, BQ / 8, D / KS, D + PAD, true>(dpt, vf, &dOs[buf][0][0]);   // dP^T = V dO^T
+        mma_shared<T, 1, BQ / 8, D / KS, D + PAD, true>(&dpt, &vf, &dOs[buf][0][0]);   // dP^T = V dO^T
         scale_scores<T, BQ / 8, true>(st, scale2, allowed, k0, i0, allowed.whole(i0, BQ, k0, 16));
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
@@ -825,8 +864,8 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);
         pack_a<T, BQ / 8>(dsf, dpt);
-        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dv, pf, &dOs[buf][0][0]);   // dV += P^T dO
-        mma_shared<T, D / 8, BQ / KS, D + PAD, false>(dk, dsf, &Qs[buf][0][0]);   // dK += dS^T Q
+        mma_shared<T, 1, D / 8, BQ / KS, D + PAD, false>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO
+        mma_shared<T, 1, D / 8, BQ / KS, D + PAD, false>(&dk, &dsf, &Qs[buf][0][0]);   // dK += dS^T Q
         TilePipe::release();
     }
     store_rows<T, D>(dK + dk_off, dk_st, k0, Tk, dk, scale);

@@ -21,16 +21,18 @@ SOURCE = "flash_attention.cu"
 # tests/minitensor/cuda/test_sources.py)
 TILES = {"float": ((64, 32), (64, 16), (64, 16)), "double": ((32, 32), (32, 8), (32, 8))}
 HEAD_SIZES = {"float": (16, 32, 64), "double": (16, 32)}
-# tensor-core kernels: 64 rows a block (4 warps of 16); per head size, the inner tile (keys;
-# queries in the dK/dV pass) of the forward, dK/dV and dQ kernels: the staged tiles under 48 KB of
-# shared memory and no register spills (test_sources.py). f16 and bf16 always take them; float32
-# takes them in TF32 (``tf32=True``), where its values are twice as wide: smaller tiles, and no
-# head size 128 (its dK/dV pass would spill). TF32's head-64 forward takes 32 keys a tile: with 64,
-# two buffers would not fit in 48 KB and it needed 192 registers (2 blocks an SM, against 3).
+# tensor-core kernels: 4 warps a block, each with MT blocks of 16 rows. Per head size: (BK, MT) of
+# the forward (its inner tile of keys, and of rows a warp), BQ of the dK/dV pass (queries a tile; MT
+# is 1) and (BK, MT) of the dQ pass: the staged tiles under 48 KB of shared memory and no register
+# spills (nvcc -Xptxas -v, test_sources.py). Two blocks of 16 rows a warp halve the shared-memory
+# reads of a product, where the registers allow it (not at head size 128, nor in the dK/dV pass).
+# f16 and bf16 always take them; float32 takes them in TF32 (``tf32=True``), where its values are
+# twice as wide: smaller tiles, and no head size 128 (its dK/dV pass would spill). TF32's head-64
+# forward takes 32 keys a tile: with 64, two buffers would not fit in 48 KB.
 TC_TYPES = ("f16", "bf16")
-TC_TILES = {32: (64, 32, 64), 64: (64, 64, 64), 128: (32, 16, 32)}
-TF32_TILES = {32: (64, 64, 64), 64: (32, 32, 32)}
-TC_ROWS = 64
+TC_TILES = {32: ((64, 2), 64, (64, 2)), 64: ((64, 2), 64, (32, 2)), 128: ((32, 1), 16, (32, 1))}
+TF32_TILES = {32: ((64, 2), 64, (64, 1)), 64: ((32, 2), 32, (32, 1))}
+TC_ROWS = 64   # a block's rows where MT is 1
 
 
 def _tc_tile(t: str, d: int, tf32: bool) -> tuple | None:
@@ -73,9 +75,10 @@ def names(t: str, d: int, tf32: bool = False) -> tuple[str, str, str]:
     D = padded_head_size(d, t, tf32)
     tile = _tc_tile(t, d, tf32)
     if tile is not None:
-        fk, bq, qk = tile
-        return (f"flash_attention_tc_forward<{t}, {D}, {fk}>", f"flash_attention_tc_backward_dkdv<{t}, {D}, {bq}>",
-                f"flash_attention_tc_backward_dq<{t}, {D}, {qk}>")
+        (fk, fm), bq, (qk, qm) = tile
+        return (f"flash_attention_tc_forward<{t}, {D}, {fk}, {fm}>",
+                f"flash_attention_tc_backward_dkdv<{t}, {D}, {bq}>",
+                f"flash_attention_tc_backward_dq<{t}, {D}, {qk}, {qm}>")
     (fq, fk), (bk, bq), (qq, qk) = TILES[t]
     return (f"flash_attention_forward<{t}, {D}, {fq}, {fk}>", f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
             f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>")
@@ -171,7 +174,8 @@ def forward(q, k, v, mask, scale: float, causal: bool = False, tf32: bool = Fals
         out = cp.empty_like(q)
         lse = cp.empty(q.shape[:-1], dtype=np.float32)
         fn = kernel(SOURCE, names(t, d, tf32)[0], cp)
-        fn((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, out, k, k, mask, causal, scale))
+        rows = TC_ROWS * _tc_tile(t, d, tf32)[0][1]
+        fn((B * H, -(-Tq // rows)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, out, k, k, mask, causal, scale))
         return out, lse
     if causal:
         raise ValueError("flash_attention.forward: causal=True is for the tensor-core kernels; pass the triangle in mask")
@@ -197,7 +201,8 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
         delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
         _, dkdv, dq_name = names(t, d, tf32)
         tail = _tc_args(cp, q, out, k, dk, mask, causal, scale)
-        kernel(SOURCE, dq_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,), (q, k, v, out, grad, lse, delta, dq) + tail)
+        rows = TC_ROWS * _tc_tile(t, d, tf32)[2][1]
+        kernel(SOURCE, dq_name, cp)((B * H, -(-Tq // rows)), (128,), (q, k, v, out, grad, lse, delta, dq) + tail)
         kernel(SOURCE, dkdv, cp)((B * H, -(-Tk // TC_ROWS)), (128,), (q, k, v, grad, lse, delta, dk, dv) + tail)
         return dq, dk, dv
     q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
