@@ -33,13 +33,20 @@ TC_TYPES = ("f16", "bf16")
 TC_TILES = {32: ((64, 2), 64, (64, 2)), 64: ((64, 2), 64, (32, 2)), 128: ((32, 1), 16, (32, 1))}
 TF32_TILES = {32: ((64, 2), 64, (64, 1)), 64: ((32, 2), 32, (32, 1))}
 TC_ROWS = 64   # a block's rows where MT is 1
+# Below this many queries a warp keeps one block of 16 rows (MT 1) whatever the tables say: a
+# block of 128 rows would leave warps with no row (half of them at 64 queries, the base model's
+# batches) and half as many blocks to spread over the GPU.
+TC_TWO_BLOCKS_FROM = 128
 
 
-def _tc_tile(t: str, d: int, tf32: bool) -> tuple | None:
-    """The tensor-core kernels' tiles for kernel type ``t`` and head size ``d``, or None where
-    they do not take them (the CUDA cores may)."""
-    tiles = TC_TILES if t in TC_TYPES else TF32_TILES if tf32 and t == "float" else {}
-    return tiles.get(d)
+def _tc_tile(t: str, d: int, tf32: bool, Tq: int | None = None) -> tuple | None:
+    """The tensor-core kernels' tiles for kernel type ``t``, head size ``d`` and ``Tq`` queries
+    (None: the tables' own), or None where they do not take them (the CUDA cores may)."""
+    tiles = (TC_TILES if t in TC_TYPES else TF32_TILES if tf32 and t == "float" else {}).get(d)
+    if tiles is None or Tq is None or Tq >= TC_TWO_BLOCKS_FROM:
+        return tiles
+    (fk, _), bq, (qk, _) = tiles
+    return (fk, 1), bq, (qk, 1)
 
 
 def padded_head_size(d: int, t: str, tf32: bool = False) -> int | None:
@@ -69,11 +76,11 @@ def tensor_cores(q, tf32: bool = False) -> bool:
     return _tc_tile(ctype(q.dtype), q.shape[-1], tf32) is not None
 
 
-def names(t: str, d: int, tf32: bool = False) -> tuple[str, str, str]:
-    """The instantiations (forward, dK/dV, dQ) for type ``t`` and head size ``d`` (float32 in TF32:
-    ``t`` "float" with ``tf32``)."""
+def names(t: str, d: int, tf32: bool = False, Tq: int | None = None) -> tuple[str, str, str]:
+    """The instantiations (forward, dK/dV, dQ) for type ``t``, head size ``d`` (float32 in TF32:
+    ``t`` "float" with ``tf32``) and ``Tq`` queries (None: the longest sequences' kernels)."""
     D = padded_head_size(d, t, tf32)
-    tile = _tc_tile(t, d, tf32)
+    tile = _tc_tile(t, d, tf32, Tq)
     if tile is not None:
         (fk, fm), bq, (qk, qm) = tile
         return (f"flash_attention_tc_forward<{t}, {D}, {fk}, {fm}>",
@@ -85,9 +92,12 @@ def names(t: str, d: int, tf32: bool = False) -> tuple[str, str, str]:
 
 
 def instantiations() -> list[str]:
-    return ([name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
-            + [name for t in TC_TYPES for D in TC_TILES for name in names(t, D)]
-            + [name for D in TF32_TILES for name in names("float", D, tf32=True)])
+    short = TC_TWO_BLOCKS_FROM - 1
+    return list(dict.fromkeys([name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
+                              + [name for t in TC_TYPES for D in TC_TILES for Tq in (None, short)
+                                 for name in names(t, D, Tq=Tq)]
+                              + [name for D in TF32_TILES for Tq in (None, short)
+                                 for name in names("float", D, tf32=True, Tq=Tq)]))
 
 
 def _dims(q, k):
@@ -173,8 +183,8 @@ def forward(q, k, v, mask, scale: float, causal: bool = False, tf32: bool = Fals
         q, (k, v) = _readable(q), _pair(k, v)
         out = cp.empty_like(q)
         lse = cp.empty(q.shape[:-1], dtype=np.float32)
-        fn = kernel(SOURCE, names(t, d, tf32)[0], cp)
-        rows = TC_ROWS * _tc_tile(t, d, tf32)[0][1]
+        fn = kernel(SOURCE, names(t, d, tf32, Tq)[0], cp)
+        rows = TC_ROWS * _tc_tile(t, d, tf32, Tq)[0][1]
         fn((B * H, -(-Tq // rows)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, out, k, k, mask, causal, scale))
         return out, lse
     if causal:
@@ -199,9 +209,9 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
         q, (k, v), (out, grad) = _readable(q), _pair(k, v), _pair(out, grad.astype(q.dtype, copy=False))
         dq, dk, dv = cp.empty_like(out), cp.empty_like(k), cp.empty_like(k)
         delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
-        _, dkdv, dq_name = names(t, d, tf32)
+        _, dkdv, dq_name = names(t, d, tf32, Tq)
         tail = _tc_args(cp, q, out, k, dk, mask, causal, scale)
-        rows = TC_ROWS * _tc_tile(t, d, tf32)[2][1]
+        rows = TC_ROWS * _tc_tile(t, d, tf32, Tq)[2][1]
         kernel(SOURCE, dq_name, cp)((B * H, -(-Tq // rows)), (128,), (q, k, v, out, grad, lse, delta, dq) + tail)
         kernel(SOURCE, dkdv, cp)((B * H, -(-Tk // TC_ROWS)), (128,), (q, k, v, grad, lse, delta, dk, dv) + tail)
         return dq, dk, dv

@@ -147,8 +147,9 @@ def _compile_for_the_emulator_in_parallel(request):
     items += [("flash_attention.cu", n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
     items += [("flash_attention.cu", n) for t in flash_kernels.TC_TYPES for d in flash_kernels.TC_TILES
-              for n in flash_kernels.names(t, d)]
-    items += [("flash_attention.cu", n) for d in flash_kernels.TF32_TILES for n in flash_kernels.names("float", d, True)]
+              for Tq in (None, 1) for n in flash_kernels.names(t, d, Tq=Tq)]
+    items += [("flash_attention.cu", n) for d in flash_kernels.TF32_TILES for Tq in (None, 1)
+              for n in flash_kernels.names("float", d, True, Tq)]
     items += [("cross_entropy.cu", n) for n in ce_kernels.instantiations()]
     items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]
     items += [("adam.cu", n) for n in adam_kernels.instantiations()]
@@ -423,7 +424,8 @@ def test_flash_attention_kernels_match_the_reference(dev, shape, mask_kind):
 
 
 # (B, H, Tq, Tk, d): several key tiles, partial blocks of 64 rows, every head size, Tq != Tk
-TC_SHAPES = [(1, 2, 70, 150, 64), (2, 1, 33, 47, 32), (1, 1, 40, 70, 128), (1, 1, 130, 130, 64)]
+TC_SHAPES = [(1, 2, 70, 150, 64), (2, 1, 33, 47, 32), (1, 1, 40, 70, 128), (1, 1, 130, 130, 64),
+             (1, 1, 140, 90, 32)]
 # P and dS are rounded to 16 bits (to TF32's 10-bit mantissa) before their products
 TC_TOL = {"float16": 2e-3, "bfloat16": 1.5e-2, "tf32": 2e-3}
 # "tf32": float32 storage on the tensor cores in TF32, head sizes 32 and 64
@@ -474,6 +476,32 @@ def test_tensor_core_flash_attention_matches_the_reference(dev, dtype, shape, ma
     assert all(flash_kernels.same_layout(a, b) for a, b in ((out, q), (dq, q), (dk, k), (dv, k)))
     for got, ref in zip((out, dq, dk, dv), refs):
         assert _rel(got, ref) < TC_TOL[dtype]
+
+
+def test_a_warp_takes_two_blocks_of_rows_from_its_threshold_on(dev, monkeypatch):
+    """Below TC_TWO_BLOCKS_FROM queries each warp of the tensor-core forward and dQ pass keeps one
+    block of 16 rows (blocks of 64 queries), from it on two (blocks of 128): the kernels launched
+    and their grids say so, and both give equation 1."""
+    launched, real = [], flash_kernels.kernel
+
+    def recording(source, name, xp):
+        fn = real(source, name, xp)
+        return lambda grid, block, args: (launched.append((name, grid)), fn(grid, block, args))[1]
+
+    monkeypatch.setattr(flash_kernels, "kernel", recording)
+    rng, bf16 = _rng("warp rows"), _half("bfloat16")
+    for Tq in (flash_kernels.TC_TWO_BLOCKS_FROM - 1, flash_kernels.TC_TWO_BLOCKS_FROM):
+        launched.clear()
+        q, g = (_randn(dev, rng, (1, 2, Tq, 32), bf16) for _ in range(2))
+        k, v = (_randn(dev, rng, (1, 2, 50, 32), bf16) for _ in range(2))
+        out, lse = flash_kernels.forward(q, k, v, None, 0.25)
+        grads = flash_kernels.backward(g, q, k, v, out, lse, None, 0.25)
+        blocks = 1 if Tq < flash_kernels.TC_TWO_BLOCKS_FROM else 2
+        (fwd, fwd_grid), (dq, dq_grid), (dkdv, dkdv_grid) = launched
+        assert fwd.endswith(f", {blocks}>") and dq.endswith(f", {blocks}>") and "dkdv" in dkdv
+        assert fwd_grid[1] == dq_grid[1] == -(-Tq // (64 * blocks)) and dkdv_grid[1] == 1   # 50 keys
+        for got, ref in zip((out,) + tuple(grads), _attention_reference(dev.xp, q, k, v, g, None, 0.25)):
+            assert _rel(got, ref) < TC_TOL["bfloat16"]
 
 
 def test_tf32_attention_is_float32_rounded_to_tf32_where_the_cuda_cores_keep_float32(dev):
