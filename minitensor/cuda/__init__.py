@@ -37,13 +37,13 @@ ATTENTION_MODES = ("auto", "flash", "fused")
 FLASH_MIN_KEYS = 4096
 # The tensor-core flash kernels (float16 and bfloat16 inputs, head size 32, 64 or 128; float32 in TF32
 # while set_tf32 is on, head size 32 or 64) are taken up to FLASH_TC_SHORT_KEYS keys and from
-# FLASH_TC_MIN_KEYS on. On an H100 (forward + backward, 16384 tokens, 8 heads of 64) the bf16 ones
-# took 0.52-0.81x the time of cuBLAS plus the fused softmax up to 512 keys, 1.09-1.10x at 1024 and
-# 2048, 0.20x at 4096; the TF32 ones 0.84-0.99x up to 512 keys, 1.01-1.04x at 1024 and 2048, 0.37x
-# at 4096; in the transformer-base step (64 keys) they also read the heads in place
-# (docs/performance.md).
+# FLASH_TC_MIN_KEYS on: at every length, since on an H200 (forward + backward, 16384 tokens, 8 heads
+# of 64) the bf16 ones took 0.58-0.73x the time of cuBLAS plus the fused softmax from 128 to 2048
+# keys and 0.08x at 4096, the TF32 ones 0.79-1.07x and 0.26x, with memory flat (docs/performance.md,
+# "GPU: attention by the instruction"). Where a card showed a middle range that the fused path
+# wins, raising FLASH_TC_MIN_KEYS above FLASH_TC_SHORT_KEYS would give it to that path.
 FLASH_TC_SHORT_KEYS = 512
-FLASH_TC_MIN_KEYS = 4096
+FLASH_TC_MIN_KEYS = 0
 
 EMULATOR_CHECKS = (None, "race", "memory")
 

@@ -667,6 +667,7 @@ def test_16_bit_attention_takes_the_tensor_core_kernels_by_their_own_threshold(d
     assert cuda.FLASH_TC_SHORT_KEYS >= 40 and attention_op(*qkv) is OPS["flash"]   # 40 keys: short
     assert attention_op(*(a.astype(np.float32) for a in qkv)) is OPS["fused"]
     monkeypatch.setattr(cuda, "FLASH_TC_SHORT_KEYS", 39)
+    monkeypatch.setattr(cuda, "FLASH_TC_MIN_KEYS", 41)   # a middle range (39, 41) given to the fused path
     assert attention_op(*qkv) is OPS["fused"]
     monkeypatch.setattr(cuda, "FLASH_TC_MIN_KEYS", 40)
     assert attention_op(*qkv) is OPS["flash"]
