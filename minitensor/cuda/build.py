@@ -28,16 +28,10 @@ from .sources import source
 CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16", "float64": "double"}
 
 
-_CTYPE_OF: dict = {}   # dtype -> ctype(dtype): a launcher asks at every call, the host's time counts
-
-
+@lru_cache(maxsize=None)   # a launcher asks at every call, and a GPU update's host time counts
 def ctype(dtype) -> str | None:
     """The kernels' name for ``dtype``, or None if no kernel takes it."""
-    try:
-        return _CTYPE_OF[dtype]
-    except KeyError:
-        _CTYPE_OF[dtype] = found = CTYPES.get(np.dtype(dtype).name)
-        return found
+    return CTYPES.get(np.dtype(dtype).name)
 
 
 def acc_dtype(dtype) -> np.dtype:

@@ -20,6 +20,8 @@ Cᵀ = op(B)ᵀ op(A)ᵀ: B first, A second, the sizes (n, m, k) and C's leading
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ..ops.precision import is_half
@@ -31,15 +33,11 @@ _ZERO = {np.dtype(np.float32): np.array(0, np.float32), np.dtype(np.float64): np
 _ONE_AT = {dt: a.ctypes.data for dt, a in _ONE.items()}
 _ZERO_AT = {dt: a.ctypes.data for dt, a in _ZERO.items()}
 CUDA_TYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}  # cudaDataType (runtime.pxd)
-_TYPE_OF: dict = {}   # dtype -> its CUDA_TYPES entry or None, by name once per dtype
 
 
+@lru_cache(maxsize=None)   # asked at every product: a dtype's name is slow to look up
 def _cuda_type(dtype) -> int | None:
-    try:
-        return _TYPE_OF[dtype]
-    except KeyError:
-        _TYPE_OF[dtype] = found = CUDA_TYPES.get(np.dtype(dtype).name)
-        return found
+    return CUDA_TYPES.get(np.dtype(dtype).name)
 
 
 def applies(a_dtype, b_dtype, out_dtype=None) -> bool:

@@ -3,26 +3,18 @@
 float32 and float64 compute in themselves."""
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 _F32 = np.dtype(np.float32)
 
 
-_HALF: dict = {}   # dtype -> is_half(dtype), asked at every product
-
-
+@lru_cache(maxsize=None)   # asked at every product
 def is_half(dtype) -> bool:
     """float16 or bfloat16 (ml_dtypes' bfloat16, as CuPy uses it)."""
-    try:
-        return _HALF[dtype]
-    except (KeyError, TypeError):
-        dt = np.dtype(dtype)
-        half = dt == np.float16 or dt.name == "bfloat16"
-        try:
-            _HALF[dtype] = half
-        except TypeError:   # an unhashable spelling of a dtype
-            pass
-        return half
+    dt = np.dtype(dtype)
+    return dt == np.float16 or dt.name == "bfloat16"
 
 
 def compute_dtype(dtype) -> np.dtype:
