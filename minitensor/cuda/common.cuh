@@ -72,6 +72,7 @@ template <> __device__ __forceinline__ bf16 narrow<bf16>(float v) {
 __device__ __forceinline__ float exp_(float v) { return __expf(v); }
 __device__ __forceinline__ double exp_(double v) { return exp(v); }
 __device__ __forceinline__ float log_(float v) { return __logf(v); }
+__device__ __forceinline__ double log_(double v) { return log(v); }
 // 2^v, the hardware's approximation (ex2.approx, the instruction under __expf): where a kernel
 // works in log2 units, one multiply-add and this, against __expf's multiply, add and ex2
 #define MT_LOG2E 1.4426950408889634f
@@ -85,7 +86,6 @@ __device__ __forceinline__ float exp2_(float v) {
     return r;
 }
 #endif
-__device__ __forceinline__ double log_(double v) { return log(v); }
 __device__ __forceinline__ float rsqrt_(float v) { return rsqrtf(v); }
 __device__ __forceinline__ double rsqrt_(double v) { return rsqrt(v); }
 __device__ __forceinline__ float max_(float a, float b) { return fmaxf(a, b); }

@@ -25,7 +25,8 @@ HEAD_SIZES = {"float": (16, 32, 64), "double": (16, 32)}
 # the forward (its inner tile of keys, and of rows a warp), BQ of the dK/dV pass (queries a tile; MT
 # is 1) and (BK, MT) of the dQ pass: the staged tiles under 48 KB of shared memory and no register
 # spills (nvcc -Xptxas -v, test_sources.py). Two blocks of 16 rows a warp halve the shared-memory
-# reads of a product, where the registers allow it (not at head size 128, nor in the dK/dV pass).
+# reads of a product, where the registers allow it (not at head size 128, in the dK/dV pass or in
+# TF32's dQ pass).
 # f16 and bf16 always take them; float32 takes them in TF32 (``tf32=True``), where its values are
 # twice as wide: smaller tiles, and no head size 128 (its dK/dV pass would spill). TF32's head-64
 # forward takes 32 keys a tile: with 64, two buffers would not fit in 48 KB.

@@ -597,8 +597,8 @@ def _small_cases(address_tables: bool = True):
     long_grads = flash_kernels.backward(lq, lq, lq, lq, long_out, long_lse, None, 0.2, causal=True)
     kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) \
         + (loss, ce_lse, dlogits, odd_loss, odd_lse, odd_grad, dropped, relu, biased) \
-        + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads) + (tf_out, tf_lse) + tuple(tf_grads) \
-        + (long_out, long_lse) + tuple(long_grads)
+        + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads) \
+        + (tf_out, tf_lse) + tuple(tf_grads) + (long_out, long_lse) + tuple(long_grads)
     if not address_tables:
         return kernels
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
