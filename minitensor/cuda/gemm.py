@@ -28,8 +28,9 @@ from ..ops.precision import is_half
 
 # alpha and beta are read from the host (cuBLAS's default pointer mode): kept alive here, their
 # addresses taken once (numpy's .ctypes is slow enough to show in a host-bound update)
-_ONE = {np.dtype(np.float32): np.array(1, np.float32), np.dtype(np.float64): np.array(1, np.float64)}
-_ZERO = {np.dtype(np.float32): np.array(0, np.float32), np.dtype(np.float64): np.array(0, np.float64)}
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_ONE = {dt: np.array(1, dt) for dt in (_F32, _F64)}
+_ZERO = {dt: np.array(0, dt) for dt in (_F32, _F64)}
 _ONE_AT = {dt: a.ctypes.data for dt, a in _ONE.items()}
 _ZERO_AT = {dt: a.ctypes.data for dt, a in _ZERO.items()}
 CUDA_TYPES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 14}  # cudaDataType (runtime.pxd)
@@ -136,7 +137,6 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool
     return c
 
 
-_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _LIBRARIES: tuple = ()
 
 
