@@ -11,6 +11,8 @@ op) and use their plain xp code otherwise. Turn them off to compare:
 
 ``MINITENSOR_ATTENTION`` (or :func:`set_attention`) picks the attention path on the GPU:
 ``auto`` (flash for long key sequences, the fused softmax otherwise), ``flash``, ``fused``.
+``MINITENSOR_WGMMA=1`` (or :func:`set_wgmma`) puts the 16-bit flash kernels' products on
+Hopper's warpgroup instructions (wgmma) where they apply: off until measured on a GPU.
 
 Without a GPU, the same kernels run on the CPU through the emulator
 (:mod:`minitensor.cuda.emulator`): ``MINITENSOR_CUDA=emulate`` or :func:`emulate` makes the
@@ -52,6 +54,7 @@ _settings = {
     "attention": os.environ.get("MINITENSOR_ATTENTION", "auto"),
     "emulate": os.environ.get("MINITENSOR_CUDA", "") == "emulate",
     "check": os.environ.get("MINITENSOR_EMULATOR_CHECK") or None,
+    "wgmma": os.environ.get("MINITENSOR_WGMMA", "0") == "1",
 }
 if _settings["attention"] not in ATTENTION_MODES:
     raise ValueError(f"MINITENSOR_ATTENTION must be one of {ATTENTION_MODES}, got {_settings['attention']!r}")
@@ -168,6 +171,18 @@ def set_attention(mode: str) -> None:
     _settings["attention"] = mode
 
 
+def set_wgmma(enabled: bool) -> None:
+    """Whether the 16-bit tensor-core flash kernels (head sizes 32 and 64) run their products
+    as Hopper's warpgroup products (wgmma, compute capability 9.0; the emulator models them)
+    rather than mma.sync. Off by default: the emulator checks them, but no GPU has measured
+    them yet (:mod:`minitensor.cuda.flash_attention`)."""
+    _settings["wgmma"] = bool(enabled)
+
+
+def wgmma_enabled() -> bool:
+    return _settings["wgmma"]
+
+
 # ------------------------------------------------------------------ TF32
 def set_tf32(enabled: bool) -> None:
     """Let float32 matrix products use TF32 tensor cores (10-bit mantissa inputs, float32
@@ -191,5 +206,5 @@ def tf32_enabled() -> bool:
 
 __all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
            "emulator_check", "kernels_may_run", "launcher", "KERNELS", "attention_mode",
-           "set_attention", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS", "FLASH_TC_SHORT_KEYS",
+           "set_attention", "set_wgmma", "wgmma_enabled", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS", "FLASH_TC_SHORT_KEYS",
            "FLASH_TC_MIN_KEYS"]

@@ -39,21 +39,27 @@ def acc_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
 
 
-def kernel(filename: str, expression: str, xp):
+def kernel(filename: str, expression: str, xp, options: tuple = ()):
     """The compiled kernel ``expression`` (a template instantiation) of ``filename`` for arrays
-    of ``xp``: CuPy's, for the current device, or the emulator's for NumPy arrays."""
+    of ``xp``: CuPy's, for the current device, or the emulator's for NumPy arrays. ``options``
+    go to NVRTC (``SM90A``: Hopper's own instructions, such as wgmma)."""
     if xp is np or isinstance(xp, emulator.DeviceArrays):
         return emulator.kernel(filename, expression, emulator_check())
-    return _gpu_kernel(filename, expression, int(xp.cuda.runtime.getDevice()))
+    return _gpu_kernel(filename, expression, int(xp.cuda.runtime.getDevice()), options)
+
+
+# NVRTC's target for sm_90a: CuPy adds -arch=sm_90 after it, and NVRTC builds for sm_90a with both
+# (tests/minitensor/cuda/test_nvrtc.py compiles under exactly these options)
+SM90A = ("-arch=sm_90a",)
 
 
 @lru_cache(maxsize=None)
-def _gpu_kernel(filename: str, expression: str, device: int):
+def _gpu_kernel(filename: str, expression: str, device: int, options: tuple = ()):
     """One module per (source, instantiation, device): a module is loaded into one device's
     context, so a second GPU gets its own."""
     cp = backend.cupy()
     with cp.cuda.Device(device):
-        module = cp.RawModule(code=source(filename), name_expressions=(expression,))
+        module = cp.RawModule(code=source(filename), options=options, name_expressions=(expression,))
         return module.get_function(expression)
 
 

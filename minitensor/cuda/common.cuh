@@ -422,3 +422,165 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 #endif
+
+// ---------------------------------------------------------------- warpgroup products (wgmma, sm_90a)
+// wgmma_64xNx16<T, N, B_T>(d, a, b): D (64 x N, float) += A (64 x 16) B (16 x N) for one warpgroup
+// (4 consecutive warps, the first a multiple of 4: 128 threads), through Hopper's wgmma.mma_async
+// (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): f16 or bf16 inputs, float
+// sums, A from registers and B read by the tensor cores from shared memory through a descriptor.
+// Warp w of the group holds rows [16w, 16w + 16) of A and D in the layout of mma.sync m16n8k16
+// above: a[4] for the k-step, d[N / 8][4] with tile i holding columns [8i, 8i + 8). So a kernel
+// written on mma.sync's fragments takes wgmma by swapping its products: one instruction covers
+// 64 rows and N columns, and B no longer passes through the warps' registers (ldmatrix).
+//
+// B lies in shared memory as "core matrices" of 8 rows x 16 bytes (128 contiguous bytes), with no
+// swizzle. A descriptor (wg_desc) holds B's start address and two distances in bytes between core
+// matrices: LBO (leading) between neighbours along K, SBO (stride) between neighbours along N.
+// With B_T, B is K-major (the rows of a core matrix are B's columns, 8 values of K each):
+//   B[k][n] at 16 (n % 8) + SBO (n / 8) + LBO (k / 8) + 2 (k % 8),
+// else MN-major, read transposed (.trans; the rows of a core matrix are B's rows):
+//   B[k][n] at 16 (k % 8) + LBO (k / 8) + SBO (n / 8) + 2 (n % 8)
+// (the canonical no-swizzle layouts of CUTLASS's make_gmma_desc, cute/atom/mma_traits_sm90_gmma.hpp).
+//
+// The product is asynchronous: wg_fence() before the first product of a batch (after the threads
+// wrote their A registers and accumulators), wg_commit() to close a group, wg_wait<N>() until at
+// most N groups are in flight, then wg_settle(d) so that no read of d is moved above the wait.
+// Shared memory written by the threads (cp.async included) must be fenced for the tensor cores'
+// proxy (fence_async_shared(), then a barrier) before a product reads it.
+//
+// On the emulator: each warp meets once per product to gather its A fragments (as for mma.sync;
+// the emulator does not check that the group's 4 warps issue together), each lane reads its
+// columns of B through the descriptor at the issue (so the race tracker sees the reads), and the
+// sums reach d only at the wait (emulator.h's wg_issue): a read of d before it sees the old values.
+#ifdef MT_EMULATOR
+#define MT_HAS_WGMMA 1
+struct WgDesc {
+    const unsigned char* base;
+    unsigned int lbo, sbo;
+    __device__ __forceinline__ WgDesc plus(int bytes) const { return WgDesc{base + bytes, lbo, sbo}; }
+};
+__device__ __forceinline__ WgDesc wg_desc(const void* s, unsigned int lbo, unsigned int sbo) {
+    if ((reinterpret_cast<unsigned long long>(s) | lbo | sbo) % 16 != 0)
+        ::mt_emu::fail("%s: a wgmma descriptor's address (%p), LBO (%u) and SBO (%u) must be multiples of 16",
+                       ::mt_emu::where(), s, lbo, sbo);
+    return WgDesc{static_cast<const unsigned char*>(s), lbo, sbo};
+}
+__device__ __forceinline__ void wg_fence() {}
+__device__ __forceinline__ void fence_async_shared() {}
+__device__ __forceinline__ void wg_commit() { ::mt_emu::wg_commit(); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { ::mt_emu::wg_wait(N); }
+template <int NT>
+__device__ __forceinline__ void wg_settle(float (*)[4]) {}
+
+template <typename T, int N, bool B_T>
+__device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b) {
+    static_assert(sizeof(T) == 2 && (N == 32 || N == 64), "wgmma here: f16 or bf16, N 32 or 64");
+    if ((blockDim.x * blockDim.y * blockDim.z) % 128 != 0)
+        ::mt_emu::fail("%s: wgmma in a block of %u threads, not whole warpgroups of 128", ::mt_emu::where(),
+                       blockDim.x * blockDim.y * blockDim.z);
+    const int lane = threadIdx.x % MT_WARP, g = lane / 4, t = lane % 4;
+    const unsigned int* all = ::mt_emu::warp_gather("wgmma.mma_async", MT_FULL_MASK, a, 4);
+    const int W = ::mt_emu::kGatherWords;
+    float arow[2][16];   // A's rows g and g + 8 of the warp's 16, as mma_16x8x16 gathers them
+    for (int src = 0; src < 4; ++src)
+        for (int r = 0; r < 4; ++r) {
+            const unsigned int v = all[W * (4 * g + src) + r];
+            arow[r % 2][2 * src + (r / 2) * 8] = half_at<T>(v, 0);
+            arow[r % 2][2 * src + (r / 2) * 8 + 1] = half_at<T>(v, 1);
+        }
+    auto b_at = [&](int k, int n) {
+        const unsigned char* p = B_T ? b.base + 16 * (n % 8) + b.sbo * (n / 8) + b.lbo * (k / 8) + 2 * (k % 8)
+                                     : b.base + 16 * (k % 8) + b.lbo * (k / 8) + b.sbo * (n / 8) + 2 * (n % 8);
+        return widen(*reinterpret_cast<const T*>(p));
+    };
+    float* dst = &d[0][0];
+    const float* c = ::mt_emu::wg_accumulator(dst, N / 2);
+    float out[N / 2];
+    for (int i = 0; i < N / 8; ++i)
+        for (int e = 0; e < 4; ++e) {
+            float acc = c[4 * i + e];
+            for (int k = 0; k < 16; ++k) acc += arow[e / 2][k] * b_at(k, 8 * i + 2 * t + e % 2);
+            out[4 * i + e] = acc;
+        }
+    ::mt_emu::wg_issue(dst, out, N / 2);
+}
+#elif defined(__CUDA_ARCH_FEAT_SM90_ALL)   // sm_90a: NVRTC's -arch=sm_90a
+#define MT_HAS_WGMMA 1
+struct WgDesc {
+    unsigned long long bits;   // address >> 4 in bits 0-13, LBO >> 4 in 16-29, SBO >> 4 in 32-45; 62-63: 0, no swizzle
+    __device__ __forceinline__ WgDesc plus(int bytes) const {   // the start address moved on (in 16 bytes)
+        return WgDesc{bits + static_cast<unsigned long long>(bytes >> 4)};
+    }
+};
+__device__ __forceinline__ WgDesc wg_desc(const void* s, unsigned int lbo, unsigned int sbo) {
+    const unsigned long long a = static_cast<unsigned int>(__cvta_generic_to_shared(s));
+    return WgDesc{((a >> 4) & 0x3fffull) | ((static_cast<unsigned long long>(lbo >> 4) & 0x3fffull) << 16)
+                  | ((static_cast<unsigned long long>(sbo >> 4) & 0x3fffull) << 32)};
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+template <int NT>   // every later read of d depends on this empty asm, which cannot move above the wait
+__device__ __forceinline__ void wg_settle(float (*d)[4]) {
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e]) :: "memory");
+}
+
+#define MT_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define MT_WG_N32(TYPE)                                                                                       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                                  \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE " "                               \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                   \
+                 "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"                                              \
+                 : MT_WG_D4(0), MT_WG_D4(1), MT_WG_D4(2), MT_WG_D4(3)                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(1), "n"(TRANS_B) : "memory")
+#define MT_WG_N64(TYPE)                                                                                       \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                  \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                               \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                    \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "          \
+                 "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                                              \
+                 : MT_WG_D4(0), MT_WG_D4(1), MT_WG_D4(2), MT_WG_D4(3), MT_WG_D4(4), MT_WG_D4(5), MT_WG_D4(6),  \
+                   MT_WG_D4(7)                                                                                 \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(1), "n"(TRANS_B) : "memory")
+template <typename T, int N, bool B_T>
+__device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b);
+#define MT_WG_PRODUCT(T, N, TYPE)                                                                             \
+    template <> __device__ __forceinline__ void wgmma_64xNx16<T, N, true>(float (*d)[4], const unsigned int a[4], \
+                                                                           WgDesc b) {                        \
+        constexpr int TRANS_B = 0;                                                                           \
+        MT_WG_N##N(TYPE);                                                                                    \
+    }                                                                                                        \
+    template <> __device__ __forceinline__ void wgmma_64xNx16<T, N, false>(float (*d)[4], const unsigned int a[4], \
+                                                                            WgDesc b) {                       \
+        constexpr int TRANS_B = 1;                                                                           \
+        MT_WG_N##N(TYPE);                                                                                    \
+    }
+MT_WG_PRODUCT(bf16, 32, "bf16")
+MT_WG_PRODUCT(bf16, 64, "bf16")
+MT_WG_PRODUCT(f16, 32, "f16")
+MT_WG_PRODUCT(f16, 64, "f16")
+#endif
+#ifndef MT_HAS_WGMMA
+// Other targets have no wgmma: these declarations (with no definitions) let a kernel template name
+// them in a branch that only its sm_90a instantiations take; any other use fails to link.
+struct WgDesc {
+    unsigned long long bits;
+    __device__ WgDesc plus(int bytes) const;
+};
+__device__ WgDesc wg_desc(const void* s, unsigned int lbo, unsigned int sbo);
+__device__ void wg_fence();
+__device__ void fence_async_shared();
+__device__ void wg_commit();
+template <int N>
+__device__ void wg_wait();
+template <int NT>
+__device__ void wg_settle(float (*d)[4]);
+template <typename T, int N, bool B_T>
+__device__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b);
+#endif

@@ -14,6 +14,8 @@
 //   * __shfl_sync and its _up/_down/_xor forms, __syncwarp, __ballot/__all/__any_sync,
 //     atomicAdd, the float intrinsics, and the f16 conversions that round as PTX cvt does;
 //   * cp.async copies, queued at the issue and made at the wait (see cp_async below);
+//   * warpgroup products (wgmma.mma_async): computed at the issue, written to the thread's
+//     registers at the wait (see wg_issue below);
 //   * with MT_EMU_RACE (check="race"): a shared-memory race tracker fed by the compiler's
 //     ThreadSanitizer instrumentation (-fsanitize=thread emits a call before every load and
 //     store; the calls land in the __tsan_* functions below, not in ThreadSanitizer);
@@ -73,6 +75,8 @@ struct dim3 { unsigned int x, y, z; };
 constexpr int kWarp = 32;
 constexpr int kGatherWords = 8;   // the most 32-bit words a lane hands in to a warp gather
 constexpr int kAsyncCopies = 128; // the most cp.async copies a thread may have in flight
+constexpr int kWgResults = 8;     // the most accumulators a thread may have wgmma products in flight for
+constexpr int kWgValues = 64;     // the most values one of them holds (m64n128: 64 a thread)
 constexpr int kMaxThreads = 1024;
 constexpr size_t kStackBytes = 256 * 1024;
 
@@ -83,6 +87,14 @@ struct AsyncCopy {
     void* dst;
     const void* src;
     unsigned bytes, src_bytes, group;
+};
+
+// a wgmma accumulator in flight: `n` values of `dst`, written when its thread waits for its group
+struct WgResult {
+    float* dst;
+    int n;
+    unsigned group;
+    float v[kWgValues];
 };
 
 struct Thread {
@@ -96,6 +108,9 @@ struct Thread {
     int copies;                // cp.async copies in flight...
     unsigned groups;           // ...and the groups committed so far
     AsyncCopy copy[kAsyncCopies];
+    int wg_results;            // wgmma accumulators in flight...
+    unsigned wg_groups;        // ...and the groups committed so far
+    WgResult wg[kWgResults];
 #if defined(__SANITIZE_ADDRESS__)
     void* fake_stack;
 #endif
@@ -238,6 +253,7 @@ MT_RT inline void fiber_main() {
 #endif
     rt.entry(rt.args);
     if (t->copies) fail("%s: exits with %d cp.async copies never waited for", where(), t->copies);
+    if (t->wg_results) fail("%s: exits with wgmma products never waited for", where());
     t->state = EXITED;
     for (;;) yield();  // never resumed after this
 }
@@ -373,6 +389,58 @@ MT_RT inline void cp_async_wait(unsigned n) {
         }
     }
     t->copies = kept;
+}
+
+// ---------------------------------------------------------------- warpgroup products (wgmma)
+// wgmma.mma_async is asynchronous: its accumulator registers hold their old values until the
+// thread waits for the product's group (wgmma.wait_group), and reading them before is a bug.
+// common.cuh's model computes a product at the issue, from what wg_accumulator() gives it (the
+// in-flight values where a product of the same accumulator is still in flight: products of one
+// accumulator chain in order, as on hardware), and hands the result to wg_issue(); the values
+// reach the registers at the wait. So a kernel that reads an accumulator before its wait reads
+// the old values, and its result is wrong. Shared memory is read at the issue.
+MT_RT inline WgResult* wg_in_flight(float* dst) {
+    Thread* t = rt.current;
+    for (int i = t->wg_results - 1; i >= 0; --i)
+        if (t->wg[i].dst == dst) return &t->wg[i];
+    return nullptr;
+}
+
+// what a product on `dst` (n values) accumulates onto: the latest in-flight result, or the registers
+MT_RT inline const float* wg_accumulator(float* dst, int n) {
+    if (n > kWgValues) fail("%s: a wgmma accumulator of %d values a thread, at most %d", where(), n, kWgValues);
+    const WgResult* r = wg_in_flight(dst);
+    return r ? r->v : dst;
+}
+
+MT_RT inline void wg_issue(float* dst, const float* values, int n) {
+    Thread* t = rt.current;
+    WgResult* r = wg_in_flight(dst);
+    if (!r || r->group != t->wg_groups) {   // a new group's result: its own entry
+        if (t->wg_results == kWgResults) fail("%s: more than %d wgmma accumulators in flight", where(), kWgResults);
+        r = &t->wg[t->wg_results++];
+        r->dst = dst;
+        r->group = t->wg_groups;
+    }
+    r->n = n;
+    std::memcpy(r->v, values, n * sizeof(float));
+}
+
+MT_RT inline void wg_commit() { ++rt.current->wg_groups; }
+
+// wgmma.wait_group n: every committed group but the newest n is complete (in issue order, so a
+// later result of one accumulator lands after an earlier one)
+MT_RT inline void wg_wait(unsigned n) {
+    Thread* t = rt.current;
+    int kept = 0;
+    for (int i = 0; i < t->wg_results; ++i) {
+        const WgResult& r = t->wg[i];
+        if (r.group + n < t->wg_groups)
+            std::memcpy(r.dst, r.v, r.n * sizeof(float));
+        else
+            t->wg[kept++] = r;
+    }
+    t->wg_results = kept;
 }
 
 // ---------------------------------------------------------------- barriers

@@ -383,8 +383,9 @@ struct AllowedKeys {   // may query i attend to key j?
 };
 
 // Where a thread of a tensor-core block stands: the (batch, head) pair n = blockIdx.x, the lane's
-// g and t, the block's first row (blockIdx.y * 4 rows_per_warp) and its warp's, both families'
-// offsets for this (batch, head), and the mask.
+// g and t, the block's first row (blockIdx.y * 64 MT) and its warp's first (its MT blocks of 16 rows
+// follow one another with mma.sync; with wgmma (WG) block mt is the warp's 16 rows of the
+// warpgroup's mt-th 64), both families' offsets for this (batch, head), and the mask.
 struct TcPlace {
     int n, g, t, block_row0, row0;
     long long q_off, o_off, k_off, dk_off;
@@ -395,11 +396,11 @@ __device__ __forceinline__ TcPlace tc_place(const unsigned char* mask, long long
                                             long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
                                             long long q_sb, long long q_sh, long long o_sb, long long o_sh,
                                             long long k_sb, long long k_sh, long long dk_sb, long long dk_sh,
-                                            int causal, int rows_per_warp = 16) {
+                                            int causal, int MT = 1, bool WG = false) {
     const int n = blockIdx.x, b = n / H, h = n % H, lane = threadIdx.x % MT_WARP;
-    const int block_row0 = blockIdx.y * 4 * rows_per_warp;
+    const int block_row0 = blockIdx.y * 64 * MT;
     return TcPlace{n, lane / 4, lane % 4, block_row0,
-                   block_row0 + static_cast<int>(threadIdx.x / MT_WARP) * rows_per_warp,
+                   block_row0 + static_cast<int>(threadIdx.x / MT_WARP) * (WG ? 16 : 16 * MT),
                    b * q_sb + h * q_sh, b * o_sb + h * o_sh, b * k_sb + h * k_sh, b * dk_sb + h * dk_sh,
                    AllowedKeys{{mask, mask_sb, mask_sh, mask_sq, mask_sk}, b, h, Tq, Tk, causal}};
 }
@@ -447,23 +448,40 @@ __device__ __forceinline__ void row_dots(float out[2], const T* __restrict__ a, 
     }
 }
 
+// Where a staged tile's element (r, c) lies: row-major with PAD values past each row for mma.sync
+// (PITCH = D + PAD a row); in wgmma's core matrices of 8 rows x 8 values (WG: common.cuh), core
+// matrix (r / 8, c / 8) at ((r / 8) (D / 8) + c / 8) 64 and row r % 8 at 8 (r % 8) within it, so
+// that 8 rows take 8 D values, as 8 rows of PITCH = D would.
+template <typename T, int D, bool WG>
+struct TileLayout {
+    static constexpr int PITCH = WG ? D : D + TcMath<T>::PAD;
+    __device__ static __forceinline__ int at(int r, int c) {
+        return WG ? ((r / 8) * (D / 8) + c / 8) * 64 + 8 * (r % 8) + c % 8 : r * PITCH + c;
+    }
+};
+
 // Start copying rows [row0, row0 + R) of a (rows x D) matrix (row stride `stride`) into the
-// row-major shared tile s[R][D + PAD], zeros past `rows` (cp.async, BYTES at a time: the block's
-// 128 threads take consecutive pieces of a row, so the reads are coalesced). Thread x copies piece
-// x % P of rows x / P + k 128 / P (P pieces a row): its first addresses are worked out once, the
-// others one fixed step apart (the loop's index arithmetic cost more than the copies).
-template <int BYTES, typename T, int R, int D>
+// shared tile s laid out as TileLayout says (row-major s[R][D + PAD] for mma.sync), zeros past
+// `rows` (cp.async, BYTES at a time: the block's 128 threads take consecutive pieces of a row, so
+// the reads are coalesced). Thread x copies piece x % P of rows x / P + k 128 / P (P pieces a
+// row): its first addresses are worked out once, the others one fixed step apart (the loop's
+// index arithmetic cost more than the copies). In wgmma's core matrices (WG), thread x copies piece
+// (x / 8) % P of row x % 8 + 8 (x / 8P) instead, so that a warp writes four whole core matrices
+// (512 contiguous bytes: no bank conflict).
+template <int BYTES, typename T, int R, int D, bool WG = false>
 __device__ __forceinline__ void copy_rows(T* s, const T* __restrict__ base, long long stride, int row0, int rows) {
-    constexpr int V = BYTES / sizeof(T), PAD = TcMath<T>::PAD, P = D / V, STEP = 128 / P;   // STEP rows a pass
+    constexpr int V = BYTES / sizeof(T), P = D / V, STEP = 128 / P;   // STEP rows a pass
     static_assert(128 % P == 0 && R % STEP == 0, "the block's 128 threads copy whole rows, the same count each");
-    const int r0 = threadIdx.x / P, c = V * (threadIdx.x % P);
+    static_assert(!WG || (BYTES == 16 && STEP % 8 == 0), "core matrices are copied 16 bytes at a time, 8 rows whole");
+    const int r0 = WG ? threadIdx.x % 8 + 8 * (threadIdx.x / (8 * P)) : threadIdx.x / P;
+    const int c = V * (WG ? threadIdx.x / 8 % P : threadIdx.x % P);
     const long long step = STEP * stride;
     const T* src = base + (row0 + r0) * stride + c;
-    T* dst = s + r0 * (D + PAD) + c;
+    T* dst = s + TileLayout<T, D, WG>::at(r0, c);
 #pragma unroll
-    for (int k = 0; k < R / STEP; ++k, src += step) {
+    for (int k = 0; k < R / STEP; ++k, src += step) {   // STEP rows on: STEP PITCH values on, in both layouts
         const bool inside = row0 + r0 + k * STEP < rows;
-        cp_async<BYTES>(dst + k * STEP * (D + PAD), inside ? src : base, inside);
+        cp_async<BYTES>(dst + k * STEP * TileLayout<T, D, WG>::PITCH, inside ? src : base, inside);
     }
 }
 
@@ -473,12 +491,13 @@ __device__ __forceinline__ bool rows_aligned_16(const T* p, long long stride) {
     return ((reinterpret_cast<unsigned long long>(p) | static_cast<unsigned long long>(stride * sizeof(T))) % 16) == 0;
 }
 
-// copy_rows in 16-byte pieces where the rows allow (wide), else in 4-byte ones
-template <typename T, int R, int D>
+// copy_rows in 16-byte pieces where the rows allow (wide), else in 4-byte ones (wgmma's tiles: always
+// 16-byte pieces, the launcher takes them only where the rows allow)
+template <typename T, int R, int D, bool WG = false>
 __device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, long long stride, int row0, int rows,
                                            bool wide) {
-    if (wide)
-        copy_rows<16, T, R, D>(s, base, stride, row0, rows);
+    if (WG || wide)
+        copy_rows<16, T, R, D, WG>(s, base, stride, row0, rows);
     else
         copy_rows<4, T, R, D>(s, base, stride, row0, rows);
 }
@@ -486,41 +505,44 @@ __device__ __forceinline__ void stage_rows(T* s, const T* __restrict__ base, lon
 // The forward's and the dQ pass's copies: keys [it BK, it BK + BK) of K and V (row stride
 // `stride`, Tk rows) into buffer `buf` of the shared tiles Ks and Vs. Whether every row is
 // 16-byte aligned is decided once, when the copier is made, not at every tile.
-template <typename T, int BK, int D>
+template <typename T, int BK, int D, bool WG>
 struct KeyValueTiles {
-    T (*Ks)[BK][D + TcMath<T>::PAD];
-    T (*Vs)[BK][D + TcMath<T>::PAD];
+    static constexpr int PITCH = TileLayout<T, D, WG>::PITCH;
+    T (*Ks)[BK][PITCH];
+    T (*Vs)[BK][PITCH];
     const T* K;
     const T* V;
     long long stride;
     int Tk;
     bool wide;
-    __device__ __forceinline__ KeyValueTiles(T (*ks)[BK][D + TcMath<T>::PAD], T (*vs)[BK][D + TcMath<T>::PAD],
-                                             const T* k, const T* v, long long st, int tk)
+    __device__ __forceinline__ KeyValueTiles(T (*ks)[BK][PITCH], T (*vs)[BK][PITCH], const T* k, const T* v,
+                                             long long st, int tk)
         : Ks(ks), Vs(vs), K(k), V(v), stride(st), Tk(tk),
           wide(rows_aligned_16(k, st) && rows_aligned_16(v, st)) {}
     __device__ __forceinline__ void operator()(int it, int buf) const {
-        stage_rows<T, BK, D>(&Ks[buf][0][0], K, stride, it * BK, Tk, wide);
-        stage_rows<T, BK, D>(&Vs[buf][0][0], V, stride, it * BK, Tk, wide);
+        stage_rows<T, BK, D, WG>(&Ks[buf][0][0], K, stride, it * BK, Tk, wide);
+        stage_rows<T, BK, D, WG>(&Vs[buf][0][0], V, stride, it * BK, Tk, wide);
     }
 };
 
 // The tile loop's copies, into two shared buffers: tile `it` goes to buffer it % 2, by
 // copy(it, buffer) (which only starts cp.async copies). begin() before the loop (when it has a
 // tile); await() at the top of each tile: it starts the next tile's copies, which then run behind
-// this tile's products, and returns when the block sees this tile; release() at its end, after
-// which no warp reads its buffer (the next await() refills it).
+// this tile's products, and returns when the block sees this tile (and, with WG, when wgmma's
+// proxy sees it too); release() at its end, after which no warp reads its buffer (the next await()
+// refills it).
 struct TilePipe {
     template <typename Copy>
     __device__ __forceinline__ static void begin(Copy copy) {
         copy(0, 0);
         cp_async_commit();
     }
-    template <typename Copy>
+    template <bool WG, typename Copy>
     __device__ __forceinline__ static void await(int it, bool has_next, Copy copy) {
         if (has_next) copy(it + 1, (it + 1) % 2);
         cp_async_commit();
         cp_async_wait<1>();   // all but the newest group (the next tile's) have landed
+        if constexpr (WG) fence_async_shared();   // this thread's copies, for the tensor cores' reads
         __syncthreads();
     }
     __device__ __forceinline__ static void release() { __syncthreads(); }
@@ -546,6 +568,30 @@ __device__ __forceinline__ void mma_shared(float (*acc)[NT][4], const unsigned i
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) TcMath<T>::mma(acc[mt][nt], a[mt][kk], b);
         }
+}
+
+// The same product on either kind of tile: mma_shared on mma.sync's row-major tiles; with WG, one
+// warpgroup product (common.cuh's wgmma_64xNx16) per block of rows and k-step on core matrices,
+// waited for at once. B_T: the tile's rows are B's columns (N) and its D columns K: LBO 128 bytes,
+// SBO 16 D (8 rows of D values), a k-step 2 core matrices on. Else its rows are K and its D
+// columns N: LBO 16 D, SBO 128, a k-step 16 rows on.
+template <typename T, int MT, int NT, int KK, int D, bool B_T, bool WG>
+__device__ __forceinline__ void tile_product(float (*acc)[NT][4], const unsigned int (*a)[KK][4], const T* s) {
+    if constexpr (WG) {
+        constexpr unsigned int ROWS8 = 16 * D, KSTEP = B_T ? 256 : 2 * ROWS8;
+        const WgDesc b = B_T ? wg_desc(s, 128, ROWS8) : wg_desc(s, ROWS8, 128);
+        wg_fence();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int kk = 0; kk < KK; ++kk) wgmma_64xNx16<T, 8 * NT, B_T>(acc[mt], a[mt][kk], b.plus(kk * KSTEP));
+        wg_commit();
+        wg_wait<0>();
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
+    } else {
+        mma_shared<T, MT, NT, KK, D + TcMath<T>::PAD, B_T>(acc, a, s);
+    }
 }
 
 // The A fragments of a 16 x 8 NT accumulator (P or dS): k-step kb from column tiles
@@ -634,7 +680,7 @@ __device__ __forceinline__ void online_softmax(float s[NT][4], float m[2], float
 // Forward: a block per (batch, head) pair and 64 MT queries (16 MT a warp), walking over tiles of
 // BK keys. (__launch_bounds__(128, 1): ptxas may use up to 255 registers; with no minimum it held
 // some instantiations to 128 and spilled.)
-template <typename T, int D, int BK, int MT>
+template <typename T, int D, int BK, int MT, bool WG = false>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                            T* __restrict__ O, float* __restrict__ LSE, const unsigned char* __restrict__ mask,
@@ -643,12 +689,13 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
                            long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
                            long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
                            float scale) {
-    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD, ROWS = 64 * MT;   // the block's queries
-    __shared__ __align__(16) T Ks[2][BK][D + PAD];   // the tile's keys (for Q K^T)
-    __shared__ __align__(16) T Vs[2][BK][D + PAD];   // and values (for P V), both row-major
+    constexpr int KS = TcMath<T>::KS, PITCH = TileLayout<T, D, WG>::PITCH, ROWS = 64 * MT;   // the block's queries
+    constexpr int STEP = WG ? 64 : 16;                 // from one of the warp's blocks of 16 rows to the next
+    __shared__ __align__(16) T Ks[2][BK][PITCH];   // the tile's keys (for Q K^T)
+    __shared__ __align__(16) T Vs[2][BK][PITCH];   // and values (for P V)
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
-                                k_sb, k_sh, dk_sb, dk_sh, causal, 16 * MT);
+                                k_sb, k_sh, dk_sb, dk_sh, causal, MT, WG);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
@@ -658,7 +705,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
     float o[MT][D / 8][4], m[MT][2], l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-        load_rows_a<T, D>(qf[mt], Q + q_off, q_st, q0 + 16 * mt, Tq);
+        load_rows_a<T, D>(qf[mt], Q + q_off, q_st, q0 + STEP * mt, Tq);
         m[mt][0] = m[mt][1] = -MT_INF;
         l[mt][0] = l[mt][1] = 0.f;
 #pragma unroll
@@ -668,31 +715,31 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
     // causal: no key past the block's last query
     const int k_end = (causal && block_q0 + ROWS < Tk) ? block_q0 + ROWS : Tk;
     const int tiles = (k_end + BK - 1) / BK;
-    const KeyValueTiles<T, BK, D> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
+    const KeyValueTiles<T, BK, D, WG> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int j0 = it * BK, buf = it % 2;
-        TilePipe::await(it, it + 1 < tiles, copy);
+        TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float s[MT][BK / 8][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < BK / 8; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-        mma_shared<T, MT, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
+        tile_product<T, MT, BK / 8, D / KS, D, true, WG>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
         unsigned int pf[MT][BK / KS][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const int r0 = q0 + 16 * mt;
+            const int r0 = q0 + STEP * mt;
             scale_scores<T, BK / 8, false>(s[mt], scale2, allowed, r0, j0, allowed.whole(r0, 16, j0, BK));
             online_softmax<BK / 8, D / 8>(s[mt], m[mt], l[mt], o[mt]);
             pack_a<T, BK / 8>(pf[mt], s[mt]);
         }
-        mma_shared<T, MT, D / 8, BK / KS, D + PAD, false>(o, pf, &Vs[buf][0][0]);  // O += P V
+        tile_product<T, MT, D / 8, BK / KS, D, false, WG>(o, pf, &Vs[buf][0][0]);  // O += P V
         TilePipe::release();
     }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-        const int r0 = q0 + 16 * mt;
+        const int r0 = q0 + STEP * mt;
         float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -712,7 +759,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
 
 // dQ, and delta_i = dO_i . O_i for the dK/dV pass (which runs after this one): a block per
 // (batch, head) pair and 64 MT queries (16 MT a warp), walking over tiles of BK keys.
-template <typename T, int D, int BK, int MT>
+template <typename T, int D, int BK, int MT, bool WG = false>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                const T* __restrict__ O, const T* __restrict__ dO, const float* __restrict__ LSE,
@@ -722,12 +769,13 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                                long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
                                long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
                                float scale) {
-    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD, ROWS = 64 * MT;   // the block's queries
-    __shared__ __align__(16) T Ks[2][BK][D + PAD];   // keys (for Q K^T and dS K)
-    __shared__ __align__(16) T Vs[2][BK][D + PAD];   // values (for dO V^T), both row-major
+    constexpr int KS = TcMath<T>::KS, PITCH = TileLayout<T, D, WG>::PITCH, ROWS = 64 * MT;   // the block's queries
+    constexpr int STEP = WG ? 64 : 16;                 // from one of the warp's blocks of 16 rows to the next
+    __shared__ __align__(16) T Ks[2][BK][PITCH];   // keys (for Q K^T and dS K)
+    __shared__ __align__(16) T Vs[2][BK][PITCH];   // values (for dO V^T)
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
-                                k_sb, k_sh, dk_sb, dk_sh, causal, 16 * MT);
+                                k_sb, k_sh, dk_sb, dk_sh, causal, MT, WG);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
@@ -737,7 +785,7 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
     float lse[MT][2], delta[MT][2], dq[MT][D / 8][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-        const int r0 = q0 + 16 * mt;
+        const int r0 = q0 + STEP * mt;
         load_rows_a<T, D>(qf[mt], Q + q_off, q_st, r0, Tq);
         load_rows_a<T, D>(dof[mt], dO + o_off, o_st, r0, Tq);
         row_dots<T, D>(delta[mt], dO + o_off, O + o_off, o_st, r0, Tq);
@@ -753,11 +801,11 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
 
     const int k_end = (causal && block_q0 + ROWS < Tk) ? block_q0 + ROWS : Tk;
     const int tiles = (k_end + BK - 1) / BK;
-    const KeyValueTiles<T, BK, D> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
+    const KeyValueTiles<T, BK, D, WG> copy{Ks, Vs, K + k_off, V + k_off, k_st, Tk};
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int j0 = it * BK, buf = it % 2;
-        TilePipe::await(it, it + 1 < tiles, copy);
+        TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float s[MT][BK / 8][4], dp[MT][BK / 8][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -765,12 +813,12 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
             for (int nt = 0; nt < BK / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
-        mma_shared<T, MT, BK / 8, D / KS, D + PAD, true>(s, qf, &Ks[buf][0][0]);     // S = Q K^T
-        mma_shared<T, MT, BK / 8, D / KS, D + PAD, true>(dp, dof, &Vs[buf][0][0]);   // dP = dO V^T
+        tile_product<T, MT, BK / 8, D / KS, D, true, WG>(s, qf, &Ks[buf][0][0]);     // S = Q K^T
+        tile_product<T, MT, BK / 8, D / KS, D, true, WG>(dp, dof, &Vs[buf][0][0]);   // dP = dO V^T
         unsigned int dsf[MT][BK / KS][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const int r0 = q0 + 16 * mt;
+            const int r0 = q0 + STEP * mt;
             scale_scores<T, BK / 8, false>(s[mt], scale2, allowed, r0, j0, allowed.whole(r0, 16, j0, BK));
 #pragma unroll
             for (int nt = 0; nt < BK / 8; ++nt)
@@ -781,17 +829,17 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                 }
             pack_a<T, BK / 8>(dsf[mt], dp[mt]);
         }
-        mma_shared<T, MT, D / 8, BK / KS, D + PAD, false>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
+        tile_product<T, MT, D / 8, BK / KS, D, false, WG>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
         TilePipe::release();
     }
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(dQ + o_off, o_st, q0 + 16 * mt, Tq, dq[mt], scale);
+    for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(dQ + o_off, o_st, q0 + STEP * mt, Tq, dq[mt], scale);
 }
 
 // dK and dV: a block per (batch, head) pair and 64 keys, walking over tiles of BQ queries. The
 // warp computes the transposed products (keys as rows): S^T = K Q^T, dP^T = V dO^T,
 // dV += P^T dO, dK += dS^T Q.
-template <typename T, int D, int BQ>
+template <typename T, int D, int BQ, bool WG = false>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                  const T* __restrict__ dO, const float* __restrict__ LSE,
@@ -802,9 +850,9 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                                  long long o_sb, long long o_sh, long long o_st, long long k_sb, long long k_sh,
                                  long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
                                  float scale) {
-    constexpr int KS = TcMath<T>::KS, PAD = TcMath<T>::PAD;
-    __shared__ __align__(16) T Qs[2][BQ][D + PAD];    // queries
-    __shared__ __align__(16) T dOs[2][BQ][D + PAD];   // and their output gradients, both row-major
+    constexpr int KS = TcMath<T>::KS, PITCH = TileLayout<T, D, WG>::PITCH;
+    __shared__ __align__(16) T Qs[2][BQ][PITCH];    // queries
+    __shared__ __align__(16) T dOs[2][BQ][PITCH];   // and their output gradients
     __shared__ __align__(16) float lse_s[2][BQ], delta_s[2][BQ];
     static_assert(sizeof(Qs) + sizeof(dOs) + sizeof(lse_s) + sizeof(delta_s) <= 48 * 1024, "two buffers fit in 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
@@ -831,8 +879,8 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
     const bool wide = rows_aligned_16(Q + q_off, q_st) && rows_aligned_16(dO + o_off, o_st);
     auto copy = [&](int it, int buf) {
         const int i0 = i_begin + it * BQ;
-        stage_rows<T, BQ, D>(&Qs[buf][0][0], Q + q_off, q_st, i0, Tq, wide);
-        stage_rows<T, BQ, D>(&dOs[buf][0][0], dO + o_off, o_st, i0, Tq, wide);
+        stage_rows<T, BQ, D, WG>(&Qs[buf][0][0], Q + q_off, q_st, i0, Tq, wide);
+        stage_rows<T, BQ, D, WG>(&dOs[buf][0][0], dO + o_off, o_st, i0, Tq, wide);
         for (int r = threadIdx.x; r < BQ; r += 128) {   // zeros past Tq, where no score is allowed
             const long long i = static_cast<long long>(n) * Tq + (i0 + r < Tq ? i0 + r : 0);
             cp_async<4>(&lse_s[buf][r], LSE + i, i0 + r < Tq);
@@ -842,15 +890,15 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int i0 = i_begin + it * BQ, buf = it % 2;
-        TilePipe::await(it, it + 1 < tiles, copy);
+        TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float st[BQ / 8][4], dpt[BQ / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) st[nt][e] = dpt[nt][e] = 0.f;
-        mma_shared<T, 1, BQ / 8, D / KS, D + PAD, true>(&st, &kf, &Qs[buf][0][0]);     // S^T = K Q^T
+        tile_product<T, 1, BQ / 8, D / KS, D, true, WG>(&st, &kf, &Qs[buf][0][0]);     // S^T = K Q^T
         if (!HOLD_V) load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
-        mma_shared<T, 1, BQ / 8, D / KS, D + PAD, true>(&dpt, &vf, &dOs[buf][0][0]);   // dP^T = V dO^T
+        tile_product<T, 1, BQ / 8, D / KS, D, true, WG>(&dpt, &vf, &dOs[buf][0][0]);   // dP^T = V dO^T
         scale_scores<T, BQ / 8, true>(st, scale2, allowed, k0, i0, allowed.whole(i0, BQ, k0, 16));
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
@@ -864,8 +912,8 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);
         pack_a<T, BQ / 8>(dsf, dpt);
-        mma_shared<T, 1, D / 8, BQ / KS, D + PAD, false>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO
-        mma_shared<T, 1, D / 8, BQ / KS, D + PAD, false>(&dk, &dsf, &Qs[buf][0][0]);   // dK += dS^T Q
+        tile_product<T, 1, D / 8, BQ / KS, D, false, WG>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO
+        tile_product<T, 1, D / 8, BQ / KS, D, false, WG>(&dk, &dsf, &Qs[buf][0][0]);   // dK += dS^T Q
         TilePipe::release();
     }
     store_rows<T, D>(dK + dk_off, dk_st, k0, Tk, dk, scale);

@@ -9,11 +9,13 @@ the kernels themselves.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ..autograd import Function
-from . import tf32_enabled
-from .build import address, array_module, as4d, ctype, kernel, mask_view
+from . import tf32_enabled, wgmma_enabled
+from .build import SM90A, address, array_module, as4d, ctype, kernel, mask_view
 
 SOURCE = "flash_attention.cu"
 # CUDA-core kernels (float32, float64): (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK)
@@ -38,6 +40,11 @@ TC_ROWS = 64   # a block's rows where MT is 1
 # block of 128 rows would leave warps with no row (half of them at 64 queries, the base model's
 # batches) and half as many blocks to spread over the GPU.
 TC_TWO_BLOCKS_FROM = 128
+# The same kernels with their products on Hopper's warpgroup instructions (wgmma, sm_90a: the
+# template's last argument, WG): 16-bit storage, head sizes 32 and 64, the same tiles, the staged
+# rows 16-byte aligned (they are copied in 16-byte pieces). Taken while set_wgmma is on, on a
+# GPU of compute capability 9.0 and on the emulator: off by default until a GPU has measured them.
+WG_HEAD_SIZES = (32, 64)
 
 
 def _tc_tile(t: str, d: int, tf32: bool, Tq: int | None = None) -> tuple | None:
@@ -77,16 +84,18 @@ def tensor_cores(q, tf32: bool = False) -> bool:
     return _tc_tile(ctype(q.dtype), q.shape[-1], tf32) is not None
 
 
-def names(t: str, d: int, tf32: bool = False, Tq: int | None = None) -> tuple[str, str, str]:
+def names(t: str, d: int, tf32: bool = False, Tq: int | None = None, wg: bool = False) -> tuple[str, str, str]:
     """The instantiations (forward, dK/dV, dQ) for type ``t``, head size ``d`` (float32 in TF32:
-    ``t`` "float" with ``tf32``) and ``Tq`` queries (None: the longest sequences' kernels)."""
+    ``t`` "float" with ``tf32``) and ``Tq`` queries (None: the longest sequences' kernels), with
+    their products on wgmma where ``wg``."""
     D = padded_head_size(d, t, tf32)
     tile = _tc_tile(t, d, tf32, Tq)
     if tile is not None:
         (fk, fm), bq, (qk, qm) = tile
-        return (f"flash_attention_tc_forward<{t}, {D}, {fk}, {fm}>",
-                f"flash_attention_tc_backward_dkdv<{t}, {D}, {bq}>",
-                f"flash_attention_tc_backward_dq<{t}, {D}, {qk}, {qm}>")
+        w = ", true" if wg else ""
+        return (f"flash_attention_tc_forward<{t}, {D}, {fk}, {fm}{w}>",
+                f"flash_attention_tc_backward_dkdv<{t}, {D}, {bq}{w}>",
+                f"flash_attention_tc_backward_dq<{t}, {D}, {qk}, {qm}{w}>")
     (fq, fk), (bk, bq), (qq, qk) = TILES[t]
     return (f"flash_attention_forward<{t}, {D}, {fq}, {fk}>", f"flash_attention_backward_dkdv<{t}, {D}, {bk}, {bq}>",
             f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>")
@@ -99,6 +108,40 @@ def instantiations() -> list[str]:
                                  for name in names(t, D, Tq=Tq)]
                               + [name for D in TF32_TILES for Tq in (None, short)
                                  for name in names("float", D, tf32=True, Tq=Tq)]))
+
+
+def wgmma_instantiations() -> list[str]:
+    """The wgmma kernels (sm_90a only: NVRTC compiles them with build.SM90A)."""
+    short = TC_TWO_BLOCKS_FROM - 1
+    return list(dict.fromkeys(name for t in TC_TYPES for D in WG_HEAD_SIZES for Tq in (None, short)
+                              for name in names(t, D, Tq=Tq, wg=True)))
+
+
+def _hopper(a) -> bool:
+    """Whether ``a`` lives where wgmma runs: the emulator (NumPy), or a GPU of compute capability
+    9.0 (sm_90a code runs on no other)."""
+    return isinstance(a, np.ndarray) or _compute_capability(a.device.id) == "90"
+
+
+@lru_cache(maxsize=None)
+def _compute_capability(device: int) -> str:
+    from ..backend import cupy  # noqa: PLC0415 (only on CuPy arrays)
+
+    return cupy().cuda.Device(device).compute_capability
+
+
+def _rows_16_byte_aligned(a) -> bool:
+    s = _strides4(a)
+    return s is not None and address(a) % 16 == 0 and all(x * a.itemsize % 16 == 0 for x in s)
+
+
+def takes_wgmma(t: str, d: int, *staged) -> bool:
+    """Whether kernels of type ``t`` and head size ``d`` run on wgmma here: :func:`set_wgmma
+    <minitensor.cuda.set_wgmma>` is on, 16-bit storage, d in WG_HEAD_SIZES, on the emulator or
+    compute capability 9.0, and the rows of every array a kernel stages in shared memory 16-byte
+    aligned."""
+    return (wgmma_enabled() and t in TC_TYPES and d in WG_HEAD_SIZES and _hopper(staged[0])
+            and all(_rows_16_byte_aligned(a) for a in staged))
 
 
 def _dims(q, k):
@@ -184,7 +227,8 @@ def forward(q, k, v, mask, scale: float, causal: bool = False, tf32: bool = Fals
         q, (k, v) = _readable(q), _pair(k, v)
         out = cp.empty_like(q)
         lse = cp.empty(q.shape[:-1], dtype=np.float32)
-        fn = kernel(SOURCE, names(t, d, tf32, Tq)[0], cp)
+        wg = takes_wgmma(t, d, k, v)   # the forward stages K and V
+        fn = kernel(SOURCE, names(t, d, tf32, Tq, wg)[0], cp, SM90A if wg else ())
         rows = TC_ROWS * _tc_tile(t, d, tf32, Tq)[0][1]
         fn((B * H, -(-Tq // rows)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, out, k, k, mask, causal, scale))
         return out, lse
@@ -210,11 +254,15 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
         q, (k, v), (out, grad) = _readable(q), _pair(k, v), _pair(out, grad.astype(q.dtype, copy=False))
         dq, dk, dv = cp.empty_like(out), cp.empty_like(k), cp.empty_like(k)
         delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
-        _, dkdv, dq_name = names(t, d, tf32, Tq)
+        wg = takes_wgmma(t, d, q, k, v, grad)   # the dQ pass stages K and V, the dK/dV pass Q and dO
+        _, dkdv, dq_name = names(t, d, tf32, Tq, wg)
+        options = SM90A if wg else ()
         tail = _tc_args(cp, q, out, k, dk, mask, causal, scale)
         rows = TC_ROWS * _tc_tile(t, d, tf32, Tq)[2][1]
-        kernel(SOURCE, dq_name, cp)((B * H, -(-Tq // rows)), (128,), (q, k, v, out, grad, lse, delta, dq) + tail)
-        kernel(SOURCE, dkdv, cp)((B * H, -(-Tk // TC_ROWS)), (128,), (q, k, v, grad, lse, delta, dk, dv) + tail)
+        kernel(SOURCE, dq_name, cp, options)((B * H, -(-Tq // rows)), (128,),
+                                             (q, k, v, out, grad, lse, delta, dq) + tail)
+        kernel(SOURCE, dkdv, cp, options)((B * H, -(-Tk // TC_ROWS)), (128,),
+                                          (q, k, v, grad, lse, delta, dk, dv) + tail)
         return dq, dk, dv
     q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
     grad = cp.ascontiguousarray(grad, dtype=q.dtype)

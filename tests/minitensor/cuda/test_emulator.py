@@ -595,10 +595,24 @@ def _small_cases(address_tables: bool = True):
     lq = np.random.default_rng(6).standard_normal((1, 2, 130, 32)).astype(np.float16)
     long_out, long_lse = flash_kernels.forward(lq, lq, lq, None, 0.2, causal=True)
     long_grads = flash_kernels.backward(lq, lq, lq, lq, long_out, long_lse, None, 0.2, causal=True)
+    # the same kernels with their products on wgmma: 130 queries of head size 64 (two warpgroup
+    # blocks a warp) with the causal flag, and the (B, T, H, d) view with the padding mask
+    was = cuda.wgmma_enabled()
+    cuda.set_wgmma(True)
+    try:
+        wq = np.random.default_rng(7).standard_normal((1, 2, 130, 64)).astype(np.float16)
+        wg_out, wg_lse = flash_kernels.forward(wq, wq, wq, None, 0.125, causal=True)
+        wg_grads = flash_kernels.backward(wq, wq, wq, wq, wg_out, wg_lse, None, 0.125, causal=True)
+        padding = mask[:1, :, :, :1] | (np.arange(70) < 60)
+        wv_out, wv_lse = flash_kernels.forward(hq, hq, hq, padding, 0.2)
+        wv_grads = flash_kernels.backward(hq, hq, hq, hq, wv_out, wv_lse, padding, 0.2)
+    finally:
+        cuda.set_wgmma(was)
     kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) \
         + (loss, ce_lse, dlogits, odd_loss, odd_lse, odd_grad, dropped, relu, biased) \
         + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads) \
-        + (tf_out, tf_lse) + tuple(tf_grads) + (long_out, long_lse) + tuple(long_grads)
+        + (tf_out, tf_lse) + tuple(tf_grads) + (long_out, long_lse) + tuple(long_grads) \
+        + (wg_out, wg_lse) + tuple(wg_grads) + (wv_out, wv_lse) + tuple(wv_grads)
     if not address_tables:
         return kernels
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
@@ -615,7 +629,8 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items = [("layer_norm.cu", n) for n in ln_kernels.names("float", 33)]
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24) + flash_kernels.names("f16", 32)
-              + flash_kernels.names("f16", 32, Tq=70) + flash_kernels.names("float", 32, tf32=True, Tq=70)]
+              + flash_kernels.names("f16", 32, Tq=70) + flash_kernels.names("float", 32, tf32=True, Tq=70)
+              + flash_kernels.names("f16", 64, wg=True) + flash_kernels.names("f16", 32, Tq=70, wg=True)]
     items += [("cross_entropy.cu", n) for packed in (True, False) for n in ce_kernels.names("float", packed)]
     items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
               ("loss_scale.cu", loss_scale_kernels.name("float"))]

@@ -21,7 +21,7 @@ from minitensor.cuda import adam as adam_kernels
 from minitensor.cuda import bias_relu as bias_relu_kernels
 from minitensor.cuda import cast as cast_kernels
 from minitensor.cuda import dropout as dropout_kernels
-from minitensor.cuda import emulator
+from minitensor.cuda import build, emulator
 from minitensor.cuda.build import address
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
@@ -459,7 +459,39 @@ def test_tensor_core_flash_attention_matches_the_reference(dev, dtype, shape, ma
     above the diagonal skipped) giving what the causal triangle as a mask gives; inputs in
     (B, H, T, d) and as (B, T, H, d) views, which the kernels read in place and answer in the
     same layout."""
-    rng = _rng("tc", dtype, shape, mask_kind)
+    _check_tensor_core_attention(dev, _rng("tc", dtype, shape, mask_kind), dtype, shape, mask_kind)
+
+
+# the wgmma kernels: 16-bit, head sizes 32 and 64, each shape in one of the two dtypes
+WG_CASES = [(("float16", "bfloat16")[i % 2], shape)
+            for i, shape in enumerate(s for s in TC_SHAPES if s[-1] in flash_kernels.WG_HEAD_SIZES)]
+
+
+@pytest.mark.parametrize(("dtype", "shape"), WG_CASES, ids=str)
+@pytest.mark.parametrize("mask_kind", ["none", "random", "causal flag"])
+def test_wgmma_flash_attention_matches_the_reference(dev, dtype, shape, mask_kind):
+    """The same kernels with their products on wgmma (warpgroup products of 64 rows, tiles in
+    core matrices), as set_wgmma turns them on: the same answers as equation 1, and the wgmma
+    instantiations are the ones launched."""
+    _require_hopper(dev)
+    launched, real = [], flash_kernels.kernel
+
+    def recording(source, name, xp, options=()):
+        launched.append(name)
+        return real(source, name, xp, options)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(flash_kernels, "kernel", recording)
+        was = cuda.wgmma_enabled()
+        cuda.set_wgmma(True)
+        try:
+            _check_tensor_core_attention(dev, _rng("wg", dtype, shape, mask_kind), dtype, shape, mask_kind)
+        finally:
+            cuda.set_wgmma(was)
+    assert len(launched) == 3 and all(name.endswith(", true>") for name in launched), launched
+
+
+def _check_tensor_core_attention(dev, rng, dtype, shape, mask_kind):
     B, H, Tq, Tk, d = shape
     layout = "bthd" if (Tq + d) % 2 else "bhtd"
     q, k, v, g = _tc_inputs(dev, rng, shape, dtype, layout)
@@ -1222,15 +1254,62 @@ __global__ void ldmatrix_tile(const f16* M, unsigned int* R) {
 }
 """
 
+# One warpgroup (128 threads): D (64 x N) = A (64 x 16) B (16 x N) + C through wgmma_64xNx16, A, B, C
+# and D row-major in memory. B is staged in wgmma's core matrices as the flash kernels stage their
+# tiles: with B_T its columns as rows (16 values each, TileLayout<T, 16, true>), else its rows
+# (TileLayout<T, N, true>), with the descriptors tile_product builds. EARLY (the emulator alone:
+# the hardware leaves it undefined) is D as read after the commit and before the wait.
+WGMMA_TILE = r"""
+#include "common.cuh"
+template <typename T, int N, bool B_T>
+__global__ void wgmma_tile(const T* A, const T* B, const float* C, float* D, float* EARLY) {
+    __shared__ __align__(128) T Bs[16 * N];
+    const int x = threadIdx.x, warp = x / 32, lane = x % 32, g = lane / 4, t = lane % 4;
+    for (int e = x; e < 16 * N; e += 128) {
+        const int k = e / N, n = e % N;
+        Bs[B_T ? ((n / 8) * 2 + k / 8) * 64 + 8 * (n % 8) + k % 8 : ((k / 8) * (N / 8) + n / 8) * 64 + 8 * (k % 8) + n % 8]
+            = B[e];
+    }
+    fence_async_shared();
+    __syncthreads();
+    unsigned int a[4];
+    for (int r = 0; r < 4; ++r) {
+        const int row = 16 * warp + g + (r % 2) * 8, col = 2 * t + (r / 2) * 8;
+        a[r] = A[row * 16 + col].bits | (static_cast<unsigned int>(A[row * 16 + col + 1].bits) << 16);
+    }
+    float d[N / 8][4];
+    for (int i = 0; i < N / 8; ++i)
+        for (int e = 0; e < 4; ++e) d[i][e] = C[(16 * warp + g + (e / 2) * 8) * N + 8 * i + 2 * t + e % 2];
+    const WgDesc b = B_T ? wg_desc(Bs, 128, 256) : wg_desc(Bs, 16 * N, 128);
+    wg_fence();
+    wgmma_64xNx16<T, N, B_T>(d, a, b);
+    wg_commit();
+    if (EARLY)
+        for (int i = 0; i < N / 8; ++i)
+            for (int e = 0; e < 4; ++e) EARLY[(16 * warp + g + (e / 2) * 8) * N + 8 * i + 2 * t + e % 2] = d[i][e];
+    wg_wait<0>();
+    wg_settle<N / 8>(d);
+    for (int i = 0; i < N / 8; ++i)
+        for (int e = 0; e < 4; ++e) D[(16 * warp + g + (e / 2) * 8) * N + 8 * i + 2 * t + e % 2] = d[i][e];
+}
+"""
 
-def _own_kernel(dev, text: str, expression: str):
-    """A kernel from CUDA text of the test's own: the emulator's build, or NVRTC's on the GPU."""
+
+def _own_kernel(dev, text: str, expression: str, options: tuple = ()):
+    """A kernel from CUDA text of the test's own: the emulator's build, or NVRTC's on the GPU
+    (with ``options``)."""
     if not dev.gpu:
         return emulator.compile_source(text, expression)
     from minitensor.cuda import sources  # noqa: PLC0415
 
-    module = dev.xp.RawModule(code=sources.with_common(text), name_expressions=(expression,))
+    module = dev.xp.RawModule(code=sources.with_common(text), options=options, name_expressions=(expression,))
     return module.get_function(expression)
+
+
+def _require_hopper(dev):
+    """wgmma runs on the emulator and on compute capability 9.0 alone."""
+    if dev.gpu:
+        require(dev.xp.cuda.Device().compute_capability == "90", "wgmma needs a GPU of compute capability 9.0")
 
 
 def _tf32(a):
@@ -1289,3 +1368,40 @@ def test_one_warps_ldmatrix_follows_the_documented_fragments(dev, trans):
             lo, hi = (m[2 * t, g], m[2 * t + 1, g]) if trans else (m[g, 2 * t], m[g, 2 * t + 1])
             want[lane, i] = lo | (hi << 16)
     np.testing.assert_array_equal(mt.backend.to_numpy(out), want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("n", [32, 64])
+@pytest.mark.parametrize("b_t", [True, False], ids=["K-major", "MN-major"])
+def test_one_warpgroups_wgmma_follows_the_documented_layouts(dev, dtype, n, b_t):
+    """wgmma_64xNx16 (common.cuh) through its register fragments and the core-matrix layout and
+    descriptors the flash kernels stage B in, K-major (B's columns as rows) and MN-major (read
+    transposed): small integers give A B + C exactly. The emulator's model and the GPU's wgmma
+    run the same test, so a descriptor the hardware reads differently fails there."""
+    _require_hopper(dev)
+    rng = _rng("wgmma", dtype, n, b_t)
+    dt = _half(dtype)
+    a, b = (rng.integers(-8, 9, shape).astype(dt) for shape in ((64, 16), (16, n)))
+    c = rng.integers(-8, 9, (64, n)).astype(np.float32)
+    name = f"wgmma_tile<{HALF_CTYPES[dtype]}, {n}, {'true' if b_t else 'false'}>"
+    kernel = _own_kernel(dev, WGMMA_TILE, name, build.SM90A)
+    d = dev.asarray(np.full((64, n), np.nan, np.float32))
+    kernel((1,), (128,), tuple(dev.asarray(x) for x in (a, b, c)) + (d, build.no_pointer()))
+    want = a.astype(np.float64) @ b.astype(np.float64) + c
+    np.testing.assert_array_equal(mt.backend.to_numpy(d).astype(np.float64), want)
+
+
+def test_a_wgmma_result_reaches_its_registers_only_at_the_wait():
+    """On the emulator a warpgroup product's sums land in its accumulators at wgmma.wait_group,
+    as on the hardware, where reading them before is undefined: a read between the commit and the
+    wait sees C, the values from before the product, so a kernel that forgets the wait fails."""
+    ok, why = emulator.available()
+    require(ok, f"the CUDA emulator cannot run here: {why}")
+    rng = _rng("wgmma early")
+    a, b = (rng.integers(-8, 9, shape).astype(np.float16) for shape in ((64, 16), (16, 32)))
+    c = rng.integers(-8, 9, (64, 32)).astype(np.float32)
+    d, early = np.full((64, 32), np.nan, np.float32), np.full((64, 32), np.nan, np.float32)
+    with cuda.emulate(True):
+        emulator.compile_source(WGMMA_TILE, "wgmma_tile<f16, 32, true>")((1,), (128,), (a, b, c, d, early))
+    np.testing.assert_array_equal(early, c)
+    np.testing.assert_array_equal(d, a.astype(np.float64) @ b.astype(np.float64) + c)

@@ -28,15 +28,15 @@ def _cupy_compiler():
         return e
 
 
-def cupy_nvrtc_options(compiler, arch: str) -> tuple[tuple, str]:
-    """(options, output kind) as CuPy 14.2 builds them for a RawModule on compute capability
-    ``arch``: ``assemble_cupy_compiler_options`` (C++17, CCCL and CUDA include paths), then
+def cupy_nvrtc_options(compiler, arch: str, user: tuple = ()) -> tuple[tuple, str]:
+    """(options, output kind) as CuPy 14.2 builds them for a RawModule(options=``user``) on compute
+    capability ``arch``: ``assemble_cupy_compiler_options`` (the user's, C++17, CCCL and CUDA include paths), then
     ``_compile_with_cache_cuda`` (``-ftz=true``) and ``_compile_using_nvrtc_no_warning``
     (``-arch=sm_XX`` for a cubin, ``--device-as-default-execution-space``, ``--pch`` where
     NVRTC has it). CuPy asks the device for ``arch``; here it is given."""
     from cupy._core import core  # noqa: PLC0415
 
-    options = core.assemble_cupy_compiler_options(()) + ("-ftz=true",)
+    options = core.assemble_cupy_compiler_options(user) + ("-ftz=true",)
     if not compiler._use_ptx and int(arch) <= int(compiler._get_max_compute_capability()):
         options, method = options + (f"-arch=sm_{arch}",), "cubin"
     else:
@@ -94,3 +94,23 @@ def test_instantiations_cover_every_name_a_launcher_can_ask_for():
             assert set(flash_attention.names(t, d)) <= compiled, (t, d)
     for t in ("float", "f16", "bf16", "double"):  # one pair per dtype, whatever the row length
         assert set(cross_entropy.names(t)) <= compiled, t
+
+
+def test_the_wgmma_kernels_compile_for_sm90a_under_cupys_options():
+    """The flash kernels' wgmma instantiations compile with NVRTC under the options CuPy builds
+    for RawModule(options=build.SM90A) on a compute capability 9.0 device (CuPy's -arch=sm_90
+    after ours): NVRTC targets sm_90a, where wgmma exists, and lowers every name."""
+    from minitensor.cuda import build  # noqa: PLC0415
+
+    compiler = _cupy_compiler()
+    require(not isinstance(compiler, Exception), f"CuPy with NVRTC is not installed ({compiler!r})")
+    options, method = cupy_nvrtc_options(compiler, "90", build.SM90A)
+    assert options.index("-arch=sm_90a") < options.index("-arch=sm_90")
+    expressions = flash_attention.wgmma_instantiations()
+    program = compiler._NVRTCProgram(sources.source("flash_attention.cu"), "kern.cu", name_expressions=expressions,
+                                     method=method)
+    binary, mapping = program.compile(options)
+    assert binary[:4] == b"\x7fELF" and b"sm_90a" in binary
+    assert set(mapping) == set(expressions)
+    for expr in expressions:
+        assert mapping[expr].encode() in binary, expr

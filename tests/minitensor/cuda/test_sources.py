@@ -25,15 +25,15 @@ def test_every_source_has_a_launcher():
     assert sorted(p.name for p in sources.FOLDER.glob("*.cu")) == sorted(sources.SOURCES)
 
 
-def _compile(tmp_path, filename):
-    """Compile ``filename`` plus a function taking the address of every instantiation its
-    launcher uses; returns {mangled kernel name: resource line} from ptxas."""
-    exprs = LAUNCHERS[filename].instantiations()
+def _compile(tmp_path, filename, exprs=None, arch="sm_90"):
+    """Compile ``filename`` for ``arch`` plus a function taking the address of every instantiation
+    its launcher uses (or of ``exprs``); returns {mangled kernel name: resource line} from ptxas."""
+    exprs = LAUNCHERS[filename].instantiations() if exprs is None else exprs
     text = sources.source(filename) + "\nvoid instantiate_all() {\n    void* kernels[] = {\n"
     text += "".join(f"        (void*)&{e},\n" for e in exprs) + "    };\n    (void)kernels;\n}\n"
     src = tmp_path / filename
     src.write_text(text)
-    out = subprocess.run([NVCC, "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-diag-suppress", "550", "-o",
+    out = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-diag-suppress", "550", "-o",
                           str(tmp_path / "out.cubin"), str(src)], capture_output=True, text=True)
     assert out.returncode == 0, f"nvcc failed on {filename}:\n{out.stderr[-4000:]}"
     report, name = {}, None
@@ -69,6 +69,21 @@ def test_source_compiles_for_sm90_within_limits(tmp_path, filename):
         if _first_template_argument(kernel_name) != "d":  # "d": double
             spills = [int(x) for x in re.findall(r"(\d+) bytes spill", line)]
             assert not any(spills), f"{kernel_name} spills registers: {line.strip()}"
+
+
+def test_the_wgmma_kernels_compile_for_sm90a_within_limits_to_warpgroup_products(tmp_path):
+    """The flash kernels' wgmma instantiations compile for sm_90a (the only target with wgmma),
+    spill no registers and fit the static 48 KB; their SASS holds warpgroup products (HGMMA)."""
+    from minitensor.cuda import flash_attention  # noqa: PLC0415
+
+    for kernel_name, line in _compile(tmp_path, "flash_attention.cu", flash_attention.wgmma_instantiations(),
+                                      "sm_90a").items():
+        assert int(re.search(r"(\d+) bytes smem", line).group(1)) <= SMEM_LIMIT, kernel_name
+        assert not any(int(x) for x in re.findall(r"(\d+) bytes spill", line)), f"{kernel_name}: {line.strip()}"
+    dump = shutil.which("cuobjdump")
+    if dump:
+        sass = subprocess.run([dump, "-sass", str(tmp_path / "out.cubin")], capture_output=True, text=True).stdout
+        assert "HGMMA" in sass and "HMMA" not in sass.replace("HGMMA", ""), sass[-2000:]
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
