@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs a GPU, in the order a GPU session should run it (each step's log goes
 # to $OUT, default ./gpu_out).
-# Usage: bash benchmarks/gpu_session.sh [tests|cli|wmt|kernels|step|profile|ncu|multi30k|lesson|goals|all]
+# Usage: bash benchmarks/gpu_session.sh [tests|cli|wmt|kernels|step|profile|ncu|wgmma|multi30k|lesson|goals|all]
 #
 # `goals` measures what the speed goals are about, and nothing else: `train --preset wmt14-base`'s
 # update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
@@ -12,6 +12,11 @@
 #
 # `ncu` profiles the tensor-core attention kernels (bf16, T 4096) and the cross-entropy's two with Nsight
 # Compute, every section, into ncu_attention.log and ncu_cross_entropy.log (not part of `all`).
+#
+# `wgmma` is for a compute capability 9.0 GPU (H100, H200): the GPU tests of the warpgroup products
+# and of the tensor-core attention (mma.sync and wgmma), then kernels.py's attention section in bf16
+# and fp16 (the flash kernels on mma.sync and on wgmma one after the other, PyTorch's SDPA and each
+# of its backends), then Nsight Compute over the wgmma kernels (not part of `all`; about 5 minutes).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
@@ -103,6 +108,21 @@ if [[ $what == ncu ]]; then
   run "ncu: cross-entropy" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full -k regex:cross_entropy \
       $py benchmarks/kernel_calls.py cross_entropy > "$OUT/ncu_cross_entropy.log" 2>&1
   grep -E "cross_entropy_|Duration|DRAM Throughput|Memory Throughput" "$OUT/ncu_cross_entropy.log" | head -12
+fi
+if [[ $what == wgmma ]]; then
+  run "GPU tests: wgmma and the tensor-core attention" "${LIMIT_TESTS:-0}" $py -m pytest -q -rfE -m gpu \
+      -p no:cacheprovider -k "${TESTS_K:-wgmma or warpgroup or tensor_core}" tests/minitensor/cuda/test_kernels.py \
+      > "$OUT/wgmma_tests.log" 2>&1
+  tail -12 "$OUT/wgmma_tests.log"
+  run "kernels: attention in bf16 and fp16, mma.sync and wgmma" "${LIMIT_KERNELS:-0}" $py benchmarks/kernels.py \
+      --only attention --attention-dtypes bfloat16,float16 --out "$OUT/kernels_wgmma.json" > "$OUT/kernels_wgmma.log" 2>&1
+  tail -5 "$OUT/kernels_wgmma.log"
+  ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  run "ncu: the wgmma attention kernels" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full \
+      -k regex:flash_attention_tc $py benchmarks/kernel_calls.py attention --wgmma --length "${NCU_LENGTH:-4096}" \
+      > "$OUT/ncu_wgmma.log" 2>&1
+  grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" \
+      "$OUT/ncu_wgmma.log" | head -24
 fi
 if [[ $what == multi30k || $what == all ]]; then
   run "multi30k-gpu" "${LIMIT_TRAIN:-0}" $py -m transformer train --preset multi30k-gpu --device cuda \

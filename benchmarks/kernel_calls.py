@@ -3,7 +3,8 @@ each launch and reports where it spends its cycles (the stall reasons, the tenso
 pipes' use, occupancy). ``benchmarks/gpu_session.sh ncu`` runs it under ncu.
 
 * ``attention``: scaled dot-product attention forward + backward on the tensor-core flash kernels
-  (B x T = 16384 tokens, 8 heads, head size 64, no mask), as in ``kernels.py``'s attention section;
+  (B x T = 16384 tokens, 8 heads, head size 64, no mask), as in ``kernels.py``'s attention section
+  (``--wgmma``: with their products on wgmma, compute capability 9.0);
 * ``cross_entropy``: the fused label-smoothed cross-entropy's forward and backward kernels on the
   base step's logits (25600 x 37000 float32).
 
@@ -18,10 +19,11 @@ import minitensor.functional as F
 from minitensor import backend, cuda
 
 
-def attention(T: int, dtype: str, tokens: int) -> None:
+def attention(T: int, dtype: str, tokens: int, wgmma: bool = False) -> None:
     cp = backend.cupy()
 
     cuda.set_tf32(dtype == "tf32")
+    cuda.set_wgmma(wgmma)
     storage = "float32" if dtype == "tf32" else dtype
     B, H, d = max(1, tokens // T), 8, 64
     q, k, v = (mt.tensor(cp.random.standard_normal((B, H, T, d), dtype=cp.float32).astype(storage), requires_grad=True)
@@ -51,9 +53,10 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=16384, help="attention: B x T")
     p.add_argument("--dtype", default="bfloat16", help="attention: bfloat16, float16 or tf32")
     p.add_argument("--logits", default="25600,37000", help="cross_entropy: rows,V")
+    p.add_argument("--wgmma", action="store_true", help="attention: the products on wgmma (compute capability 9.0)")
     a = p.parse_args()
     if a.what == "attention":
-        attention(a.length, a.dtype, a.tokens)
+        attention(a.length, a.dtype, a.tokens, a.wgmma)
     else:
         cross_entropy(*map(int, a.logits.split(",")))
 

@@ -7,9 +7,11 @@
 * the step's products on cuBLAS against CuPy's matmul and torch.matmul;
 * the fused bias + ReLU and dropout + residual + LayerNorm at the base step's shapes, forward
   + backward, against the unfused ops and PyTorch;
-* attention at sequence lengths 128 to 4096: the flash kernels, the fused-softmax path and
-  the plain CuPy path, forward + backward, against PyTorch's scaled_dot_product_attention,
-  with the peak extra memory of each;
+* attention at sequence lengths 128 to 4096: the flash kernels (in 16 bits on a compute
+  capability 9.0 GPU, also with their products on wgmma: ``flash_wgmma``), the fused-softmax
+  path and the plain CuPy path, forward + backward, against PyTorch's
+  scaled_dot_product_attention (and each of its backends on its own), with the peak extra
+  memory of each;
 * a transformer-base training step with the kernels on and off.
 
     python benchmarks/kernels.py --out benchmarks/results/kernels_h100.json
@@ -28,6 +30,7 @@ from harness import environment, write_results
 import minitensor as mt
 import minitensor.functional as F
 from minitensor import cuda
+from minitensor.cuda import flash_attention as flash_kernels
 
 
 @dataclass(frozen=True)
@@ -313,7 +316,10 @@ def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
 def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     """Attention forward + backward (no mask) on each route, against PyTorch's
     scaled_dot_product_attention in the same dtype, with the extra memory of one step; the flash
-    kernels' forward and PyTorch's alone too. "tf32" is float32 with TF32 allowed on both sides."""
+    kernels' forward and PyTorch's alone too. "tf32" is float32 with TF32 allowed on both sides.
+    Where wgmma runs (16 bits, compute capability 9.0), the flash kernels are timed with their
+    products on it too, right after the mma.sync ones; PyTorch's backends (flash, efficient, cuDNN)
+    are timed one by one, so that the default's time says which it took."""
     import cupy as cp
 
     rows = []
@@ -337,18 +343,22 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 with mt.no_grad():
                     F.scaled_dot_product_attention(q, k_, v)
 
-            for route, mode, kernels_on in (("flash", "flash", True), ("fused", "fused", True),
-                                            ("plain_cupy", "auto", False)):
+            wgmma = flash_kernels.wgmma_applies(flash_kernels.ctype(q.dtype), d, q.data)
+            routes = [("flash", "flash", True, False)] + ([("flash_wgmma", "flash", True, True)] if wgmma else []) \
+                + [("fused", "fused", True, False), ("plain_cupy", "auto", False, False)]
+            for route, mode, kernels_on, wg in routes:
                 cuda.set_attention(mode)
+                cuda.set_wgmma(wg)
                 with cuda.use_kernels(kernels_on):
                     r[f"{route}_ms"] = gpu_ms(step, repeat=repeat, warmup=warmup)
-                    if route == "flash":   # the forward alone, so that the backward's share is known
-                        r["flash_forward_ms"] = gpu_ms(forward, repeat=repeat, warmup=warmup)
+                    if route.startswith("flash"):   # the forward alone, so that the backward's share is known
+                        r[f"{route}_forward_ms"] = gpu_ms(forward, repeat=repeat, warmup=warmup)
                     cp.get_default_memory_pool().free_all_blocks()
                     with cuda.PeakMemory() as mem:
                         step()
                 r[f"{route}_extra_mib"] = round((mem.peak_bytes - mem.start_bytes) / 2**20, 1)
             cuda.set_attention("auto")
+            cuda.set_wgmma(False)
             if torch_ok:
                 import torch
 
@@ -369,8 +379,13 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 base = torch.cuda.memory_allocated()
                 tstep()
                 r["torch_sdpa_extra_mib"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
+                r.update(sdpa_backend_ms(tstep, repeat, warmup))
                 r["flash_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_ms"]
+                if wgmma:
+                    r["flash_wgmma_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_wgmma_ms"]
             r["flash_speed_vs_fused"] = r["fused_ms"] / r["flash_ms"]
+            if wgmma:
+                r["wgmma_speed_vs_mma"] = r["flash_ms"] / r["flash_wgmma_ms"]
             rows.append({key: (round(v, 3) if isinstance(v, float) else v) for key, v in r.items()})
     cuda.set_tf32(False)
     return rows
@@ -405,6 +420,22 @@ def base_step_with_and_without_kernels(sizes: Sizes) -> dict:
                 times.append(time.perf_counter() - t0)
             out.setdefault("kernels_on_ms" if on else "kernels_off_ms", []).append(round(1000 * float(np.median(times[2:])), 2))
     out["speedup_with_kernels"] = round(out["kernels_off_ms"][0] / min(out["kernels_on_ms"]), 3)
+    return out
+
+
+def sdpa_backend_ms(tstep, repeat: int, warmup: int) -> dict:
+    """PyTorch's step on each of scaled_dot_product_attention's backends alone (those that take
+    the inputs): {"torch_sdpa_flash_ms": ..., ...}."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = {}
+    for key, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                         ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                out[f"torch_sdpa_{key}_ms"] = torch_ms(tstep, repeat=repeat, warmup=warmup)
+        except RuntimeError:   # the backend does not take these inputs on this GPU
+            out[f"torch_sdpa_{key}_ms"] = None
     return out
 
 

@@ -135,13 +135,17 @@ def _rows_16_byte_aligned(a) -> bool:
     return s is not None and address(a) % 16 == 0 and all(x * a.itemsize % 16 == 0 for x in s)
 
 
-def takes_wgmma(t: str, d: int, *staged) -> bool:
-    """Whether kernels of type ``t`` and head size ``d`` run on wgmma here: :func:`set_wgmma
-    <minitensor.cuda.set_wgmma>` is on, 16-bit storage, d in WG_HEAD_SIZES, on the emulator or
-    compute capability 9.0, and the rows of every array a kernel stages in shared memory 16-byte
-    aligned."""
-    return (wgmma_enabled() and t in TC_TYPES and d in WG_HEAD_SIZES and _hopper(staged[0])
+def wgmma_applies(t: str, d: int, *staged) -> bool:
+    """Whether the wgmma kernels can run for type ``t`` and head size ``d`` here: 16-bit storage,
+    d in WG_HEAD_SIZES, on the emulator or compute capability 9.0, and the rows of every array a
+    kernel stages in shared memory (``staged``) 16-byte aligned."""
+    return (t in TC_TYPES and d in WG_HEAD_SIZES and _hopper(staged[0])
             and all(_rows_16_byte_aligned(a) for a in staged))
+
+
+def takes_wgmma(t: str, d: int, *staged) -> bool:
+    """Whether they do: where they apply, while :func:`set_wgmma <minitensor.cuda.set_wgmma>` is on."""
+    return wgmma_enabled() and wgmma_applies(t, d, *staged)
 
 
 def _dims(q, k):
