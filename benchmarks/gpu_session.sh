@@ -16,7 +16,8 @@
 # `wgmma` is for a compute capability 9.0 GPU (H100, H200): the GPU tests of the warpgroup products
 # and of the tensor-core attention (mma.sync and wgmma), then kernels.py's attention section in bf16
 # and fp16 (the flash kernels on mma.sync and on wgmma one after the other, PyTorch's SDPA and each
-# of its backends), then Nsight Compute over the wgmma kernels (not part of `all`; about 5 minutes).
+# of its backends), then Nsight Compute over the wgmma kernels, then attention_tiles.py (mma.sync
+# and wgmma tile settings side by side at 512-4096 keys) (not part of `all`; about 6 minutes).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
@@ -123,6 +124,9 @@ if [[ $what == wgmma ]]; then
       > "$OUT/ncu_wgmma.log" 2>&1
   grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" \
       "$OUT/ncu_wgmma.log" | head -24
+  (cd benchmarks && run "attention tiles: mma.sync and wgmma" "${LIMIT_KERNELS:-0}" $py attention_tiles.py \
+      --out "$OUT/attention_tiles.json" > "$OUT/attention_tiles.log" 2>&1)
+  tail -4 "$OUT/attention_tiles.log"
 fi
 if [[ $what == multi30k || $what == all ]]; then
   run "multi30k-gpu" "${LIMIT_TRAIN:-0}" $py -m transformer train --preset multi30k-gpu --device cuda \
