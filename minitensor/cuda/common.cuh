@@ -424,7 +424,8 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 #endif
 
 // ---------------------------------------------------------------- warpgroup products (wgmma, sm_90a)
-// wgmma_64xNx16<T, N, B_T>(d, a, b): D (64 x N, float) += A (64 x 16) B (16 x N) for one warpgroup
+// wgmma_64xNx16<T, N, B_T>(d, a, b, accumulate): D (64 x N, float) += A (64 x 16) B (16 x N) (D = A B
+// where accumulate is false: d's values are not read) for one warpgroup
 // (4 consecutive warps, the first a multiple of 4: 128 threads), through Hopper's wgmma.mma_async
 // (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): f16 or bf16 inputs, float
 // sums, A from registers and B read by the tensor cores from shared memory through a descriptor.
@@ -474,7 +475,7 @@ template <int NT>
 __device__ __forceinline__ void wg_settle(float (*)[4]) {}
 
 template <typename T, int N, bool B_T>
-__device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b) {
+__device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b, bool accumulate) {
     static_assert(sizeof(T) == 2 && (N == 32 || N == 64), "wgmma here: f16 or bf16, N 32 or 64");
     if ((blockDim.x * blockDim.y * blockDim.z) % 128 != 0)
         ::mt_emu::fail("%s: wgmma in a block of %u threads, not whole warpgroups of 128", ::mt_emu::where(),
@@ -499,7 +500,7 @@ __device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int 
     float out[N / 2];
     for (int i = 0; i < N / 8; ++i)
         for (int e = 0; e < 4; ++e) {
-            float acc = c[4 * i + e];
+            float acc = accumulate ? c[4 * i + e] : 0.f;
             for (int k = 0; k < 16; ++k) acc += arow[e / 2][k] * b_at(k, 8 * i + 2 * t + e % 2);
             out[4 * i + e] = acc;
         }
@@ -538,7 +539,8 @@ __device__ __forceinline__ void wg_settle(float (*d)[4]) {
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "                   \
                  "{%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"                                              \
                  : MT_WG_D4(0), MT_WG_D4(1), MT_WG_D4(2), MT_WG_D4(3)                                          \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(1), "n"(TRANS_B) : "memory")
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(accumulate ? 1 : 0), "n"(TRANS_B)  \
+                 : "memory")
 #define MT_WG_N64(TYPE)                                                                                       \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                  \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " "                               \
@@ -547,17 +549,18 @@ __device__ __forceinline__ void wg_settle(float (*d)[4]) {
                  "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                                              \
                  : MT_WG_D4(0), MT_WG_D4(1), MT_WG_D4(2), MT_WG_D4(3), MT_WG_D4(4), MT_WG_D4(5), MT_WG_D4(6),  \
                    MT_WG_D4(7)                                                                                 \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(1), "n"(TRANS_B) : "memory")
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(accumulate ? 1 : 0), "n"(TRANS_B)  \
+                 : "memory")
 template <typename T, int N, bool B_T>
-__device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b);
+__device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b, bool accumulate);
 #define MT_WG_PRODUCT(T, N, TYPE)                                                                             \
     template <> __device__ __forceinline__ void wgmma_64xNx16<T, N, true>(float (*d)[4], const unsigned int a[4], \
-                                                                           WgDesc b) {                        \
+                                                                           WgDesc b, bool accumulate) {       \
         constexpr int TRANS_B = 0;                                                                           \
         MT_WG_N##N(TYPE);                                                                                    \
     }                                                                                                        \
     template <> __device__ __forceinline__ void wgmma_64xNx16<T, N, false>(float (*d)[4], const unsigned int a[4], \
-                                                                            WgDesc b) {                       \
+                                                                            WgDesc b, bool accumulate) {      \
         constexpr int TRANS_B = 1;                                                                           \
         MT_WG_N##N(TYPE);                                                                                    \
     }
@@ -582,5 +585,5 @@ __device__ void wg_wait();
 template <int NT>
 __device__ void wg_settle(float (*d)[4]);
 template <typename T, int N, bool B_T>
-__device__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b);
+__device__ void wgmma_64xNx16(float (*d)[4], const unsigned int a[4], WgDesc b, bool accumulate);
 #endif

@@ -570,12 +570,19 @@ __device__ __forceinline__ void mma_shared(float (*acc)[NT][4], const unsigned i
         }
 }
 
+// How tile_product treats its accumulator: ADD (acc += A B) or SET (acc = A B: on wgmma the first
+// k-step ignores acc, so no zeros are written first), and whether it waits for its result (the
+// default) or, with ON, runs on behind the next product issued, whose wait must then be followed by
+// tile_settle(acc) (two independent products, as dP beside S: one wait for both).
+enum TileOp { ADD = 0, SET = 1, ON = 2 };
+
 // The same product on either kind of tile: mma_shared on mma.sync's row-major tiles; with WG, one
 // warpgroup product (common.cuh's wgmma_64xNx16) per block of rows and k-step on core matrices,
-// waited for at once. B_T: the tile's rows are B's columns (N) and its D columns K: LBO 128 bytes,
-// SBO 16 D (8 rows of D values), a k-step 2 core matrices on. Else its rows are K and its D
-// columns N: LBO 16 D, SBO 128, a k-step 16 rows on.
-template <typename T, int MT, int NT, int KK, int D, bool B_T, bool WG>
+// in one group. B_T: the tile's rows are B's columns (N) and its D columns K: LBO 128 bytes, SBO
+// 16 D (8 rows of D values), a k-step 2 core matrices on. Else its rows are K and its D columns
+// N: LBO 16 D, SBO 128, a k-step 16 rows on. (Writing zeros into an accumulator while another
+// product was in flight made ptxas wait for that product before the next: hence SET.)
+template <typename T, int MT, int NT, int KK, int D, bool B_T, bool WG, int OP = ADD>
 __device__ __forceinline__ void tile_product(float (*acc)[NT][4], const unsigned int (*a)[KK][4], const T* s) {
     if constexpr (WG) {
         constexpr unsigned int ROWS8 = 16 * D, KSTEP = B_T ? 256 : 2 * ROWS8;
@@ -584,14 +591,30 @@ __device__ __forceinline__ void tile_product(float (*acc)[NT][4], const unsigned
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int kk = 0; kk < KK; ++kk) wgmma_64xNx16<T, 8 * NT, B_T>(acc[mt], a[mt][kk], b.plus(kk * KSTEP));
+            for (int kk = 0; kk < KK; ++kk)
+                wgmma_64xNx16<T, 8 * NT, B_T>(acc[mt], a[mt][kk], b.plus(kk * KSTEP), kk > 0 || !(OP & SET));
         wg_commit();
-        wg_wait<0>();
+        if constexpr (!(OP & ON)) {
+            wg_wait<0>();
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
+            for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
+        }
     } else {
+        if constexpr (OP & SET)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
         mma_shared<T, MT, NT, KK, D + TcMath<T>::PAD, B_T>(acc, a, s);
     }
+}
+
+// after a later tile_product's wait: acc of a product issued without WAIT may be read
+template <int MT, int NT, bool WG>
+__device__ __forceinline__ void tile_settle(float (*acc)[NT][4]) {
+    if constexpr (WG)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
 }
 
 // The A fragments of a 16 x 8 NT accumulator (P or dS): k-step kb from column tiles
@@ -721,11 +744,7 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         const int j0 = it * BK, buf = it % 2;
         TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float s[MT][BK / 8][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < BK / 8; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
-        tile_product<T, MT, BK / 8, D / KS, D, true, WG>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
+        tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
         unsigned int pf[MT][BK / KS][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -807,14 +826,9 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
         const int j0 = it * BK, buf = it % 2;
         TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float s[MT][BK / 8][4], dp[MT][BK / 8][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < BK / 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[mt][nt][e] = dp[mt][nt][e] = 0.f;
-        tile_product<T, MT, BK / 8, D / KS, D, true, WG>(s, qf, &Ks[buf][0][0]);     // S = Q K^T
-        tile_product<T, MT, BK / 8, D / KS, D, true, WG>(dp, dof, &Vs[buf][0][0]);   // dP = dO V^T
+        tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET | ON>(s, qf, &Ks[buf][0][0]);   // S = Q K^T, and beside it
+        tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(dp, dof, &Vs[buf][0][0]);      // dP = dO V^T
+        tile_settle<MT, BK / 8, WG>(s);
         unsigned int dsf[MT][BK / KS][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -892,13 +906,10 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         const int i0 = i_begin + it * BQ, buf = it % 2;
         TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float st[BQ / 8][4], dpt[BQ / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < BQ / 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) st[nt][e] = dpt[nt][e] = 0.f;
-        tile_product<T, 1, BQ / 8, D / KS, D, true, WG>(&st, &kf, &Qs[buf][0][0]);     // S^T = K Q^T
+        tile_product<T, 1, BQ / 8, D / KS, D, true, WG, SET | ON>(&st, &kf, &Qs[buf][0][0]);   // S^T = K Q^T, beside
         if (!HOLD_V) load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
-        tile_product<T, 1, BQ / 8, D / KS, D, true, WG>(&dpt, &vf, &dOs[buf][0][0]);   // dP^T = V dO^T
+        tile_product<T, 1, BQ / 8, D / KS, D, true, WG, SET>(&dpt, &vf, &dOs[buf][0][0]);      // dP^T = V dO^T
+        tile_settle<1, BQ / 8, WG>(&st);
         scale_scores<T, BQ / 8, true>(st, scale2, allowed, k0, i0, allowed.whole(i0, BQ, k0, 16));
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
@@ -912,8 +923,9 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);
         pack_a<T, BQ / 8>(dsf, dpt);
-        tile_product<T, 1, D / 8, BQ / KS, D, false, WG>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO
-        tile_product<T, 1, D / 8, BQ / KS, D, false, WG>(&dk, &dsf, &Qs[buf][0][0]);   // dK += dS^T Q
+        tile_product<T, 1, D / 8, BQ / KS, D, false, WG, ON>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO, beside
+        tile_product<T, 1, D / 8, BQ / KS, D, false, WG>(&dk, &dsf, &Qs[buf][0][0]);         // dK += dS^T Q
+        tile_settle<1, D / 8, WG>(&dv);
         TilePipe::release();
     }
     store_rows<T, D>(dK + dk_off, dk_st, k0, Tk, dk, scale);

@@ -1254,15 +1254,15 @@ __global__ void ldmatrix_tile(const f16* M, unsigned int* R) {
 }
 """
 
-# One warpgroup (128 threads): D (64 x N) = A (64 x 16) B (16 x N) + C through wgmma_64xNx16, A, B, C
-# and D row-major in memory. B is staged in wgmma's core matrices as the flash kernels stage their
+# One warpgroup (128 threads): D (64 x N) = A (64 x 16) B (16 x N) + C through wgmma_64xNx16 (+ C only
+# where ACCUMULATE), A, B, C and D row-major in memory. B is staged in wgmma's core matrices as the flash kernels stage their
 # tiles: with B_T its columns as rows (16 values each, TileLayout<T, 16, true>), else its rows
 # (TileLayout<T, N, true>), with the descriptors tile_product builds. EARLY (the emulator alone:
 # the hardware leaves it undefined) is D as read after the commit and before the wait.
 WGMMA_TILE = r"""
 #include "common.cuh"
 template <typename T, int N, bool B_T>
-__global__ void wgmma_tile(const T* A, const T* B, const float* C, float* D, float* EARLY) {
+__global__ void wgmma_tile(const T* A, const T* B, const float* C, float* D, float* EARLY, int ACCUMULATE) {
     __shared__ __align__(128) T Bs[16 * N];
     const int x = threadIdx.x, warp = x / 32, lane = x % 32, g = lane / 4, t = lane % 4;
     for (int e = x; e < 16 * N; e += 128) {
@@ -1282,7 +1282,7 @@ __global__ void wgmma_tile(const T* A, const T* B, const float* C, float* D, flo
         for (int e = 0; e < 4; ++e) d[i][e] = C[(16 * warp + g + (e / 2) * 8) * N + 8 * i + 2 * t + e % 2];
     const WgDesc b = B_T ? wg_desc(Bs, 128, 256) : wg_desc(Bs, 16 * N, 128);
     wg_fence();
-    wgmma_64xNx16<T, N, B_T>(d, a, b);
+    wgmma_64xNx16<T, N, B_T>(d, a, b, ACCUMULATE != 0);
     wg_commit();
     if (EARLY)
         for (int i = 0; i < N / 8; ++i)
@@ -1376,8 +1376,9 @@ def test_one_warps_ldmatrix_follows_the_documented_fragments(dev, trans):
 def test_one_warpgroups_wgmma_follows_the_documented_layouts(dev, dtype, n, b_t):
     """wgmma_64xNx16 (common.cuh) through its register fragments and the core-matrix layout and
     descriptors the flash kernels stage B in, K-major (B's columns as rows) and MN-major (read
-    transposed): small integers give A B + C exactly. The emulator's model and the GPU's wgmma
-    run the same test, so a descriptor the hardware reads differently fails there."""
+    transposed): small integers give A B + C exactly, and A B where it does not accumulate. The
+    emulator's model and the GPU's wgmma run the same test, so a descriptor the hardware reads
+    differently fails there."""
     _require_hopper(dev)
     rng = _rng("wgmma", dtype, n, b_t)
     dt = _half(dtype)
@@ -1385,10 +1386,11 @@ def test_one_warpgroups_wgmma_follows_the_documented_layouts(dev, dtype, n, b_t)
     c = rng.integers(-8, 9, (64, n)).astype(np.float32)
     name = f"wgmma_tile<{HALF_CTYPES[dtype]}, {n}, {'true' if b_t else 'false'}>"
     kernel = _own_kernel(dev, WGMMA_TILE, name, build.SM90A)
-    d = dev.asarray(np.full((64, n), np.nan, np.float32))
-    kernel((1,), (128,), tuple(dev.asarray(x) for x in (a, b, c)) + (d, build.no_pointer()))
-    want = a.astype(np.float64) @ b.astype(np.float64) + c
-    np.testing.assert_array_equal(mt.backend.to_numpy(d).astype(np.float64), want)
+    for accumulate in (1, 0):
+        d = dev.asarray(np.full((64, n), np.nan, np.float32))
+        kernel((1,), (128,), tuple(dev.asarray(x) for x in (a, b, c)) + (d, build.no_pointer(), np.int32(accumulate)))
+        want = a.astype(np.float64) @ b.astype(np.float64) + (c if accumulate else 0)
+        np.testing.assert_array_equal(mt.backend.to_numpy(d).astype(np.float64), want)
 
 
 def test_a_wgmma_result_reaches_its_registers_only_at_the_wait():
@@ -1402,6 +1404,7 @@ def test_a_wgmma_result_reaches_its_registers_only_at_the_wait():
     c = rng.integers(-8, 9, (64, 32)).astype(np.float32)
     d, early = np.full((64, 32), np.nan, np.float32), np.full((64, 32), np.nan, np.float32)
     with cuda.emulate(True):
-        emulator.compile_source(WGMMA_TILE, "wgmma_tile<f16, 32, true>")((1,), (128,), (a, b, c, d, early))
+        emulator.compile_source(WGMMA_TILE, "wgmma_tile<f16, 32, true>")((1,), (128,), (a, b, c, d, early,
+                                                                             np.int32(1)))
     np.testing.assert_array_equal(early, c)
     np.testing.assert_array_equal(d, a.astype(np.float64) @ b.astype(np.float64) + c)
