@@ -17,7 +17,8 @@
 # and of the tensor-core attention (mma.sync and wgmma), then kernels.py's attention section in bf16
 # and fp16 (the flash kernels on mma.sync and on wgmma one after the other, PyTorch's SDPA and each
 # of its backends), then Nsight Compute over the wgmma kernels, then attention_tiles.py (mma.sync
-# and wgmma tile settings side by side at 512-4096 keys) (not part of `all`; about 6 minutes).
+# and wgmma tile settings side by side at 512-4096 keys) (not part of `all`; not yet timed on a GPU:
+# give each step a LIMIT_*).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
