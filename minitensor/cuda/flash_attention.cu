@@ -289,6 +289,12 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // mask, inside both lengths, below the diagonal) skips the per-score check.
 // lse and delta are float32. The backward is two passes without atomics, as above: the result
 // is deterministic. A query with no allowed key gets O = 0, lse = +inf and zero gradients.
+//
+// WG (sm_90a, 16-bit, head sizes 32 and 64): the same kernels with their products on Hopper's
+// warpgroup instructions (common.cuh's wgmma_64xNx16). The fragments in registers are the same;
+// the staged tiles lie in wgmma's core matrices instead of padded rows (TileLayout), the 4 warps
+// issue each product together for 64 rows (so a warp's MT blocks of 16 rows are 64 rows apart),
+// and B is read from shared memory by the tensor cores, not by ldmatrix (tile_product).
 
 // TcMath<T>: how T-storage rows feed one warp's mma.sync (the fragments are common.cuh's).
 // KS is a k-step's width; a 32-bit register holds 4 / sizeof(T) values.
