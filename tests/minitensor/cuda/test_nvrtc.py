@@ -92,6 +92,13 @@ def test_instantiations_cover_every_name_a_launcher_can_ask_for():
     for t, sizes in flash_attention.HEAD_SIZES.items():
         for d in range(1, max(sizes) + 1):
             assert set(flash_attention.names(t, d)) <= compiled, (t, d)
+    wgmma = set(flash_attention.wgmma_instantiations())   # the tensor-core kernels at any query count
+    for t in flash_attention.TC_TYPES:
+        for d in flash_attention.TC_TILES:
+            for tq in (1, flash_attention.TC_TWO_BLOCKS_FROM - 1, flash_attention.TC_TWO_BLOCKS_FROM, 4096):
+                assert set(flash_attention.names(t, d, Tq=tq)) <= compiled, (t, d, tq)
+                if d in flash_attention.WG_HEAD_SIZES:
+                    assert set(flash_attention.names(t, d, Tq=tq, wg=True)) <= wgmma, (t, d, tq)
     for t in ("float", "f16", "bf16", "double"):  # one pair per dtype, whatever the row length
         assert set(cross_entropy.names(t)) <= compiled, t
 
