@@ -516,8 +516,8 @@ def test_a_warp_takes_two_blocks_of_rows_from_its_threshold_on(dev, monkeypatch)
     and their grids say so, and both give equation 1."""
     launched, real = [], flash_kernels.kernel
 
-    def recording(source, name, xp):
-        fn = real(source, name, xp)
+    def recording(source, name, xp, options=()):
+        fn = real(source, name, xp, options)
         return lambda grid, block, args: (launched.append((name, grid)), fn(grid, block, args))[1]
 
     monkeypatch.setattr(flash_kernels, "kernel", recording)
