@@ -58,6 +58,8 @@ _settings = {
 }
 if _settings["attention"] not in ATTENTION_MODES:
     raise ValueError(f"MINITENSOR_ATTENTION must be one of {ATTENTION_MODES}, got {_settings['attention']!r}")
+if os.environ.get("MINITENSOR_WGMMA", "0") not in ("0", "1"):
+    raise ValueError(f"MINITENSOR_WGMMA must be 0 or 1, got {os.environ['MINITENSOR_WGMMA']!r}")
 if os.environ.get("MINITENSOR_CUDA", "") not in ("", "emulate"):
     raise ValueError(f"MINITENSOR_CUDA must be 'emulate' or unset, got {os.environ['MINITENSOR_CUDA']!r}")
 if _settings["check"] not in EMULATOR_CHECKS:

@@ -686,3 +686,21 @@ def test_the_environment_variable_turns_the_emulator_on():
     env["MINITENSOR_CUDA"] = "emulator"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert "MINITENSOR_CUDA must be 'emulate' or unset" in out.stderr
+
+
+def test_the_environment_variable_puts_the_attention_products_on_wgmma():
+    """MINITENSOR_WGMMA=1 sends 16-bit flash attention through the wgmma kernels (the emulator
+    models them), unset it stays on mma.sync, and a value other than 0 or 1 is refused."""
+    code = ("import numpy as np\nfrom minitensor import cuda\nfrom minitensor.cuda import emulator\n"
+            "from minitensor.cuda import flash_attention as fa\ncuda.emulate(True)\n"
+            "q = np.ones((1, 1, 40, 32), np.float16)\nfa.forward(q, q, q, None, 0.2)\n"
+            "print(cuda.wgmma_enabled(), *[name.endswith(', true>') for name in emulator.launches])")
+    env = {k: v for k, v in os.environ.items() if k not in ("MINITENSOR_WGMMA", "MINITENSOR_CUDA")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "False"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "MINITENSOR_WGMMA": "1"}, capture_output=True,
+                         text=True)
+    assert out.stdout.split() == ["True", "True"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "MINITENSOR_WGMMA": "yes"}, capture_output=True,
+                         text=True)
+    assert "MINITENSOR_WGMMA must be 0 or 1" in out.stderr
