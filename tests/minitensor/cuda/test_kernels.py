@@ -1254,11 +1254,12 @@ __global__ void ldmatrix_tile(const f16* M, unsigned int* R) {
 }
 """
 
-# One warpgroup (128 threads): D (64 x N) = A (64 x 16) B (16 x N) + C through wgmma_64xNx16 (+ C only
-# where ACCUMULATE), A, B, C and D row-major in memory. B is staged in wgmma's core matrices as the flash kernels stage their
-# tiles: with B_T its columns as rows (16 values each, TileLayout<T, 16, true>), else its rows
-# (TileLayout<T, N, true>), with the descriptors tile_product builds. EARLY (the emulator alone:
-# the hardware leaves it undefined) is D as read after the commit and before the wait.
+# One warpgroup (128 threads): D (64 x N) = A (64 x 16) B (16 x N) + C through wgmma_64xNx16 (+ C
+# only where ACCUMULATE), A, B, C and D row-major in memory. B is staged in wgmma's core matrices as
+# the flash kernels stage their tiles: with B_T its columns as rows (16 values each,
+# TileLayout<T, 16, true>), else its rows (TileLayout<T, N, true>), with the descriptors
+# tile_product builds. EARLY (the emulator alone: the hardware leaves it undefined) is D as read
+# after the commit and before the wait.
 WGMMA_TILE = r"""
 #include "common.cuh"
 template <typename T, int N, bool B_T>
@@ -1267,8 +1268,9 @@ __global__ void wgmma_tile(const T* A, const T* B, const float* C, float* D, flo
     const int x = threadIdx.x, warp = x / 32, lane = x % 32, g = lane / 4, t = lane % 4;
     for (int e = x; e < 16 * N; e += 128) {
         const int k = e / N, n = e % N;
-        Bs[B_T ? ((n / 8) * 2 + k / 8) * 64 + 8 * (n % 8) + k % 8 : ((k / 8) * (N / 8) + n / 8) * 64 + 8 * (k % 8) + n % 8]
-            = B[e];
+        const int at = B_T ? ((n / 8) * 2 + k / 8) * 64 + 8 * (n % 8) + k % 8     // B's columns as rows
+                           : ((k / 8) * (N / 8) + n / 8) * 64 + 8 * (k % 8) + n % 8;  // B's rows
+        Bs[at] = B[e];
     }
     fence_async_shared();
     __syncthreads();
