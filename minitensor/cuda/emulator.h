@@ -110,6 +110,7 @@ struct Thread {
     AsyncCopy copy[kAsyncCopies];
     int wg_results;            // wgmma accumulators in flight...
     unsigned wg_groups;        // ...and the groups committed so far
+    unsigned long long wg_issued;   // wgmma products issued in this block
     WgResult wg[kWgResults];
 #if defined(__SANITIZE_ADDRESS__)
     void* fake_stack;
@@ -424,6 +425,25 @@ MT_RT inline void wg_issue(float* dst, const float* values, int n) {
     }
     r->n = n;
     std::memcpy(r->v, values, n * sizeof(float));
+    ++t->wg_issued;
+}
+
+// wgmma is .aligned over a warpgroup: its 4 warps issue every product together. Checked where the
+// block meets (each barrier, and its end): each thread of a warpgroup (128 consecutive threads)
+// has issued as many products as the group's first, else the launch fails naming both. Returns
+// whether they agree (the caller reports, from a thread or from the scheduler).
+MT_RT inline bool warpgroups_agree(char* why, size_t size) {
+    for (int i = 0; i < rt.nthreads; ++i) {
+        const Thread& a = rt.threads[i / 128 * 128];
+        const Thread& b = rt.threads[i];
+        if (a.wg_issued != b.wg_issued) {
+            snprintf(why, size, "%s, block (%u, %u, %u): thread %d issued %llu wgmma products and thread %d %llu: "
+                     "the 4 warps of a warpgroup must issue each one together", rt.kernel, rt.block_idx.x,
+                     rt.block_idx.y, rt.block_idx.z, b.id, b.wg_issued, a.id, a.wg_issued);
+            return false;
+        }
+    }
+    return true;
 }
 
 MT_RT inline void wg_commit() { ++rt.current->wg_groups; }
@@ -447,6 +467,8 @@ MT_RT inline void wg_wait(unsigned n) {
 MT_RT inline void syncthreads() {
     Thread* t = rt.current;
     if (++rt.barrier_arrived == rt.nthreads) {
+        char why[320];
+        if (!warpgroups_agree(why, sizeof why)) fail("%s", why);
         rt.barrier_arrived = 0;
         ++rt.barrier_gen;  // a new interval for the race tracker
         for (int i = 0; i < rt.nthreads; ++i)
@@ -891,6 +913,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                                       static_cast<unsigned>((i / rt.block.x) % rt.block.y),
                                       static_cast<unsigned>(i / (rt.block.x * rt.block.y))};
                         t.state = RUNNABLE;
+                        t.wg_issued = 0;
                         getcontext(&t.ctx);
                         t.ctx.uc_stack.ss_sp = stack_of(i);
                         t.ctx.uc_stack.ss_size = kStackBytes;
@@ -920,6 +943,8 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                         }
                         if (!ran && exited < rt.nthreads && !rt.failed) report_deadlock();
                     }
+                    char why[320];
+                    if (!rt.failed && !warpgroups_agree(why, sizeof why)) report("%s", why);
                 }
     }
     rt.in_kernel = 0;

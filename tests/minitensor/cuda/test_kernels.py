@@ -1410,3 +1410,20 @@ def test_a_wgmma_result_reaches_its_registers_only_at_the_wait():
                                                                              np.int32(1)))
     np.testing.assert_array_equal(early, c)
     np.testing.assert_array_equal(d, a.astype(np.float64) @ b.astype(np.float64) + c)
+
+
+def test_the_emulator_refuses_a_warpgroup_whose_warps_issue_different_products():
+    """wgmma is issued by the 4 warps of a warpgroup together (.aligned): a kernel in which one warp
+    skips a product (a hang or garbage on the hardware) fails on the emulator, naming the block
+    and two threads that disagree."""
+    ok, why = emulator.available()
+    require(ok, f"the CUDA emulator cannot run here: {why}")
+    product = "wgmma_64xNx16<T, N, B_T>(d, a, b, ACCUMULATE != 0);"
+    assert WGMMA_TILE.count(product) == 1
+    broken = WGMMA_TILE.replace(product, "if (warp != 3) " + product)
+    rng = _rng("wgmma skipped")
+    a, b = (rng.integers(-8, 9, shape).astype(np.float16) for shape in ((64, 16), (16, 32)))
+    c, d = np.zeros((64, 32), np.float32), np.zeros((64, 32), np.float32)
+    with cuda.emulate(True), pytest.raises(emulator.EmulatorError, match="must issue each one together"):
+        emulator.compile_source(broken, "wgmma_tile<f16, 32, true>")((1,), (128,), (a, b, c, d, build.no_pointer(),
+                                                                                 np.int32(1)))
