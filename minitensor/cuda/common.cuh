@@ -453,6 +453,8 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // the emulator does not check that the group's 4 warps issue together), each lane reads its
 // columns of B through the descriptor at the issue (so the race tracker sees the reads), and the
 // sums reach d only at the wait (emulator.h's wg_issue): a read of d before it sees the old values.
+// At the wait, d, the A registers and the B values read must be as they were at the issue, and a
+// product fails where a thread of the block has cp.async writes it did not fence_async_shared().
 #ifdef MT_EMULATOR
 #define MT_HAS_WGMMA 1
 struct WgDesc {
@@ -467,7 +469,7 @@ __device__ __forceinline__ WgDesc wg_desc(const void* s, unsigned int lbo, unsig
     return WgDesc{static_cast<const unsigned char*>(s), lbo, sbo};
 }
 __device__ __forceinline__ void wg_fence() {}
-__device__ __forceinline__ void fence_async_shared() {}
+__device__ __forceinline__ void fence_async_shared() { ::mt_emu::wg_fence_shared(); }
 __device__ __forceinline__ void wg_commit() { ::mt_emu::wg_commit(); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { ::mt_emu::wg_wait(N); }
@@ -490,10 +492,8 @@ __device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int 
             arow[r % 2][2 * src + (r / 2) * 8] = half_at<T>(v, 0);
             arow[r % 2][2 * src + (r / 2) * 8 + 1] = half_at<T>(v, 1);
         }
-    auto b_at = [&](int k, int n) {
-        const unsigned char* p = B_T ? b.base + 16 * (n % 8) + b.sbo * (n / 8) + b.lbo * (k / 8) + 2 * (k % 8)
-                                     : b.base + 16 * (k % 8) + b.lbo * (k / 8) + b.sbo * (n / 8) + 2 * (n % 8);
-        return widen(*reinterpret_cast<const T*>(p));
+    auto b_at = [&](int k, int n) {   // read here, in the kernel's code, so that the race tracker sees it
+        return widen(*reinterpret_cast<const T*>(::mt_emu::wg_b_at(b.base, b.lbo, b.sbo, B_T, k, n)));
     };
     float* dst = &d[0][0];
     const float* c = ::mt_emu::wg_accumulator(dst, N / 2);
@@ -504,7 +504,7 @@ __device__ __forceinline__ void wgmma_64xNx16(float (*d)[4], const unsigned int 
             for (int k = 0; k < 16; ++k) acc += arow[e / 2][k] * b_at(k, 8 * i + 2 * t + e % 2);
             out[4 * i + e] = acc;
         }
-    ::mt_emu::wg_issue(dst, out, N / 2);
+    ::mt_emu::wg_issue(dst, out, N / 2, a, b.base, b.lbo, b.sbo, B_T, t);
 }
 #elif defined(__CUDA_ARCH_FEAT_SM90_ALL)   // sm_90a: NVRTC's -arch=sm_90a
 #define MT_HAS_WGMMA 1

@@ -15,7 +15,7 @@
 //     atomicAdd, the float intrinsics, and the f16 conversions that round as PTX cvt does;
 //   * cp.async copies, queued at the issue and made at the wait (see cp_async below);
 //   * warpgroup products (wgmma.mma_async): computed at the issue, written to the thread's
-//     registers at the wait (see wg_issue below);
+//     registers at the wait, their operands checked unchanged meanwhile (see wg_issue below);
 //   * with MT_EMU_RACE (check="race"): a shared-memory race tracker fed by the compiler's
 //     ThreadSanitizer instrumentation (-fsanitize=thread emits a call before every load and
 //     store; the calls land in the __tsan_* functions below, not in ThreadSanitizer);
@@ -77,6 +77,7 @@ constexpr int kGatherWords = 8;   // the most 32-bit words a lane hands in to a 
 constexpr int kAsyncCopies = 128; // the most cp.async copies a thread may have in flight
 constexpr int kWgResults = 8;     // the most accumulators a thread may have wgmma products in flight for
 constexpr int kWgValues = 64;     // the most values one of them holds (m64n128: 64 a thread)
+constexpr int kWgProducts = 8;    // the most products one of them has in flight (k-steps of one group)
 constexpr int kMaxThreads = 1024;
 constexpr size_t kStackBytes = 256 * 1024;
 
@@ -89,12 +90,37 @@ struct AsyncCopy {
     unsigned bytes, src_bytes, group;
 };
 
-// a wgmma accumulator in flight: `n` values of `dst`, written when its thread waits for its group
+// where wgmma's B[k][n] (16-bit values) lies in shared memory: core matrices with no swizzle, LBO
+// between neighbours along K, SBO along N; K-major (b_t: a core matrix's rows are B's columns) or
+// MN-major (its rows are B's rows). common.cuh's wgmma_64xNx16 documents the layout.
+MT_RT inline const unsigned char* wg_b_at(const unsigned char* base, unsigned lbo, unsigned sbo, bool b_t, int k,
+                                          int n) {
+    return b_t ? base + 16 * (n % 8) + sbo * (n / 8) + lbo * (k / 8) + 2 * (k % 8)
+               : base + 16 * (k % 8) + lbo * (k / 8) + sbo * (n / 8) + 2 * (n % 8);
+}
+
+// one product in flight: the A registers it read and a hash of the B values this lane read
+// (columns 8i + 2t, 8i + 2t + 1 of n), to check at the wait that nothing changed them meanwhile
+struct WgProduct {
+    const unsigned* a;
+    unsigned a_bits[4];
+    const unsigned char* base;
+    unsigned lbo, sbo;
+    bool b_t;
+    int n, t;
+    unsigned long long b_hash;
+};
+
+// a wgmma accumulator in flight: `n` values of `dst`, written when its thread waits for its group;
+// `before`: dst as the group's first product found it (the registers must not change until then)
 struct WgResult {
     float* dst;
     int n;
     unsigned group;
     float v[kWgValues];
+    float before[kWgValues];
+    int products;
+    WgProduct product[kWgProducts];
 };
 
 struct Thread {
@@ -111,6 +137,7 @@ struct Thread {
     int wg_results;            // wgmma accumulators in flight...
     unsigned wg_groups;        // ...and the groups committed so far
     unsigned long long wg_issued;   // wgmma products issued in this block
+    bool unfenced;             // cp.async copies landed since its last fence.proxy.async
     WgResult wg[kWgResults];
 #if defined(__SANITIZE_ADDRESS__)
     void* fake_stack;
@@ -382,6 +409,7 @@ MT_RT inline void cp_async_wait(unsigned n) {
     for (int i = 0; i < t->copies; ++i) {
         const AsyncCopy c = t->copy[i];
         if (c.group + n < t->groups) {
+            t->unfenced = true;
             track(c.dst, c.bytes, true);
             std::memcpy(c.dst, c.src, c.src_bytes);
             std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);   // zero fill
@@ -414,18 +442,79 @@ MT_RT inline const float* wg_accumulator(float* dst, int n) {
     return r ? r->v : dst;
 }
 
-MT_RT inline void wg_issue(float* dst, const float* values, int n) {
-    Thread* t = rt.current;
+// FNV-1a over the B values lane t reads: 16 k of columns 8i + 2t + e of n (what wgmma_64xNx16 reads)
+MT_RT inline unsigned long long wg_b_hash(const WgProduct& p) {
+    unsigned long long h = 1469598103934665603ull;
+    for (int i = 0; i < p.n / 8; ++i)
+        for (int e = 0; e < 2; ++e)
+            for (int k = 0; k < 16; ++k) {
+                const unsigned char* q = wg_b_at(p.base, p.lbo, p.sbo, p.b_t, k, 8 * i + 2 * p.t + e);
+                for (int byte = 0; byte < 2; ++byte) h = (h ^ q[byte]) * 1099511628211ull;
+            }
+    return h;
+}
+
+// A product on `dst` was issued: its sums (`values`, n of them) reach dst at the wait for its group.
+// Its operands are recorded (a: the A registers; B through base, lbo, sbo, b_t, as lane t reads
+// it) and checked unchanged at that wait. The tensor cores' proxy must see this block's cp.async
+// writes: every thread fenced them (fence.proxy.async) after they landed.
+MT_RT inline void wg_issue(float* dst, const float* values, int n, const unsigned* a, const unsigned char* base,
+                           unsigned lbo, unsigned sbo, bool b_t, int t) {
+    Thread* me = rt.current;
+    for (int i = 0; i < rt.nthreads; ++i)
+        if (rt.threads[i].unfenced)
+            fail("%s: wgmma reads shared memory that thread %d wrote by cp.async and did not fence for the "
+                 "tensor cores (fence.proxy.async) before the barrier", where(), i);
     WgResult* r = wg_in_flight(dst);
-    if (!r || r->group != t->wg_groups) {   // a new group's result: its own entry
-        if (t->wg_results == kWgResults) fail("%s: more than %d wgmma accumulators in flight", where(), kWgResults);
-        r = &t->wg[t->wg_results++];
+    if (!r || r->group != me->wg_groups) {   // a new group's result: its own entry
+        if (me->wg_results == kWgResults) fail("%s: more than %d wgmma accumulators in flight", where(), kWgResults);
+        const WgResult* earlier = r;
+        r = &me->wg[me->wg_results++];
         r->dst = dst;
-        r->group = t->wg_groups;
+        r->group = me->wg_groups;
+        r->products = 0;
+        std::memcpy(r->before, earlier ? earlier->before : dst, n * sizeof(float));
     }
+    if (r->products == kWgProducts) fail("%s: more than %d wgmma products on one accumulator in a group", where(),
+                                         kWgProducts);
+    WgProduct& p = r->product[r->products++];
+    p = WgProduct{a, {a[0], a[1], a[2], a[3]}, base, lbo, sbo, b_t, n * 2, t, 0};
+    p.b_hash = wg_b_hash(p);
     r->n = n;
     std::memcpy(r->v, values, n * sizeof(float));
-    ++t->wg_issued;
+    ++me->wg_issued;
+}
+
+MT_RT inline void wg_commit() { ++rt.current->wg_groups; }
+
+MT_RT inline void wg_fence_shared() { rt.current->unfenced = false; }
+
+// wgmma.wait_group n: every committed group but the newest n is complete (in issue order, so a
+// later result of one accumulator lands after an earlier one). Before its sums land, a finished
+// product's operands are checked: the accumulator, the A registers and the B values it read must
+// be as they were at the issue (the hardware may read them until now; a change is undefined).
+MT_RT inline void wg_wait(unsigned n) {
+    Thread* t = rt.current;
+    int kept = 0;
+    for (int i = 0; i < t->wg_results; ++i) {
+        const WgResult& r = t->wg[i];
+        if (r.group + n < t->wg_groups) {
+            if (std::memcmp(r.dst, r.before, r.n * sizeof(float)) != 0)
+                fail("%s: a wgmma accumulator was written while its product was in flight (before wgmma.wait_group)",
+                     where());
+            for (int j = 0; j < r.products; ++j) {
+                const WgProduct& p = r.product[j];
+                if (std::memcmp(p.a, p.a_bits, sizeof p.a_bits) != 0)
+                    fail("%s: a wgmma's A registers were written while its product was in flight", where());
+                if (wg_b_hash(p) != p.b_hash)
+                    fail("%s: the shared memory a wgmma reads (B) changed while its product was in flight", where());
+            }
+            std::memcpy(r.dst, r.v, r.n * sizeof(float));
+        } else {
+            t->wg[kept++] = r;
+        }
+    }
+    t->wg_results = kept;
 }
 
 // wgmma is .aligned over a warpgroup: its 4 warps issue every product together. Checked where the
@@ -444,23 +533,6 @@ MT_RT inline bool warpgroups_agree(char* why, size_t size) {
         }
     }
     return true;
-}
-
-MT_RT inline void wg_commit() { ++rt.current->wg_groups; }
-
-// wgmma.wait_group n: every committed group but the newest n is complete (in issue order, so a
-// later result of one accumulator lands after an earlier one)
-MT_RT inline void wg_wait(unsigned n) {
-    Thread* t = rt.current;
-    int kept = 0;
-    for (int i = 0; i < t->wg_results; ++i) {
-        const WgResult& r = t->wg[i];
-        if (r.group + n < t->wg_groups)
-            std::memcpy(r.dst, r.v, r.n * sizeof(float));
-        else
-            t->wg[kept++] = r;
-    }
-    t->wg_results = kept;
 }
 
 // ---------------------------------------------------------------- barriers
@@ -914,6 +986,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                                       static_cast<unsigned>(i / (rt.block.x * rt.block.y))};
                         t.state = RUNNABLE;
                         t.wg_issued = 0;
+                        t.unfenced = false;
                         getcontext(&t.ctx);
                         t.ctx.uc_stack.ss_sp = stack_of(i);
                         t.ctx.uc_stack.ss_size = kStackBytes;

@@ -704,3 +704,16 @@ def test_the_environment_variable_puts_the_attention_products_on_wgmma():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "MINITENSOR_WGMMA": "yes"}, capture_output=True,
                          text=True)
     assert "MINITENSOR_WGMMA must be 0 or 1" in out.stderr
+
+
+def test_a_wgmma_reading_cp_async_writes_that_were_not_fenced_is_refused():
+    """wgmma reads shared memory through the tensor cores' (async) proxy: the tiles' cp.async
+    writes must each be fenced (fence.proxy.async) before the barrier. The flash forward without
+    its fence fails on the emulator; with it (the test of the kernels themselves) it runs."""
+    name = flash_kernels.names("f16", 32, Tq=40, wg=True)[0]
+    src = broken("flash_attention.cu", "if constexpr (WG) fence_async_shared();", "")
+    q = np.random.default_rng(8).standard_normal((1, 1, 40, 32)).astype(np.float16)
+    args = (q, q, q, emulator.arrays.empty_like(q), emulator.arrays.empty((1, 1, 40), np.float32)) \
+        + flash_kernels._tc_args(emulator.arrays, q, q, q, q, None, False, 0.2)
+    with pytest.raises(emulator.EmulatorError, match="did not fence for the tensor cores"):
+        emulator.EmulatedKernel(src, name)((1, 1), (128,), args)

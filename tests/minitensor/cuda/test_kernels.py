@@ -1427,3 +1427,24 @@ def test_the_emulator_refuses_a_warpgroup_whose_warps_issue_different_products()
     with cuda.emulate(True), pytest.raises(emulator.EmulatorError, match="must issue each one together"):
         emulator.compile_source(broken, "wgmma_tile<f16, 32, true>")((1,), (128,), (a, b, c, d, build.no_pointer(),
                                                                                  np.int32(1)))
+
+
+@pytest.mark.parametrize(("meddling", "message"), [
+    ("a[0] ^= 1u;", "A registers were written while its product was in flight"),
+    ("d[0][0] = 1.f;", "accumulator was written while its product was in flight"),
+    ("if (x == 0) Bs[0].bits ^= 1u;", "shared memory a wgmma reads \\(B\\) changed while its product was in flight"),
+], ids=["A", "accumulator", "B"])
+def test_the_emulator_refuses_operands_changed_while_a_wgmma_is_in_flight(meddling, message):
+    """The hardware may read a product's A registers, accumulator and B tile until
+    wgmma.wait_group: a kernel that writes any of them in between fails on the emulator."""
+    ok, why = emulator.available()
+    require(ok, f"the CUDA emulator cannot run here: {why}")
+    commit = "    wg_commit();\n"
+    assert WGMMA_TILE.count(commit) == 1
+    broken = WGMMA_TILE.replace(commit, commit + "    " + meddling + "\n")
+    rng = _rng("wgmma meddling")
+    a, b = (rng.integers(-8, 9, shape).astype(np.float16) for shape in ((64, 16), (16, 32)))
+    c, d = np.zeros((64, 32), np.float32), np.zeros((64, 32), np.float32)
+    with cuda.emulate(True), pytest.raises(emulator.EmulatorError, match=message):
+        emulator.compile_source(broken, "wgmma_tile<f16, 32, true>")((1,), (128,), (a, b, c, d, build.no_pointer(),
+                                                                                 np.int32(1)))
