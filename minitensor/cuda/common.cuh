@@ -449,12 +449,13 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // Shared memory written by the threads (cp.async included) must be fenced for the tensor cores'
 // proxy (fence_async_shared(), then a barrier) before a product reads it.
 //
-// On the emulator: each warp meets once per product to gather its A fragments (as for mma.sync;
-// the emulator does not check that the group's 4 warps issue together), each lane reads its
-// columns of B through the descriptor at the issue (so the race tracker sees the reads), and the
-// sums reach d only at the wait (emulator.h's wg_issue): a read of d before it sees the old values.
-// At the wait, d, the A registers and the B values read must be as they were at the issue, and a
-// product fails where a thread of the block has cp.async writes it did not fence_async_shared().
+// On the emulator: each warp meets once per product to gather its A fragments (as for mma.sync),
+// each lane reads its columns of B through the descriptor at the issue (emulator.h's wg_b_at; the
+// race tracker sees the reads), and the sums reach d only at the wait (emulator.h's wg_issue): a
+// read of d before it sees the old values. At the wait, d, the A registers and the B values read
+// must be as they were at the issue; a product fails where a thread of the block has cp.async
+// writes it did not fence_async_shared(); and at each barrier and at the block's end, the 4 warps
+// of every warpgroup must have issued the same number of products.
 #ifdef MT_EMULATOR
 #define MT_HAS_WGMMA 1
 struct WgDesc {
