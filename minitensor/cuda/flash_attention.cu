@@ -582,6 +582,14 @@ __device__ __forceinline__ void mma_shared(float (*acc)[NT][4], const unsigned i
 // tile_settle(acc) (two independent products, as dP beside S: one wait for both).
 enum TileOp { ADD = 0, SET = 1, ON = 2 };
 
+// acc may be read: after the wait of its tile_product, or of a later one where it ran ON
+template <int MT, int NT, bool WG>
+__device__ __forceinline__ void tile_settle(float (*acc)[NT][4]) {
+    if constexpr (WG)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
+}
+
 // The same product on either kind of tile: mma_shared on mma.sync's row-major tiles; with WG, one
 // warpgroup product (common.cuh's wgmma_64xNx16) per block of rows and k-step on core matrices,
 // in one group. B_T: the tile's rows are B's columns (N) and its D columns K: LBO 128 bytes, SBO
@@ -602,8 +610,7 @@ __device__ __forceinline__ void tile_product(float (*acc)[NT][4], const unsigned
         wg_commit();
         if constexpr (!(OP & ON)) {
             wg_wait<0>();
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
+            tile_settle<MT, NT, WG>(acc);
         }
     } else {
         if constexpr (OP & SET)
@@ -613,14 +620,6 @@ __device__ __forceinline__ void tile_product(float (*acc)[NT][4], const unsigned
                 for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
         mma_shared<T, MT, NT, KK, D + TcMath<T>::PAD, B_T>(acc, a, s);
     }
-}
-
-// after a later tile_product's wait: acc of a product issued without WAIT may be read
-template <int MT, int NT, bool WG>
-__device__ __forceinline__ void tile_settle(float (*acc)[NT][4]) {
-    if constexpr (WG)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
 }
 
 // The A fragments of a 16 x 8 NT accumulator (P or dS): k-step kb from column tiles
