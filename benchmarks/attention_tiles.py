@@ -1,9 +1,11 @@
 """Tensor-core attention, forward + backward, on mma.sync and on wgmma with several tile settings,
-side by side (needs a GPU of compute capability 9.0 for the wgmma ones): the measurement that
-decides ``flash_attention.TC_TILES`` for the wgmma kernels and whether ``set_wgmma`` should be on.
+and with the backward in two passes or one, side by side (needs a GPU of compute capability 9.0 for
+the wgmma ones): the measurement that decides ``flash_attention.TC_TILES`` for the wgmma kernels and
+whether ``set_wgmma`` and ``set_one_pass_backward`` should be on.
 
-Each setting is the products' instruction and the head-64 row of ``TC_TILES``: ((BK, MT) of the
-forward, BQ of the dK/dV pass, (BK, MT) of the dQ pass). At each length the settings alternate,
+Each setting is the products' instruction, whether the backward is one pass, and the head-64 row of
+``TC_TILES``: ((BK, MT) of the forward, BQ of the dK/dV pass, (BK, MT) of the dQ pass; the one-pass
+backward takes ``ONE_PASS_BQ`` instead of the last two). At each length the settings alternate,
 ``--repeat`` rounds of each, and the forward alone is timed too; B x T is the same at every length
 (``--tokens``), 8 heads of 64, bf16 by default. NVRTC compiles each setting's kernels on first use.
 
@@ -19,13 +21,15 @@ from harness import environment, write_results
 from minitensor import backend, cuda
 from minitensor.cuda import flash_attention as flash
 
-# name: (wgmma, head-64 tiles)
+# name: (wgmma, one-pass backward, head-64 tiles)
 SETTINGS = {
-    "mma.sync": (False, ((64, 2), 64, (32, 2))),
-    "wgmma": (True, ((64, 2), 64, (32, 2))),
-    "wgmma forward MT 1": (True, ((64, 1), 64, (32, 2))),
-    "wgmma dK/dV BQ 32": (True, ((64, 2), 32, (32, 2))),
-    "wgmma dQ BK 64 MT 1": (True, ((64, 2), 64, (64, 1))),
+    "mma.sync": (False, False, ((64, 2), 64, (32, 2))),
+    "mma.sync one pass": (False, True, ((64, 2), 64, (32, 2))),
+    "wgmma": (True, False, ((64, 2), 64, (32, 2))),
+    "wgmma one pass": (True, True, ((64, 2), 64, (32, 2))),
+    "wgmma forward MT 1": (True, False, ((64, 1), 64, (32, 2))),
+    "wgmma dK/dV BQ 32": (True, False, ((64, 2), 32, (32, 2))),
+    "wgmma dQ BK 64 MT 1": (True, False, ((64, 2), 64, (64, 1))),
 }
 
 
@@ -62,13 +66,15 @@ def main() -> None:
         times = {s: ([], []) for s in chosen}
         for _ in range(a.repeat):
             for s in chosen:
-                wg, tiles = SETTINGS[s]
+                wg, one_pass, tiles = SETTINGS[s]
                 cuda.set_wgmma(wg)
+                cuda.set_one_pass_backward(one_pass)
                 flash.TC_TILES[d] = tiles
                 times[s][0].append(float(np.median(benchmark(step, n_repeat=10, n_warmup=2).gpu_times) * 1e3))
                 times[s][1].append(float(np.median(benchmark(forward, n_repeat=10, n_warmup=2).gpu_times) * 1e3))
         flash.TC_TILES.update(tables)
         cuda.set_wgmma(False)
+        cuda.set_one_pass_backward(False)
         r = {"dtype": a.dtype, "batch": B, "heads": H, "T": T, "head_size": d}
         for s, (whole, fwd) in times.items():
             r[f"{s} ms"] = round(float(np.median(whole)), 4)
@@ -77,7 +83,7 @@ def main() -> None:
         rows.append(r)
         print(r, flush=True)
     write_results({"benchmark": "tensor-core attention: mma.sync and wgmma tile settings", "settings":
-                   {s: {"wgmma": SETTINGS[s][0], "tiles": SETTINGS[s][1]} for s in chosen},
+                   {s: {"wgmma": SETTINGS[s][0], "one_pass": SETTINGS[s][1], "tiles": SETTINGS[s][2]} for s in chosen},
                    "environment": environment("cuda"), "rows": rows}, a.out)
 
 

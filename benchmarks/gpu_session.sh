@@ -13,12 +13,13 @@
 # `ncu` profiles the tensor-core attention kernels (bf16, T 4096) and the cross-entropy's two with Nsight
 # Compute, every section, into ncu_attention.log and ncu_cross_entropy.log (not part of `all`).
 #
-# `wgmma` is for a compute capability 9.0 GPU (H100, H200): the GPU tests of the warpgroup products
-# and of the tensor-core attention (mma.sync and wgmma), then kernels.py's attention section in bf16
-# and fp16 (the flash kernels on mma.sync and on wgmma one after the other, PyTorch's SDPA and each
-# of its backends), then Nsight Compute over the wgmma kernels, then attention_tiles.py (mma.sync
-# and wgmma tile settings side by side at 512-4096 keys) (not part of `all`; not yet timed on a GPU:
-# give each step a LIMIT_*).
+# `wgmma` is for a compute capability 9.0 GPU (H100, H200): the GPU tests of the warpgroup products,
+# of the tensor-core attention (mma.sync and wgmma) and of its one-pass backward, then kernels.py's
+# attention section in bf16 and fp16 (the flash kernels on mma.sync and on wgmma, each with the
+# backward in two passes and in one, PyTorch's SDPA and each of its backends), then Nsight Compute
+# over the wgmma kernels (two passes, then the one-pass backward's kernels), then attention_tiles.py
+# (mma.sync and wgmma, two passes or one, tile settings side by side at 512-4096 keys) (not part of
+# `all`; not yet timed on a GPU: give each step a LIMIT_*).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
@@ -113,11 +114,12 @@ if [[ $what == ncu ]]; then
 fi
 if [[ $what == wgmma ]]; then
   run "GPU tests: wgmma and the tensor-core attention" "${LIMIT_TESTS:-0}" $py -m pytest -q -rfE -m gpu \
-      -p no:cacheprovider -k "${TESTS_K:-wgmma or warpgroup or tensor_core}" tests/minitensor/cuda/test_kernels.py \
+      -p no:cacheprovider -k "${TESTS_K:-wgmma or warpgroup or tensor_core or one_pass or turns}" \
+      tests/minitensor/cuda/test_kernels.py \
       > "$OUT/wgmma_tests.log" 2>&1
   tail -12 "$OUT/wgmma_tests.log"
-  run "kernels: attention in bf16 and fp16, mma.sync and wgmma" "${LIMIT_KERNELS:-0}" $py benchmarks/kernels.py \
-      --only attention --attention-dtypes bfloat16,float16 --out "$OUT/kernels_wgmma.json" > "$OUT/kernels_wgmma.log" 2>&1
+  run "kernels: attention in bf16 and fp16, mma.sync and wgmma, two passes and one" "${LIMIT_KERNELS:-0}" \
+      $py benchmarks/kernels.py --only attention --attention-dtypes bfloat16,float16 --out "$OUT/kernels_wgmma.json" > "$OUT/kernels_wgmma.log" 2>&1
   tail -5 "$OUT/kernels_wgmma.log"
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   run "ncu: the wgmma attention kernels" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full \
@@ -125,7 +127,12 @@ if [[ $what == wgmma ]]; then
       > "$OUT/ncu_wgmma.log" 2>&1
   grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" \
       "$OUT/ncu_wgmma.log" | head -24
-  (cd benchmarks && run "attention tiles: mma.sync and wgmma" "${LIMIT_KERNELS:-0}" $py attention_tiles.py \
+  run "ncu: the one-pass backward on wgmma" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full \
+      -k "regex:flash_attention_tc_(delta|backward)" $py benchmarks/kernel_calls.py attention --wgmma --one-pass \
+      --length "${NCU_LENGTH:-4096}" > "$OUT/ncu_one_pass.log" 2>&1
+  grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" \
+      "$OUT/ncu_one_pass.log" | head -16
+  (cd benchmarks && run "attention tiles: mma.sync and wgmma, two passes and one" "${LIMIT_KERNELS:-0}" $py attention_tiles.py \
       --out "$OUT/attention_tiles.json" > "$OUT/attention_tiles.log" 2>&1)
   tail -4 "$OUT/attention_tiles.log"
 fi

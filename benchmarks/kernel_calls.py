@@ -4,7 +4,8 @@ pipes' use, occupancy). ``benchmarks/gpu_session.sh ncu`` runs it under ncu.
 
 * ``attention``: scaled dot-product attention forward + backward on the tensor-core flash kernels
   (B x T = 16384 tokens, 8 heads, head size 64, no mask), as in ``kernels.py``'s attention section
-  (``--wgmma``: with their products on wgmma, compute capability 9.0);
+  (``--wgmma``: with their products on wgmma, compute capability 9.0; ``--one-pass``: the backward
+  in one pass);
 * ``cross_entropy``: the fused label-smoothed cross-entropy's forward and backward kernels on the
   base step's logits (25600 x 37000 float32).
 
@@ -19,11 +20,12 @@ import minitensor.functional as F
 from minitensor import backend, cuda
 
 
-def attention(T: int, dtype: str, tokens: int, wgmma: bool = False) -> None:
+def attention(T: int, dtype: str, tokens: int, wgmma: bool = False, one_pass: bool = False) -> None:
     cp = backend.cupy()
 
     cuda.set_tf32(dtype == "tf32")
     cuda.set_wgmma(wgmma)
+    cuda.set_one_pass_backward(one_pass)
     storage = "float32" if dtype == "tf32" else dtype
     B, H, d = max(1, tokens // T), 8, 64
     q, k, v = (mt.tensor(cp.random.standard_normal((B, H, T, d), dtype=cp.float32).astype(storage), requires_grad=True)
@@ -54,9 +56,10 @@ def main() -> None:
     p.add_argument("--dtype", default="bfloat16", help="attention: bfloat16, float16 or tf32")
     p.add_argument("--logits", default="25600,37000", help="cross_entropy: rows,V")
     p.add_argument("--wgmma", action="store_true", help="attention: the products on wgmma (compute capability 9.0)")
+    p.add_argument("--one-pass", action="store_true", help="attention: the backward in one pass (16-bit)")
     a = p.parse_args()
     if a.what == "attention":
-        attention(a.length, a.dtype, a.tokens, a.wgmma)
+        attention(a.length, a.dtype, a.tokens, a.wgmma, a.one_pass)
     else:
         cross_entropy(*map(int, a.logits.split(",")))
 

@@ -7,8 +7,9 @@
 * the step's products on cuBLAS against CuPy's matmul and torch.matmul;
 * the fused bias + ReLU and dropout + residual + LayerNorm at the base step's shapes, forward
   + backward, against the unfused ops and PyTorch;
-* attention at sequence lengths 128 to 4096: the flash kernels (in 16 bits on a compute
-  capability 9.0 GPU, also with their products on wgmma: ``flash_wgmma``), the fused-softmax
+* attention at sequence lengths 128 to 4096: the flash kernels (in 16 bits also with the
+  one-pass backward, ``flash_one_pass``, and on a compute capability 9.0 GPU with their products
+  on wgmma: ``flash_wgmma``, ``flash_wgmma_one_pass``), the fused-softmax
   path and the plain CuPy path, forward + backward, against PyTorch's
   scaled_dot_product_attention (and each of its backends on its own), with the peak extra
   memory of each;
@@ -317,8 +318,9 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     """Attention forward + backward (no mask) on each route, against PyTorch's
     scaled_dot_product_attention in the same dtype, with the extra memory of one step; the flash
     kernels' forward and PyTorch's alone too. "tf32" is float32 with TF32 allowed on both sides.
-    Where wgmma runs (16 bits, compute capability 9.0), the flash kernels are timed with their
-    products on it too, right after the mma.sync ones; PyTorch's backends (flash, efficient, cuDNN)
+    In 16 bits the flash kernels are also timed with the one-pass backward, and where wgmma runs
+    (compute capability 9.0) with their products on it, each right after the kind it changes;
+    PyTorch's backends (flash, efficient, cuDNN)
     are timed one by one, so that the default's time says which it took."""
     import cupy as cp
 
@@ -343,15 +345,22 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 with mt.no_grad():
                     F.scaled_dot_product_attention(q, k_, v)
 
-            wgmma = flash_kernels.wgmma_applies(flash_kernels.ctype(q.dtype), d, q.data)
-            routes = [("flash", "flash", True, False)] + ([("flash_wgmma", "flash", True, True)] if wgmma else []) \
-                + [("fused", "fused", True, False), ("plain_cupy", "auto", False, False)]
-            for route, mode, kernels_on, wg in routes:
+            t = flash_kernels.ctype(q.dtype)
+            wgmma = flash_kernels.wgmma_applies(t, d, q.data)
+            one_pass = t in flash_kernels.TC_TYPES   # the one-pass backward: 16-bit storage
+            # (route, attention mode, kernels on, wgmma, one-pass backward)
+            routes = [("flash", "flash", True, False, False)] \
+                + ([("flash_one_pass", "flash", True, False, True)] if one_pass else []) \
+                + ([("flash_wgmma", "flash", True, True, False)] if wgmma else []) \
+                + ([("flash_wgmma_one_pass", "flash", True, True, True)] if wgmma and one_pass else []) \
+                + [("fused", "fused", True, False, False), ("plain_cupy", "auto", False, False, False)]
+            for route, mode, kernels_on, wg, one in routes:
                 cuda.set_attention(mode)
                 cuda.set_wgmma(wg)
+                cuda.set_one_pass_backward(one)
                 with cuda.use_kernels(kernels_on):
                     r[f"{route}_ms"] = gpu_ms(step, repeat=repeat, warmup=warmup)
-                    if route.startswith("flash"):   # the forward alone, so that the backward's share is known
+                    if route in ("flash", "flash_wgmma"):   # the forward alone, so that the backward's share is known
                         r[f"{route}_forward_ms"] = gpu_ms(forward, repeat=repeat, warmup=warmup)
                     cp.get_default_memory_pool().free_all_blocks()
                     with cuda.PeakMemory() as mem:
@@ -359,6 +368,7 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 r[f"{route}_extra_mib"] = round((mem.peak_bytes - mem.start_bytes) / 2**20, 1)
             cuda.set_attention("auto")
             cuda.set_wgmma(False)
+            cuda.set_one_pass_backward(False)
             if torch_ok:
                 import torch
 
@@ -380,12 +390,16 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 tstep()
                 r["torch_sdpa_extra_mib"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 1)
                 r.update(sdpa_backend_ms(tstep, repeat, warmup))
-                r["flash_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_ms"]
-                if wgmma:
-                    r["flash_wgmma_speed_vs_torch"] = r["torch_sdpa_ms"] / r["flash_wgmma_ms"]
+                for route, *_ in routes:
+                    if route.startswith("flash"):
+                        r[f"{route}_speed_vs_torch"] = r["torch_sdpa_ms"] / r[f"{route}_ms"]
             r["flash_speed_vs_fused"] = r["fused_ms"] / r["flash_ms"]
             if wgmma:
                 r["wgmma_speed_vs_mma"] = r["flash_ms"] / r["flash_wgmma_ms"]
+            if one_pass:   # the step with the one-pass backward against the two passes, on each instruction
+                r["one_pass_speed_vs_two"] = r["flash_ms"] / r["flash_one_pass_ms"]
+                if wgmma:
+                    r["wgmma_one_pass_speed_vs_two"] = r["flash_wgmma_ms"] / r["flash_wgmma_one_pass_ms"]
             rows.append({key: (round(v, 3) if isinstance(v, float) else v) for key, v in r.items()})
     cuda.set_tf32(False)
     return rows

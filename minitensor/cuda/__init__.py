@@ -12,7 +12,9 @@ op) and use their plain xp code otherwise. Turn them off to compare:
 ``MINITENSOR_ATTENTION`` (or :func:`set_attention`) picks the attention path on the GPU:
 ``auto`` (flash for long key sequences, the fused softmax otherwise), ``flash``, ``fused``.
 ``MINITENSOR_WGMMA=1`` (or :func:`set_wgmma`) puts the 16-bit flash kernels' products on
-Hopper's warpgroup instructions (wgmma) where they apply: off until measured on a GPU.
+Hopper's warpgroup instructions (wgmma) where they apply; ``MINITENSOR_ONE_PASS_BACKWARD=1``
+(or :func:`set_one_pass_backward`) runs their backward in one pass. Both are off until measured
+on a GPU.
 
 Without a GPU, the same kernels run on the CPU through the emulator
 (:mod:`minitensor.cuda.emulator`): ``MINITENSOR_CUDA=emulate`` or :func:`emulate` makes the
@@ -55,11 +57,13 @@ _settings = {
     "emulate": os.environ.get("MINITENSOR_CUDA", "") == "emulate",
     "check": os.environ.get("MINITENSOR_EMULATOR_CHECK") or None,
     "wgmma": os.environ.get("MINITENSOR_WGMMA", "0") == "1",
+    "one_pass": os.environ.get("MINITENSOR_ONE_PASS_BACKWARD", "0") == "1",
 }
 if _settings["attention"] not in ATTENTION_MODES:
     raise ValueError(f"MINITENSOR_ATTENTION must be one of {ATTENTION_MODES}, got {_settings['attention']!r}")
-if os.environ.get("MINITENSOR_WGMMA", "0") not in ("0", "1"):
-    raise ValueError(f"MINITENSOR_WGMMA must be 0 or 1, got {os.environ['MINITENSOR_WGMMA']!r}")
+for _switch in ("MINITENSOR_WGMMA", "MINITENSOR_ONE_PASS_BACKWARD"):
+    if os.environ.get(_switch, "0") not in ("0", "1"):
+        raise ValueError(f"{_switch} must be 0 or 1, got {os.environ[_switch]!r}")
 if os.environ.get("MINITENSOR_CUDA", "") not in ("", "emulate"):
     raise ValueError(f"MINITENSOR_CUDA must be 'emulate' or unset, got {os.environ['MINITENSOR_CUDA']!r}")
 if _settings["check"] not in EMULATOR_CHECKS:
@@ -185,6 +189,18 @@ def wgmma_enabled() -> bool:
     return _settings["wgmma"]
 
 
+def set_one_pass_backward(enabled: bool) -> None:
+    """Whether the 16-bit tensor-core flash backward runs in one pass (dQ added up by the key
+    blocks in a fixed order, 5 products a tile) rather than two (7 products a tile, no shared sums).
+    Both are deterministic. Off by default: the emulator checks it, but no GPU has measured it yet
+    (:mod:`minitensor.cuda.flash_attention`)."""
+    _settings["one_pass"] = bool(enabled)
+
+
+def one_pass_backward_enabled() -> bool:
+    return _settings["one_pass"]
+
+
 # ------------------------------------------------------------------ TF32
 def set_tf32(enabled: bool) -> None:
     """Let float32 matrix products use TF32 tensor cores (10-bit mantissa inputs, float32
@@ -208,5 +224,5 @@ def tf32_enabled() -> bool:
 
 __all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
            "emulator_check", "kernels_may_run", "launcher", "KERNELS", "attention_mode", "set_attention", "set_wgmma",
-           "wgmma_enabled", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS",
+           "wgmma_enabled", "set_one_pass_backward", "one_pass_backward_enabled", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS",
            "FLASH_TC_SHORT_KEYS", "FLASH_TC_MIN_KEYS"]

@@ -423,6 +423,54 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 #endif
 
+// ---------------------------------------------------------------- blocks taking turns (a flag in global memory)
+// Blocks that add into one float32 sum in global memory get the same sum at every run only if they
+// add in a fixed order. await_turn(flag, turn): the block waits until *flag == turn (thread 0 reads
+// it with acquire semantics, then a barrier); pass_turn(flag, turn): after a barrier (every thread's
+// writes done) and a fence, thread 0 sets *flag = turn for the block whose turn is next. The sums
+// written in earlier turns are read with load_l2 (ld.global.cg): an SM's L1 is not kept coherent
+// with other SMs' writes. A block may only wait for blocks started before it (a lower blockIdx,
+// x fastest: the order in which the GPU starts them), or it could wait for one that never runs.
+//
+// The emulator runs blocks one at a time in exactly that order: when a block waits, the flag must
+// already hold its turn, and otherwise it fails (on a GPU, the block would wait for a later one).
+#ifdef MT_EMULATOR
+__device__ __forceinline__ void await_turn(const int* flag, int turn) {
+    if (threadIdx.x == 0 && *flag != turn)
+        ::mt_emu::fail("%s: waits for turn %d, but the flag holds %d: only a later block could pass it the turn",
+                       ::mt_emu::where(), turn, *flag);
+    __syncthreads();
+}
+__device__ __forceinline__ void pass_turn(int* flag, int turn) {
+    __syncthreads();
+    if (threadIdx.x == 0) *flag = turn;
+}
+__device__ __forceinline__ void load_l2(float v[2], const float* p) {
+    v[0] = p[0];
+    v[1] = p[1];
+}
+#else
+__device__ __forceinline__ void await_turn(const int* flag, int turn) {
+    if (threadIdx.x == 0) {
+        int now;
+        do asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(now) : "l"(flag) : "memory");
+        while (now != turn);
+    }
+    __syncthreads();
+}
+__device__ __forceinline__ void pass_turn(int* flag, int turn) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");   // the block's writes before the flag's
+        asm volatile("st.global.relaxed.gpu.b32 [%0], %1;" :: "l"(flag), "r"(turn) : "memory");
+    }
+}
+// two floats (8-byte aligned) through L2
+__device__ __forceinline__ void load_l2(float v[2], const float* p) {
+    asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];" : "=f"(v[0]), "=f"(v[1]) : "l"(p) : "memory");
+}
+#endif
+
 // ---------------------------------------------------------------- warpgroup products (wgmma, sm_90a)
 // wgmma_64xNx16<T, N, B_T>(d, a, b, accumulate): D (64 x N, float) += A (64 x 16) B (16 x N) (D = A B
 // where accumulate is false: d's values are not read) for one warpgroup

@@ -287,8 +287,10 @@ flash_attention_backward_dq(const S* __restrict__ Q, const S* __restrict__ K,
 // per score through MaskView; `causal` also forbids key j > query i, and then the tiles wholly
 // above the diagonal are skipped (not computed). A warp's tile that every score may enter (no
 // mask, inside both lengths, below the diagonal) skips the per-score check.
-// lse and delta are float32. The backward is two passes without atomics, as above: the result
-// is deterministic. A query with no allowed key gets O = 0, lse = +inf and zero gradients.
+// lse and delta are float32. The backward is two passes without atomics, as above, or (16-bit,
+// set_one_pass_backward) one pass in which the key blocks add their shares of dQ in a fixed order
+// (the dK/dV kernel with DQ): the result is deterministic either way. A query with no allowed key
+// gets O = 0, lse = +inf and zero gradients.
 //
 // WG (sm_90a, 16-bit, head sizes 32 and 64): the same kernels with their products on Hopper's
 // warpgroup instructions (common.cuh's wgmma_64xNx16). The fragments in registers are the same;
@@ -324,6 +326,15 @@ struct TcMath {   // f16, bf16: m16n8k16, a pair of values per register
     __device__ static __forceinline__ void b_frag(unsigned int b[2], const T* s, int pitch, int n0, int k0) {
         const int lane = threadIdx.x % MT_WARP;
         ldmatrix_x2<true>(b, s + (k0 + 8 * (lane / 8 % 2) + lane % 8) * pitch + n0);
+    }
+    // the A fragment of A's 16 x KS block at row m0 and column k0 from a tile s that holds A transposed
+    // (A[m][k] = s[k][m]: dS from dS^T's rows, in the one-pass backward): ldmatrix .trans, once for
+    // columns k0 .. k0 + 7 (registers 0 and 1: rows g and g + 8) and once for the next 8
+    __device__ static __forceinline__ void a_frag_t(unsigned int a[4], const T* s, int pitch, int m0, int k0) {
+        const int lane = threadIdx.x % MT_WARP;
+        const T* p = s + (k0 + lane % 8) * pitch + m0 + 8 * (lane / 8 % 2);
+        ldmatrix_x2<true>(a, p);
+        ldmatrix_x2<true>(a + 2, p + 8 * pitch);
     }
     __device__ static __forceinline__ void mma(float acc[4], const unsigned int a[4], const unsigned int b[2]) {
         mma_16x8x16<T>(acc, a, b, acc);
@@ -855,14 +866,73 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
     for (int mt = 0; mt < MT; ++mt) store_rows<T, D>(dQ + o_off, o_st, q0 + STEP * mt, Tq, dq[mt], scale);
 }
 
+// Before the one-pass backward (the dK/dV kernel with DQ): delta_i = dO_i . O_i, which the dQ pass
+// computes otherwise, and 0 in the turns of the tiles of BQ queries that start among the block's 64
+// queries. A block per (batch, head) pair and 64 queries, 16 a warp.
+template <typename T, int D, int BQ>
+__global__ void __launch_bounds__(128)
+flash_attention_tc_delta(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ Delta,
+                         int* __restrict__ turns, int H, int Tq, long long o_sb, long long o_sh, long long o_st) {
+    const int n = blockIdx.x, lane = threadIdx.x % MT_WARP, row0 = blockIdx.y * 64 + 16 * (threadIdx.x / MT_WARP);
+    const long long off = (n / H) * o_sb + (n % H) * o_sh;
+    float delta[2];
+    row_dots<T, D>(delta, dO + off, O + off, o_st, row0, Tq);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int i = row0 + lane / 4 + 8 * r;
+        if (lane % 4 == 0 && i < Tq) Delta[static_cast<long long>(n) * Tq + i] = delta[r];
+    }
+    const int tiles = (Tq + BQ - 1) / BQ;
+    const int tile = blockIdx.y * (64 / BQ) + threadIdx.x;
+    if (threadIdx.x < 64 / BQ && tile < tiles) turns[static_cast<long long>(n) * tiles + tile] = 0;
+}
+
+// The one-pass backward (DQ below) adds each key block's share of dQ to a float32 sum, dQ_i +=
+// sum_j dS_ij K_j over the block's 64 keys, for one tile of BQ queries. The block holds dS^T (its keys
+// as rows), and dQ = dS K wants the queries as A's rows: dS^T goes through shared memory (dSs, rows
+// are keys, SPITCH values a row) and is read back transposed, with the keys from Ks (KPITCH a row).
+// The 4 warps split the BQ x D product: BQ / 16 blocks of 16 queries, each block's D columns shared
+// by 64 / BQ warps. Returns the warp's sums, in accumulator tiles of 8 columns from column c0.
+template <typename T, int D, int BQ, int SPITCH, int KPITCH>
+struct DqShare {
+    static constexpr int KS = TcMath<T>::KS, RB = BQ / 16, NT = D * RB / 32;   // NT tiles of 8 columns a warp
+    static_assert(RB >= 1 && 4 % RB == 0, "a tile of 16, 32 or 64 queries");
+    int m0, c0;   // the warp's first query of the tile, and first column
+    __device__ __forceinline__ DqShare() {
+        const int warp = threadIdx.x / MT_WARP;
+        m0 = 16 * (warp % RB);
+        c0 = 8 * NT * (warp / RB);
+    }
+    __device__ __forceinline__ void operator()(float (*acc)[NT][4], const T* dSs, const T* Ks) const {
+        unsigned int af[1][64 / KS][4];
+#pragma unroll
+        for (int kk = 0; kk < 64 / KS; ++kk) TcMath<T>::a_frag_t(af[0][kk], dSs, SPITCH, m0, kk * KS);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) acc[0][nt][0] = acc[0][nt][1] = acc[0][nt][2] = acc[0][nt][3] = 0.f;
+        mma_shared<T, 1, NT, 64 / KS, KPITCH, false>(acc, af, Ks + c0);
+    }
+};
+
 // dK and dV: a block per (batch, head) pair and 64 keys, walking over tiles of BQ queries. The
 // warp computes the transposed products (keys as rows): S^T = K Q^T, dP^T = V dO^T,
 // dV += P^T dO, dK += dS^T Q.
-template <typename T, int D, int BQ, bool WG = false>
+//
+// DQ: the whole backward in this one pass (FlashAttention-2's loop, 5 products a tile where the
+// two passes take 7: S and dP are not computed a second time for dQ), with delta computed before it
+// (flash_attention_tc_delta). For each tile of queries the block also computes its share of dQ
+// (DqShare), and the key blocks of one (batch, head) add their shares in the order of their index:
+// the block of keys kb waits for turn kb on the tile's flag (turns[n][tile], set to 0 by
+// flash_attention_tc_delta), adds its share to what blocks 0 .. kb - 1 left in dQ_sum (float32,
+// (N, Tq, D)), and passes the turn on (common.cuh's await_turn). Block 0 writes its share without
+// reading, and the tile's last block (the last key block, or with `causal` the last one that reaches
+// the tile) writes dQ itself, scaled and in T. The sums are so added in one order at every run: the
+// result is deterministic, as the two passes' is.
+template <typename T, int D, int BQ, bool WG = false, bool DQ = false>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                  const T* __restrict__ dO, const float* __restrict__ LSE,
                                  const float* __restrict__ Delta, T* __restrict__ dK, T* __restrict__ dV,
+                                 T* __restrict__ dQ, float* __restrict__ dQ_sum, int* __restrict__ turns,
                                  const unsigned char* __restrict__ mask, long long mask_sb, long long mask_sh,
                                  long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
                                  long long q_sb, long long q_sh, long long q_st,
@@ -870,10 +940,15 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                                  long long k_st, long long dk_sb, long long dk_sh, long long dk_st, int causal,
                                  float scale) {
     constexpr int KS = TcMath<T>::KS, PITCH = TileLayout<T, D, WG>::PITCH;
+    // DQ: the block's keys and a tile's dS^T in mma.sync's padded rows (read by ldmatrix, also with WG)
+    constexpr int KPITCH = TileLayout<T, D, false>::PITCH, SPITCH = TileLayout<T, BQ, false>::PITCH;
     __shared__ __align__(16) T Qs[2][BQ][PITCH];    // queries
     __shared__ __align__(16) T dOs[2][BQ][PITCH];   // and their output gradients
     __shared__ __align__(16) float lse_s[2][BQ], delta_s[2][BQ];
-    static_assert(sizeof(Qs) + sizeof(dOs) + sizeof(lse_s) + sizeof(delta_s) <= 48 * 1024, "two buffers fit in 48 KB");
+    __shared__ __align__(16) T Ks[DQ ? 64 : 1][DQ ? KPITCH : 8];
+    __shared__ __align__(16) T dSs[DQ ? 64 : 1][DQ ? SPITCH : 8];
+    static_assert(sizeof(Qs) + sizeof(dOs) + sizeof(lse_s) + sizeof(delta_s) + sizeof(Ks) + sizeof(dSs) <= 48 * 1024,
+                  "two buffers fit in 48 KB");
     const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
                                 k_sb, k_sh, dk_sb, dk_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
@@ -906,6 +981,10 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
             cp_async<4>(&delta_s[buf][r], Delta + i, i0 + r < Tq);
         }
     };
+    if (DQ && tiles > 0) {   // the block's keys, for dQ: landed with the first tile
+        stage_rows<T, 64, D>(&Ks[0][0], K + k_off, k_st, block_k0, Tk, rows_aligned_16(K + k_off, k_st));
+        cp_async_commit();
+    }
     if (tiles > 0) TilePipe::begin(copy);
     for (int it = 0; it < tiles; ++it) {
         const int i0 = i_begin + it * BQ, buf = it % 2;
@@ -931,6 +1010,40 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         tile_product<T, 1, D / 8, BQ / KS, D, false, WG, ON>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO, beside
         tile_product<T, 1, D / 8, BQ / KS, D, false, WG>(&dk, &dsf, &Qs[buf][0][0]);         // dK += dS^T Q
         tile_settle<1, D / 8, WG>(&dv);
+        if constexpr (DQ) {
+            store_rows<T, BQ>(&dSs[0][0], SPITCH, k0 - block_k0, 64, dpt, 1.f);   // dS^T, rounded as dK took it
+            __syncthreads();
+            using Share = DqShare<T, D, BQ, SPITCH, KPITCH>;
+            const Share share;
+            float dq[1][Share::NT][4];
+            share(dq, &dSs[0][0], &Ks[0][0]);   // this block's part of dQ for queries [i0, i0 + BQ)
+            // the tile's last key block: with `causal`, the last that starts at or before query i0
+            const int kb = blockIdx.y, blocks = gridDim.y, last = causal && i0 / 64 < blocks ? i0 / 64 : blocks - 1;
+            int* flag = turns + static_cast<long long>(n) * ((Tq + BQ - 1) / BQ) + i0 / BQ;
+            if (kb > 0) await_turn(flag, kb);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int i = i0 + share.m0 + g + 8 * half;
+                if (i >= Tq) continue;
+#pragma unroll
+                for (int nt = 0; nt < Share::NT; ++nt) {
+                    const int c = share.c0 + nt * 8;   // the tile's first column: TcMath::store places the pair
+                    float v[2] = {dq[0][nt][2 * half], dq[0][nt][2 * half + 1]};
+                    float* sum = dQ_sum + (static_cast<long long>(n) * Tq + i) * D + c + 2 * t;
+                    if (kb > 0) {
+                        float before[2];
+                        load_l2(before, sum);
+                        v[0] += before[0];
+                        v[1] += before[1];
+                    }
+                    if (kb == last)
+                        TcMath<T>::store(dQ + at.o_off + i * o_st + c, t, v[0] * scale, v[1] * scale);
+                    else
+                        *reinterpret_cast<Pack<float, 2>*>(sum) = Pack<float, 2>{{v[0], v[1]}};
+                }
+            }
+            if (kb < last) pass_turn(flag, kb + 1);
+        }
         TilePipe::release();
     }
     store_rows<T, D>(dK + dk_off, dk_st, k0, Tk, dk, scale);

@@ -14,8 +14,8 @@ from functools import lru_cache
 import numpy as np
 
 from ..autograd import Function
-from . import tf32_enabled, wgmma_enabled
-from .build import SM90A, address, array_module, as4d, ctype, kernel, mask_view
+from . import one_pass_backward_enabled, tf32_enabled, wgmma_enabled
+from .build import SM90A, address, array_module, as4d, ctype, kernel, mask_view, no_pointer
 
 SOURCE = "flash_attention.cu"
 # CUDA-core kernels (float32, float64): (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK)
@@ -45,6 +45,11 @@ TC_TWO_BLOCKS_FROM = 128
 # rows 16-byte aligned (they are copied in 16-byte pieces). Taken while set_wgmma is on, on a
 # GPU of compute capability 9.0 and on the emulator: off by default until a GPU has measured them.
 WG_HEAD_SIZES = (32, 64)
+# The one-pass backward (set_one_pass_backward; 16-bit storage): the dK/dV kernel with DQ also adds
+# each key block's share of dQ, in turns. Its tile of queries per head size: the two-pass dK/dV's,
+# halved at head size 64, where the block's keys and a tile of dS must also fit in 48 KB of shared
+# memory. The key blocks are TC_ROWS keys, as in the two passes.
+ONE_PASS_BQ = {32: 64, 64: 32, 128: 16}
 
 
 def _tc_tile(t: str, d: int, tf32: bool, Tq: int | None = None) -> tuple | None:
@@ -101,20 +106,36 @@ def names(t: str, d: int, tf32: bool = False, Tq: int | None = None, wg: bool = 
             f"flash_attention_backward_dq<{t}, {D}, {qq}, {qk}>")
 
 
+def one_pass_names(t: str, d: int, wg: bool = False) -> tuple[str, str]:
+    """The one-pass backward's instantiations (delta and turns, then dK, dV and dQ) for 16-bit type
+    ``t`` and head size ``d``, with their products on wgmma where ``wg``."""
+    bq = ONE_PASS_BQ[d]
+    return (f"flash_attention_tc_delta<{t}, {d}, {bq}>",
+            f"flash_attention_tc_backward_dkdv<{t}, {d}, {bq}, {'true' if wg else 'false'}, true>")
+
+
 def instantiations() -> list[str]:
     short = TC_TWO_BLOCKS_FROM - 1
     return list(dict.fromkeys([name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
                               + [name for t in TC_TYPES for D in TC_TILES for Tq in (None, short)
                                  for name in names(t, D, Tq=Tq)]
                               + [name for D in TF32_TILES for Tq in (None, short)
-                                 for name in names("float", D, tf32=True, Tq=Tq)]))
+                                 for name in names("float", D, tf32=True, Tq=Tq)]
+                              + [name for t in TC_TYPES for D in ONE_PASS_BQ for name in one_pass_names(t, D)]))
 
 
 def wgmma_instantiations() -> list[str]:
     """The wgmma kernels (sm_90a only: NVRTC compiles them with build.SM90A)."""
     short = TC_TWO_BLOCKS_FROM - 1
-    return list(dict.fromkeys(name for t in TC_TYPES for D in WG_HEAD_SIZES for Tq in (None, short)
-                              for name in names(t, D, Tq=Tq, wg=True)))
+    return list(dict.fromkeys([name for t in TC_TYPES for D in WG_HEAD_SIZES for Tq in (None, short)
+                               for name in names(t, D, Tq=Tq, wg=True)]
+                              + [one_pass_names(t, D, wg=True)[1] for t in TC_TYPES for D in WG_HEAD_SIZES]))
+
+
+def takes_one_pass(t: str, d: int) -> bool:
+    """Whether the tensor-core backward for type ``t`` and head size ``d`` runs in one pass: 16-bit
+    storage, while :func:`set_one_pass_backward <minitensor.cuda.set_one_pass_backward>` is on."""
+    return one_pass_backward_enabled() and t in TC_TYPES and d in ONE_PASS_BQ
 
 
 def _hopper(a) -> bool:
@@ -259,14 +280,17 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
         dq, dk, dv = cp.empty_like(out), cp.empty_like(k), cp.empty_like(k)
         delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
         wg = takes_wgmma(t, d, q, k, v, grad)   # the dQ pass stages K and V, the dK/dV pass Q and dO
-        _, dkdv, dq_name = names(t, d, tf32, Tq, wg)
         options = SM90A if wg else ()
         tail = _tc_args(cp, q, out, k, dk, mask, causal, scale)
+        key_blocks = -(-Tk // TC_ROWS)
+        if takes_one_pass(t, d):
+            return _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, delta, dq, dk, dv)
+        _, dkdv, dq_name = names(t, d, tf32, Tq, wg)
         rows = TC_ROWS * _tc_tile(t, d, tf32, Tq)[2][1]
         kernel(SOURCE, dq_name, cp, options)((B * H, -(-Tq // rows)), (128,),
                                              (q, k, v, out, grad, lse, delta, dq) + tail)
-        kernel(SOURCE, dkdv, cp, options)((B * H, -(-Tk // TC_ROWS)), (128,),
-                                          (q, k, v, grad, lse, delta, dk, dv) + tail)
+        kernel(SOURCE, dkdv, cp, options)((B * H, key_blocks), (128,),
+                                          (q, k, v, grad, lse, delta, dk, dv) + (no_pointer(),) * 3 + tail)
         return dq, dk, dv
     q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
     grad = cp.ascontiguousarray(grad, dtype=q.dtype)
@@ -280,6 +304,22 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
     fn((B * H, (Tk + BKk - 1) // BKk), (BKk,), (q, k, v, grad, lse, delta, dk, dv) + m + tail)
     fn = kernel(SOURCE, dq_name, cp)
     fn((B * H, (Tq + BQq - 1) // BQq), (BQq,), (q, k, v, grad, lse, delta, dq) + m + tail)
+    return dq, dk, dv
+
+
+def _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, delta, dq, dk, dv):
+    """The one-pass backward: delta and the turns first, then one block per 64 keys computes dK and
+    dV and adds its share of dQ to a float32 sum in turns (none where one key block is all)."""
+    B, H, Tq, _, _ = _dims(q, k)
+    delta_name, backward_name = one_pass_names(t, d, wg)
+    tiles = -(-Tq // ONE_PASS_BQ[d])
+    turns = cp.empty((B * H, tiles), dtype=np.int32)
+    dq_sum = cp.empty((B * H, Tq, d), dtype=np.float32) if key_blocks > 1 else no_pointer()
+    kernel(SOURCE, delta_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,),
+                                   (out, grad, delta, turns, np.int32(H), np.int32(Tq))
+                                   + tuple(np.int64(x) for x in _strides4(out)))
+    kernel(SOURCE, backward_name, cp, options)((B * H, key_blocks), (128,),
+                                               (q, k, v, grad, lse, delta, dk, dv, dq, dq_sum, turns) + tail)
     return dq, dk, dv
 
 

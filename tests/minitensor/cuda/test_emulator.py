@@ -608,11 +608,25 @@ def _small_cases(address_tables: bool = True):
         wv_grads = flash_kernels.backward(hq, hq, hq, hq, wv_out, wv_lse, padding, 0.2)
     finally:
         cuda.set_wgmma(was)
+    # the one-pass backward: 130 keys (three key blocks taking turns on dQ), on mma.sync with the causal
+    # flag and on wgmma with the padding mask
+    was = cuda.wgmma_enabled(), cuda.one_pass_backward_enabled()
+    cuda.set_one_pass_backward(True)
+    try:
+        one_grads = flash_kernels.backward(lq, lq, lq, lq, long_out, long_lse, None, 0.2, causal=True)
+        cuda.set_wgmma(True)
+        long_padding = mask[:1, :, :, :1] | (np.arange(130) < 100)
+        wq_out, wq_lse = flash_kernels.forward(wq, wq, wq, long_padding, 0.125)
+        one_wg_grads = flash_kernels.backward(wq, wq, wq, wq, wq_out, wq_lse, long_padding, 0.125)
+    finally:
+        cuda.set_wgmma(was[0])
+        cuda.set_one_pass_backward(was[1])
     kernels = (y, mean, rstd) + tuple(grads) + (p, ds, out, lse) + tuple(dq) \
         + (loss, ce_lse, dlogits, odd_loss, odd_lse, odd_grad, dropped, relu, biased) \
         + tuple(relu_grads) + tuple(residual) + tuple(residual_grads) + (tc_out, tc_lse) + tuple(tc_grads) \
         + (tf_out, tf_lse) + tuple(tf_grads) + (long_out, long_lse) + tuple(long_grads) \
-        + (wg_out, wg_lse) + tuple(wg_grads) + (wv_out, wv_lse) + tuple(wv_grads)
+        + (wg_out, wg_lse) + tuple(wg_grads) + (wv_out, wv_lse) + tuple(wv_grads) + tuple(one_grads) \
+        + (wq_out, wq_lse) + tuple(one_wg_grads)
     if not address_tables:
         return kernels
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
@@ -630,7 +644,8 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
     items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24) + flash_kernels.names("f16", 32)
               + flash_kernels.names("f16", 32, Tq=70) + flash_kernels.names("float", 32, tf32=True, Tq=70)
-              + flash_kernels.names("f16", 64, wg=True) + flash_kernels.names("f16", 32, Tq=70, wg=True)]
+              + flash_kernels.names("f16", 64, wg=True) + flash_kernels.names("f16", 32, Tq=70, wg=True)
+              + flash_kernels.one_pass_names("f16", 32) + flash_kernels.one_pass_names("f16", 64, wg=True)]
     items += [("cross_entropy.cu", n) for packed in (True, False) for n in ce_kernels.names("float", packed)]
     items += [("dropout.cu", dropout_kernels.name("float")), ("adam.cu", adam_kernels.name("float")),
               ("loss_scale.cu", loss_scale_kernels.name("float"))]
@@ -704,6 +719,28 @@ def test_the_environment_variable_puts_the_attention_products_on_wgmma():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "MINITENSOR_WGMMA": "yes"}, capture_output=True,
                          text=True)
     assert "MINITENSOR_WGMMA must be 0 or 1" in out.stderr
+
+
+def test_the_environment_variable_runs_the_attention_backward_in_one_pass():
+    """MINITENSOR_ONE_PASS_BACKWARD=1 sends the 16-bit flash backward through the one-pass kernels
+    (delta first, then dK, dV and dQ together), unset it keeps the two passes, and a value other
+    than 0 or 1 is refused."""
+    code = ("import numpy as np\nfrom minitensor import cuda\nfrom minitensor.cuda import emulator\n"
+            "from minitensor.cuda import flash_attention as fa\ncuda.emulate(True)\n"
+            "q = np.ones((1, 1, 40, 32), np.float16)\nout, lse = fa.forward(q, q, q, None, 0.2)\n"
+            "fa.backward(q, q, q, q, out, lse, None, 0.2)\n"
+            "print(cuda.one_pass_backward_enabled(), *sorted(name.split('<')[0] for name in emulator.launches))")
+    env = {k: v for k, v in os.environ.items() if k not in ("MINITENSOR_ONE_PASS_BACKWARD", "MINITENSOR_CUDA")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "flash_attention_tc_backward_dkdv", "flash_attention_tc_backward_dq",
+                                  "flash_attention_tc_forward"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "MINITENSOR_ONE_PASS_BACKWARD": "1"},
+                         capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "flash_attention_tc_backward_dkdv", "flash_attention_tc_delta",
+                                  "flash_attention_tc_forward"], out.stderr
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "MINITENSOR_ONE_PASS_BACKWARD": "on"},
+                         capture_output=True, text=True)
+    assert "MINITENSOR_ONE_PASS_BACKWARD must be 0 or 1" in out.stderr
 
 
 def test_a_wgmma_reading_cp_async_writes_that_were_not_fenced_is_refused():

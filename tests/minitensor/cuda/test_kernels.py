@@ -491,7 +491,45 @@ def test_wgmma_flash_attention_matches_the_reference(dev, dtype, shape, mask_kin
     assert len(launched) == 3 and all(name.endswith(", true>") for name in launched), launched
 
 
-def _check_tensor_core_attention(dev, rng, dtype, shape, mask_kind):
+# the one-pass backward: 16-bit, every head size (each shape in one of the two dtypes), on mma.sync and,
+# at head sizes 32 and 64, on wgmma
+ONE_PASS_CASES = [(("bfloat16", "float16")[i % 2], shape, wg) for i, shape in enumerate(TC_SHAPES)
+                  for wg in (False, True) if not wg or shape[-1] in flash_kernels.WG_HEAD_SIZES]
+
+
+@pytest.mark.parametrize(("dtype", "shape", "wg"), ONE_PASS_CASES, ids=str)
+@pytest.mark.parametrize("mask_kind", ["none", "random", "causal flag"])
+def test_one_pass_backward_matches_the_reference_and_repeats_itself_bit_for_bit(dev, dtype, shape, mask_kind, wg):
+    """The backward in one pass, as set_one_pass_backward turns it on (the key blocks add their
+    shares of dQ in turns; with the causal flag the last block that reaches a tile of queries writes
+    it): the gradients of equation 1, the same bits at a second run, and the one-pass kernels (delta
+    and turns, then dK, dV and dQ) are the ones launched."""
+    if wg:
+        _require_hopper(dev)
+    launched, real = [], flash_kernels.kernel
+
+    def recording(source, name, xp, options=()):
+        launched.append(name)
+        return real(source, name, xp, options)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(flash_kernels, "kernel", recording)
+        was = cuda.wgmma_enabled(), cuda.one_pass_backward_enabled()
+        cuda.set_wgmma(wg)
+        cuda.set_one_pass_backward(True)
+        try:
+            _check_tensor_core_attention(dev, _rng("one pass", dtype, shape, mask_kind), dtype, shape, mask_kind,
+                                         twice=True)
+        finally:
+            cuda.set_wgmma(was[0])
+            cuda.set_one_pass_backward(was[1])
+    delta, backward = flash_kernels.one_pass_names(flash_kernels.ctype(_half(dtype)), shape[-1], wg)
+    assert launched[1:] == [delta, backward] * 2, launched
+
+
+def _check_tensor_core_attention(dev, rng, dtype, shape, mask_kind, twice: bool = False):
+    """The kernels' output and gradients against equation 1 (``twice``: the backward run again
+    gives the same bits)."""
     B, H, Tq, Tk, d = shape
     layout = "bthd" if (Tq + d) % 2 else "bhtd"
     q, k, v, g = _tc_inputs(dev, rng, shape, dtype, layout)
@@ -508,6 +546,10 @@ def _check_tensor_core_attention(dev, rng, dtype, shape, mask_kind):
     assert all(flash_kernels.same_layout(a, b) for a, b in ((out, q), (dq, q), (dk, k), (dv, k)))
     for got, ref in zip((out, dq, dk, dv), refs):
         assert _rel(got, ref) < TC_TOL[dtype]
+    if twice:
+        again = flash_kernels.backward(g, q, k, v, out, lse, mask_dev, scale, causal=causal, tf32=tf32)
+        for first, second in zip((dq, dk, dv), again):
+            assert mt.backend.to_numpy(first).tobytes() == mt.backend.to_numpy(second).tobytes()
 
 
 def test_a_warp_takes_two_blocks_of_rows_from_its_threshold_on(dev, monkeypatch):
@@ -1448,3 +1490,42 @@ def test_the_emulator_refuses_operands_changed_while_a_wgmma_is_in_flight(meddli
     with cuda.emulate(True), pytest.raises(emulator.EmulatorError, match=message):
         emulator.compile_source(broken, "wgmma_tile<f16, 32, true>")((1,), (128,), (a, b, c, d, build.no_pointer(),
                                                                                  np.int32(1)))
+
+
+# Each block in its turn folds its index into ORDER (ORDER = 31 ORDER + b + 1, modulo 2^32), a result
+# that depends on the order of the blocks: block b takes turn b, or turn gridDim.x - 1 - b (BACKWARDS:
+# block 0 waits for the last block, which starts after it).
+TURNS = r"""
+#include "common.cuh"
+template <bool BACKWARDS>
+__global__ void take_turns(unsigned int* ORDER, int* FLAG) {
+    const int turn = BACKWARDS ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    if (turn > 0) await_turn(FLAG, turn);
+    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + blockIdx.x + 1;
+    pass_turn(FLAG, turn + 1);
+}
+"""
+
+
+def test_blocks_take_turns_in_the_order_of_their_index(dev):
+    """common.cuh's await_turn and pass_turn (the one-pass backward adds dQ with them): 64 blocks of
+    128 threads, each folding its index into one word in its turn, leave the fold of 1, 2, .., 64 in
+    that order and pass the flag to 64. On a GPU the blocks run at once, and only the turns order them."""
+    fn = _own_kernel(dev, TURNS, "take_turns<false>")
+    order, flag = dev.xp.zeros(1, np.uint32), dev.xp.zeros(1, np.int32)
+    fn((64,), (128,), (order, flag))
+    expected = 0
+    for b in range(64):
+        expected = (expected * 31 + b + 1) % 2**32
+    assert int(mt.backend.to_numpy(order)[0]) == expected and int(mt.backend.to_numpy(flag)[0]) == 64
+
+
+def test_the_emulator_refuses_a_block_that_waits_for_a_later_one():
+    """A block may only wait for blocks started before it (a lower index): the emulator, which runs
+    blocks one at a time in that order, fails a kernel whose first block waits for the last (on a
+    GPU it could wait for ever)."""
+    ok, why = emulator.available()
+    require(ok, f"the CUDA emulator cannot run here: {why}")
+    order, flag = np.zeros(1, np.uint32), np.zeros(1, np.int32)
+    with cuda.emulate(True), pytest.raises(emulator.EmulatorError, match="only a later block could pass it the turn"):
+        emulator.compile_source(TURNS, "take_turns<true>")((4,), (128,), (order, flag))

@@ -99,6 +99,9 @@ def test_instantiations_cover_every_name_a_launcher_can_ask_for():
                 assert set(flash_attention.names(t, d, Tq=tq)) <= compiled, (t, d, tq)
                 if d in flash_attention.WG_HEAD_SIZES:
                     assert set(flash_attention.names(t, d, Tq=tq, wg=True)) <= wgmma, (t, d, tq)
+            assert set(flash_attention.one_pass_names(t, d)) <= compiled, (t, d)   # the one-pass backward
+            if d in flash_attention.WG_HEAD_SIZES:
+                assert flash_attention.one_pass_names(t, d, wg=True)[1] in wgmma, (t, d)
     for t in ("float", "f16", "bf16", "double"):  # one pair per dtype, whatever the row length
         assert set(cross_entropy.names(t)) <= compiled, t
 
