@@ -9,6 +9,7 @@ Every test runs once per backend (the ``dev`` fixture): on the CPU emulator of C
 import tracemalloc
 import types
 import zlib
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -462,6 +463,28 @@ def test_tensor_core_flash_attention_matches_the_reference(dev, dtype, shape, ma
     _check_tensor_core_attention(dev, _rng("tc", dtype, shape, mask_kind), dtype, shape, mask_kind)
 
 
+@contextmanager
+def _switched(wgmma: bool, one_pass: bool = False):
+    """set_wgmma and set_one_pass_backward as given inside the block (restored after it); yields the
+    list of the flash kernels' instantiations launched there."""
+    launched, real = [], flash_kernels.kernel
+
+    def recording(source, name, xp, options=()):
+        launched.append(name)
+        return real(source, name, xp, options)
+
+    was = cuda.wgmma_enabled(), cuda.one_pass_backward_enabled()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(flash_kernels, "kernel", recording)
+        cuda.set_wgmma(wgmma)
+        cuda.set_one_pass_backward(one_pass)
+        try:
+            yield launched
+        finally:
+            cuda.set_wgmma(was[0])
+            cuda.set_one_pass_backward(was[1])
+
+
 # the wgmma kernels: 16-bit, head sizes 32 and 64, each shape in one of the two dtypes
 WG_CASES = [(("float16", "bfloat16")[i % 2], shape)
             for i, shape in enumerate(s for s in TC_SHAPES if s[-1] in flash_kernels.WG_HEAD_SIZES)]
@@ -474,20 +497,8 @@ def test_wgmma_flash_attention_matches_the_reference(dev, dtype, shape, mask_kin
     core matrices), as set_wgmma turns them on: the same answers as equation 1, and the wgmma
     instantiations are the ones launched."""
     _require_hopper(dev)
-    launched, real = [], flash_kernels.kernel
-
-    def recording(source, name, xp, options=()):
-        launched.append(name)
-        return real(source, name, xp, options)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(flash_kernels, "kernel", recording)
-        was = cuda.wgmma_enabled()
-        cuda.set_wgmma(True)
-        try:
-            _check_tensor_core_attention(dev, _rng("wg", dtype, shape, mask_kind), dtype, shape, mask_kind)
-        finally:
-            cuda.set_wgmma(was)
+    with _switched(wgmma=True) as launched:
+        _check_tensor_core_attention(dev, _rng("wg", dtype, shape, mask_kind), dtype, shape, mask_kind)
     assert len(launched) == 3 and all(name.endswith(", true>") for name in launched), launched
 
 
@@ -506,23 +517,9 @@ def test_one_pass_backward_matches_the_reference_and_repeats_itself_bit_for_bit(
     and turns, then dK, dV and dQ) are the ones launched."""
     if wg:
         _require_hopper(dev)
-    launched, real = [], flash_kernels.kernel
-
-    def recording(source, name, xp, options=()):
-        launched.append(name)
-        return real(source, name, xp, options)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(flash_kernels, "kernel", recording)
-        was = cuda.wgmma_enabled(), cuda.one_pass_backward_enabled()
-        cuda.set_wgmma(wg)
-        cuda.set_one_pass_backward(True)
-        try:
-            _check_tensor_core_attention(dev, _rng("one pass", dtype, shape, mask_kind), dtype, shape, mask_kind,
-                                         twice=True)
-        finally:
-            cuda.set_wgmma(was[0])
-            cuda.set_one_pass_backward(was[1])
+    with _switched(wgmma=wg, one_pass=True) as launched:
+        _check_tensor_core_attention(dev, _rng("one pass", dtype, shape, mask_kind), dtype, shape, mask_kind,
+                                     twice=True)
     delta, backward = flash_kernels.one_pass_names(flash_kernels.ctype(_half(dtype)), shape[-1], wg)
     assert launched[1:] == [delta, backward] * 2, launched
 
