@@ -16,10 +16,10 @@
 # `wgmma` is for a compute capability 9.0 GPU (H100, H200): the GPU tests of the warpgroup products,
 # of the tensor-core attention (mma.sync and wgmma) and of its one-pass backward, then kernels.py's
 # attention section in bf16 and fp16 (the flash kernels on mma.sync and on wgmma, each with the
-# backward in two passes and in one, PyTorch's SDPA and each of its backends), then Nsight Compute
-# over the wgmma kernels (two passes, then the one-pass backward's kernels), then attention_tiles.py
-# (mma.sync and wgmma, two passes or one, tile settings side by side at 512-4096 keys) (not part of
-# `all`; not yet timed on a GPU: give each step a LIMIT_*).
+# backward in two passes and in one, PyTorch's SDPA and each of its backends), then attention_tiles.py
+# (mma.sync and wgmma, two passes or one, tile settings side by side at 512-4096 keys), then Nsight
+# Compute over the wgmma kernels (two passes, then the one-pass backward's kernels) (not part of
+# `all`; not yet timed on a GPU: give each step a LIMIT_*, and WORKERS to compile in parallel).
 #
 # Settings (environment), for a session shorter than the whole run:
 #   DATA          the Multi30k folder (default ../shared/data/multi30k; where only the checkout is copied to
@@ -32,7 +32,7 @@
 #   TRAIN_ARGS    further `train` flags for multi30k-gpu, e.g. "--tf32 true" or "--precision bf16"
 #   NCU_LENGTH    the sequence length of the attention that `ncu` profiles (default 4096)
 #   LIMIT_<STEP>  seconds after which that step is stopped (TESTS, CLI, WMT, KERNELS, STEP, PROFILE, NCU, TRAIN,
-#                 EVAL, LESSON; default: no limit), so that a session with a fixed budget still
+#                 EVAL, LESSON, TILES; default: no limit), so that a session with a fixed budget still
 #                 gets to its later steps
 set -u
 OUT=${OUT:-gpu_out}
@@ -113,14 +113,18 @@ if [[ $what == ncu ]]; then
   grep -E "cross_entropy_|Duration|DRAM Throughput|Memory Throughput" "$OUT/ncu_cross_entropy.log" | head -12
 fi
 if [[ $what == wgmma ]]; then
+  # the decisive timings first (kernels.py, then the tile settings), the profiles last
   run "GPU tests: wgmma and the tensor-core attention" "${LIMIT_TESTS:-0}" $py -m pytest -q -rfE -m gpu \
-      -p no:cacheprovider -k "${TESTS_K:-wgmma or warpgroup or tensor_core or one_pass or turns}" \
-      tests/minitensor/cuda/test_kernels.py \
-      > "$OUT/wgmma_tests.log" 2>&1
+      -p no:cacheprovider ${WORKERS:+-n $WORKERS} -k "${TESTS_K:-wgmma or warpgroup or tensor_core or one_pass or turns}" \
+      tests/minitensor/cuda/test_kernels.py > "$OUT/wgmma_tests.log" 2>&1
   tail -12 "$OUT/wgmma_tests.log"
   run "kernels: attention in bf16 and fp16, mma.sync and wgmma, two passes and one" "${LIMIT_KERNELS:-0}" \
-      $py benchmarks/kernels.py --only attention --attention-dtypes bfloat16,float16 --out "$OUT/kernels_wgmma.json" > "$OUT/kernels_wgmma.log" 2>&1
+      $py benchmarks/kernels.py --only attention --attention-dtypes bfloat16,float16 \
+      --out "$OUT/kernels_wgmma.json" > "$OUT/kernels_wgmma.log" 2>&1
   tail -5 "$OUT/kernels_wgmma.log"
+  (cd benchmarks && run "attention tiles: mma.sync and wgmma, two passes and one" "${LIMIT_TILES:-0}" \
+      $py attention_tiles.py --out "$OUT/attention_tiles.json" > "$OUT/attention_tiles.log" 2>&1)
+  tail -4 "$OUT/attention_tiles.log"
   ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   run "ncu: the wgmma attention kernels" "${LIMIT_NCU:-0}" "$ncu_bin" --clock-control none --set full \
       -k regex:flash_attention_tc $py benchmarks/kernel_calls.py attention --wgmma --length "${NCU_LENGTH:-4096}" \
@@ -132,9 +136,6 @@ if [[ $what == wgmma ]]; then
       --length "${NCU_LENGTH:-4096}" > "$OUT/ncu_one_pass.log" 2>&1
   grep -E "flash_attention_tc|Duration|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy" \
       "$OUT/ncu_one_pass.log" | head -16
-  (cd benchmarks && run "attention tiles: mma.sync and wgmma, two passes and one" "${LIMIT_KERNELS:-0}" $py attention_tiles.py \
-      --out "$OUT/attention_tiles.json" > "$OUT/attention_tiles.log" 2>&1)
-  tail -4 "$OUT/attention_tiles.log"
 fi
 if [[ $what == multi30k || $what == all ]]; then
   run "multi30k-gpu" "${LIMIT_TRAIN:-0}" $py -m transformer train --preset multi30k-gpu --device cuda \
