@@ -142,10 +142,10 @@ if EMULATOR:
     print(f"F.layer_norm under mt.cuda.emulate() launched {forward_kernel}: {took} time(s)")
     checks.agree(float(took), 1.0, "the LayerNorm op took the kernel under emulate()", atol=0)
 
-    # a classic bug, caught: the backward's __syncthreads removed, so warp 0 reads partial
-    # sums the other warps have not written yet
-    buggy = emulator.EmulatedKernel(mt.cuda.sources.source("layer_norm.cu").replace("    __syncthreads();\n", "", 1),
-                                    ln_kernel.names("float", 48)[1], check="race")
+    # a classic bug, caught: the backward's __syncthreads removed from layer_norm.cu (its one
+    # barrier), so warp 0 reads partial sums the other warps have not written yet
+    text = (mt.cuda.sources.FOLDER / "layer_norm.cu").read_text().replace("    __syncthreads();\n", "", 1)
+    buggy = emulator.EmulatedKernel(mt.cuda.sources.with_common(text), ln_kernel.names("float", 48)[1], check="race")
     dx, pg, pb = (emulator.arrays.empty(shape, np.float32) for shape in ((6, 48), (2, 48), (2, 48)))
     try:
         buggy((2,), (128,), (x, x, gamma, mean, rstd, dx, pg, pb, np.int64(6), np.int32(48), np.int64(3)),

@@ -36,10 +36,11 @@ def _needs_the_emulator():
 
 
 def broken(filename: str, old: str, new: str) -> str:
-    """The text of one of our kernels with ``old`` replaced by ``new`` (which must occur)."""
-    text = sources.source(filename)
+    """The text of one of our kernels with ``old`` replaced by ``new`` (which must occur once in
+    the file itself), then common.cuh pasted in as the launchers do."""
+    text = (sources.FOLDER / filename).read_text()
     assert text.count(old) == 1, f"{old!r} is not (once) in {filename}"
-    return text.replace(old, new)
+    return sources.with_common(text.replace(old, new))
 
 
 def _ln_args(rows=4, d=8, rows_dtype=np.int64):
