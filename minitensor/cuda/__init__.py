@@ -224,5 +224,5 @@ def tf32_enabled() -> bool:
 
 __all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
            "emulator_check", "kernels_may_run", "launcher", "KERNELS", "attention_mode", "set_attention", "set_wgmma",
-           "wgmma_enabled", "set_one_pass_backward", "one_pass_backward_enabled", "set_tf32", "tf32_enabled", "PeakMemory", "memory_stats", "FLASH_MIN_KEYS",
-           "FLASH_TC_SHORT_KEYS", "FLASH_TC_MIN_KEYS"]
+           "wgmma_enabled", "set_one_pass_backward", "one_pass_backward_enabled", "set_tf32", "tf32_enabled",
+           "PeakMemory", "memory_stats", "FLASH_MIN_KEYS", "FLASH_TC_SHORT_KEYS", "FLASH_TC_MIN_KEYS"]

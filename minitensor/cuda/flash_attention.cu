@@ -892,7 +892,8 @@ flash_attention_tc_delta(const T* __restrict__ O, const T* __restrict__ dO, floa
 // as rows), and dQ = dS K wants the queries as A's rows: dS^T goes through shared memory (dSs, rows
 // are keys, SPITCH values a row) and is read back transposed, with the keys from Ks (KPITCH a row).
 // The 4 warps split the BQ x D product: BQ / 16 blocks of 16 queries, each block's D columns shared
-// by 64 / BQ warps. Returns the warp's sums, in accumulator tiles of 8 columns from column c0.
+// by 64 / BQ warps. operator() leaves the warp's sums in acc: NT accumulator tiles of 8 columns,
+// the first at column c0, for queries m0 .. m0 + 15 of the tile.
 template <typename T, int D, int BQ, int SPITCH, int KPITCH>
 struct DqShare {
     static constexpr int KS = TcMath<T>::KS, RB = BQ / 16, NT = D * RB / 32;   // NT tiles of 8 columns a warp

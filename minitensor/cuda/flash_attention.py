@@ -278,7 +278,7 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
     if tensor_cores(q, tf32):
         q, (k, v), (out, grad) = _readable(q), _pair(k, v), _pair(out, grad.astype(q.dtype, copy=False))
         dq, dk, dv = cp.empty_like(out), cp.empty_like(k), cp.empty_like(k)
-        delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic, written by the dQ pass
+        delta = cp.empty(q.shape[:-1], dtype=np.float32)   # Σ_c dO_ic O_ic: the dQ pass's, or the delta kernel's
         wg = takes_wgmma(t, d, q, k, v, grad)   # the dQ pass stages K and V, the dK/dV pass Q and dO
         options = SM90A if wg else ()
         tail = _tc_args(cp, q, out, k, dk, mask, causal, scale)
