@@ -18,7 +18,9 @@
 //     registers at the wait, their operands checked unchanged meanwhile (see wg_issue below);
 //   * with MT_EMU_RACE (check="race"): a shared-memory race tracker fed by the compiler's
 //     ThreadSanitizer instrumentation (-fsanitize=thread emits a call before every load and
-//     store; the calls land in the __tsan_* functions below, not in ThreadSanitizer);
+//     store; the calls land in the __tsan_* functions below, not in ThreadSanitizer), and a
+//     check that blocks touching global memory another block of the launch wrote take turns
+//     (common.cuh's await_turn and pass_turn; see track_global below);
 //   * with MT_EMU_RUNNER (check="memory"): a main() that runs one launch in a subprocess
 //     built with AddressSanitizer, so an out-of-bounds access is reported with its thread.
 //
@@ -39,7 +41,9 @@
 #include <type_traits>
 #include <ucontext.h>
 #include <unistd.h>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #define MT_EMULATOR 1
 
@@ -138,6 +142,8 @@ struct Thread {
     unsigned wg_groups;        // ...and the groups committed so far
     unsigned long long wg_issued;   // wgmma products issued in this block
     bool unfenced;             // cp.async copies landed since its last fence.proxy.async
+    unsigned turns_passed;     // pass_turn calls in this block...
+    bool after_await;          // ...and whether an await_turn came after the last of them
     WgResult wg[kWgResults];
 #if defined(__SANITIZE_ADDRESS__)
     void* fake_stack;
@@ -174,6 +180,10 @@ struct ParamInfo {
 };
 
 struct Cell;  // race tracker shadow entry (below)
+struct GlobalWrite {  // the last write of a byte of global memory in this launch (race tracker)
+    unsigned block;            // by which block (linear index)
+    unsigned passes;           // after how many of its writer's pass_turn calls
+};
 
 struct Runtime {
     const char* kernel = "";
@@ -214,6 +224,10 @@ struct Runtime {
     bool track = false;
     Cell* shadow_static = nullptr;
     Cell* shadow_dyn = nullptr;
+    bool in_tracker = false;                                 // inside track_global
+    unsigned block_linear = 0;                               // this block, x fastest
+    std::unordered_map<uintptr_t, GlobalWrite> global_writes;   // bytes of global memory written
+    std::vector<unsigned> block_passes;                      // each finished block's pass_turn calls
 };
 inline Runtime rt;
 
@@ -339,6 +353,55 @@ MT_RT inline void race(int region, size_t offset, int other, const char* other_d
          static_cast<unsigned long long>(rt.barrier_gen));
 }
 
+// Global memory: blocks run one at a time here, but at once on a GPU, so a block that reads or
+// writes a byte another block of the launch wrote is a race there, unless the two took turns: the
+// writer called pass_turn after its write, and the thread touching the byte called await_turn after
+// its own last pass_turn (common.cuh). Accesses to the fiber stacks (a thread's own variables) and
+// those made inside the emulator (atomics, cp.async's copies) are not tracked.
+MT_RT inline void track_global(uintptr_t a, size_t n, bool write) {
+    const uintptr_t stacks = reinterpret_cast<uintptr_t>(rt.stacks);
+    if (rt.in_tracker || a - stacks < static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096)) return;
+    // the containers' own code is instrumented too (templates compiled in this unit): its accesses
+    // come back here, and are not the kernel's
+    struct Inside {
+        MT_RT Inside() { rt.in_tracker = true; }
+        MT_RT ~Inside() { rt.in_tracker = false; }
+    } inside;
+    if (!write && rt.global_writes.empty()) return;
+    Thread* t = rt.current;
+    for (size_t i = 0; i < n; ++i) {
+        auto it = rt.global_writes.find(a + i);
+        if (it != rt.global_writes.end() && it->second.block != rt.block_linear) {
+            const GlobalWrite w = it->second;
+            if (!t->after_await)
+                fail("global-memory race in %s: it %s byte %p, which block %u of this launch wrote, with no "
+                     "await_turn since its own last pass_turn (on a GPU the blocks run at once: take turns)",
+                     where(), write ? "writes" : "reads", reinterpret_cast<void*>(a + i), w.block);
+            if (w.passes >= rt.block_passes[w.block])
+                fail("global-memory race in %s: it %s byte %p, which block %u of this launch wrote after its last "
+                     "pass_turn (the turn was passed on before the write)", where(), write ? "writes" : "reads",
+                     reinterpret_cast<void*>(a + i), w.block);
+        }
+        if (write) rt.global_writes[a + i] = GlobalWrite{rt.block_linear, t->turns_passed};
+    }
+}
+
+// common.cuh's turns. The flag is read and written here, outside the kernel's instrumented code:
+// like an atomic, it is how blocks synchronise, not a race. turn_check: the flag must already hold
+// the turn (no later block could pass it on); turn_awaited and turn_passed: what the race tracker
+// knows of each thread (every thread of the block calls them).
+MT_RT inline void turn_check(const int* flag, int turn) {
+    if (*flag != turn)
+        fail("%s: waits for turn %d, but the flag holds %d: only a later block could pass it the turn", where(), turn,
+             *flag);
+}
+MT_RT inline void turn_give(int* flag, int turn) { *flag = turn; }
+MT_RT inline void turn_awaited() { rt.current->after_await = true; }
+MT_RT inline void turn_passed() {
+    ++rt.current->turns_passed;
+    rt.current->after_await = false;
+}
+
 MT_RT inline void track(const void* p, size_t n, bool write) {
     if (!rt.track || rt.current == nullptr || !rt.in_kernel) return;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -362,7 +425,7 @@ MT_RT inline void track(const void* p, size_t n, bool write) {
         offset = a - reinterpret_cast<uintptr_t>(rt.dyn);
         size = rt.dyn_size;
     }
-    if (!cells) return;
+    if (!cells) return track_global(a, n, write);
     const int me = rt.current->id;
     const unsigned long long epoch = rt.barrier_gen + 1;
     const unsigned long long wgen = rt.warps[me / kWarp].gen;
@@ -946,6 +1009,8 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     rt.track = cfg->track_races != 0;
     rt.shadow_static = rt.track && sbytes ? static_cast<Cell*>(malloc(sbytes * sizeof(Cell))) : nullptr;
     rt.shadow_dyn = rt.track && rt.dyn_size ? static_cast<Cell*>(malloc(rt.dyn_size * sizeof(Cell))) : nullptr;
+    rt.global_writes.clear();
+    rt.block_passes.assign(rt.track ? static_cast<size_t>(rt.grid.x) * rt.grid.y * rt.grid.z : 0, 0u);
 
     struct sigaction act;
     std::memset(&act, 0, sizeof act);
@@ -970,6 +1035,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
             for (unsigned by = 0; by < rt.grid.y && !rt.failed; ++by)
                 for (unsigned bx = 0; bx < rt.grid.x && !rt.failed; ++bx) {
                     rt.block_idx = uint3{bx, by, bz};
+                    rt.block_linear = bx + rt.grid.x * (by + rt.grid.y * bz);
                     rt.barrier_arrived = 0;
                     rt.barrier_gen = 0;
                     std::memset(static_cast<void*>(rt.warps), 0, nwarps * sizeof(Warp));
@@ -987,6 +1053,8 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                         t.state = RUNNABLE;
                         t.wg_issued = 0;
                         t.unfenced = false;
+                        t.turns_passed = 0;
+                        t.after_await = false;
                         getcontext(&t.ctx);
                         t.ctx.uc_stack.ss_sp = stack_of(i);
                         t.ctx.uc_stack.ss_size = kStackBytes;
@@ -1018,6 +1086,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                     }
                     char why[320];
                     if (!rt.failed && !warpgroups_agree(why, sizeof why)) report("%s", why);
+                    if (rt.track) rt.block_passes[rt.block_linear] = rt.threads[0].turns_passed;
                 }
     }
     rt.in_kernel = 0;
@@ -1034,6 +1103,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     free(rt.dyn);
     free(rt.shadow_static);
     free(rt.shadow_dyn);
+    rt.global_writes.clear();
     rt.threads = nullptr;
     rt.warps = nullptr;
     rt.dyn = nullptr;

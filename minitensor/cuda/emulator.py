@@ -32,7 +32,10 @@ where it applies, the block and the thread:
   thread that made it;
 * ``check="race"``: every access to shared memory is tracked (through the compiler's
   ThreadSanitizer instrumentation, routed to ``emulator.h``), and two threads touching the
-  same byte between two barriers, one of them writing, is reported as a race.
+  same byte between two barriers, one of them writing, is reported as a race. Global memory
+  too: a block that touches a byte another block of the launch wrote must have taken its turn
+  (``common.cuh``'s ``await_turn``), and the writer must have passed the turn on after writing;
+  otherwise the access is reported (blocks run one at a time here, but at once on a GPU).
 
 How it is called: exactly as CuPy calls a compiled kernel, ``kernel(grid, block, args,
 shared_mem=...)``, with NumPy arrays where CuPy would take CuPy arrays (a NumPy array is

@@ -755,3 +755,58 @@ def test_a_wgmma_reading_cp_async_writes_that_were_not_fenced_is_refused():
         + flash_kernels._tc_args(emulator.arrays, q, q, q, q, None, False, 0.2)
     with pytest.raises(emulator.EmulatorError, match="did not fence for the tensor cores"):
         emulator.EmulatedKernel(src, name)((1, 1), (128,), args)
+
+
+# TURNS (test_kernels.py) with its blocks' order broken: a block that reads the word outside its
+# turn, and blocks that pass the turn on before they write the word (so the next reads it in its
+# turn, but before the write it waited for)
+NO_WAIT = ("if (turn > 0) await_turn(FLAG, turn);", "")
+LATE_WRITE = ("    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + blockIdx.x + 1;\n    pass_turn(FLAG, turn + 1);",
+              "    unsigned int seen = 0;\n    if (threadIdx.x == 0) seen = *ORDER;\n    pass_turn(FLAG, turn + 1);\n"
+              "    if (threadIdx.x == 0) *ORDER = seen * 31u + blockIdx.x + 1;")
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (None, None),
+    (NO_WAIT, "it reads byte .*, which block 0 of this launch wrote, with no await_turn since its own last pass_turn"),
+    (LATE_WRITE, "it reads byte .*, which block 0 of this launch wrote after its last pass_turn"),
+], ids=["in turns", "no wait", "passed before the write"])
+def test_the_race_check_sees_blocks_that_share_global_memory_without_taking_turns(change, message):
+    """Blocks run one at a time on the emulator, so one that reads what an earlier block wrote gets
+    the right value whether or not it waited; on a GPU they run at once. The race check fails a block
+    that touches another block's write without an await_turn, or whose writer passed the turn on
+    before writing; the blocks of test_kernels.py's TURNS, which take turns, pass."""
+    from .test_kernels import TURNS  # noqa: PLC0415
+
+    text = TURNS
+    if change:
+        assert text.count(change[0]) == 1
+        text = text.replace(*change)
+    order, flag = np.zeros(1, np.uint32), np.zeros(1, np.int32)
+    kernel = emulator.compile_source(text, "take_turns<false>", "race")
+    if message is None:
+        kernel((8,), (64,), (order, flag))
+        assert flag[0] == 8
+    else:
+        with pytest.raises(emulator.EmulatorError, match=message):
+            kernel((8,), (64,), (order, flag))
+
+
+def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(monkeypatch):
+    """The one-pass attention backward without its await_turn gives the right dQ on the emulator
+    (the key blocks run in order) and could give a wrong one on a GPU: the race check fails it, at
+    the second key block's read of the first block's float32 sum."""
+    name = flash_kernels.one_pass_names("f16", 32)[1]
+    src = broken("flash_attention.cu", "if (kb > 0) await_turn(flag, kb);", "")
+    real = flash_kernels.kernel
+
+    def with_the_change(source, expression, xp, options=()):
+        return emulator.EmulatedKernel(src, expression, "race") if expression == name else real(source, expression, xp)
+
+    monkeypatch.setattr(flash_kernels, "kernel", with_the_change)
+    q = np.random.default_rng(9).standard_normal((1, 1, 70, 32)).astype(np.float16)   # two key blocks
+    out, lse = flash_kernels.forward(q, q, q, None, 0.2)
+    monkeypatch.setattr(cuda, "one_pass_backward_enabled", lambda: True)
+    monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
+    with pytest.raises(emulator.EmulatorError, match="global-memory race .* with no await_turn"):
+        flash_kernels.backward(q, q, q, q, out, lse, None, 0.2)
