@@ -435,13 +435,13 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // The emulator runs blocks one at a time in exactly that order: when a block waits, the flag must
 // already hold its turn, and otherwise it fails (on a GPU, the block would wait for a later one).
 // Its race check (check="race") also fails a thread that touches global memory another block wrote
-// without an await_turn since its own last pass_turn, or that the writer wrote after its last
-// pass_turn (emulator.h's track_global).
+// unless it waited for a turn that the writer passed on after writing, and has not passed a turn on
+// since (emulator.h's track_global).
 #ifdef MT_EMULATOR
 __device__ __forceinline__ void await_turn(const int* flag, int turn) {
     if (threadIdx.x == 0) ::mt_emu::turn_check(flag, turn);
     __syncthreads();
-    ::mt_emu::turn_awaited();
+    ::mt_emu::turn_awaited(flag);
 }
 __device__ __forceinline__ void pass_turn(int* flag, int turn) {
     ::mt_emu::turn_passed();

@@ -43,7 +43,6 @@
 #include <unistd.h>
 #include <unordered_map>
 #include <utility>
-#include <vector>
 
 #define MT_EMULATOR 1
 
@@ -143,7 +142,9 @@ struct Thread {
     unsigned long long wg_issued;   // wgmma products issued in this block
     bool unfenced;             // cp.async copies landed since its last fence.proxy.async
     unsigned turns_passed;     // pass_turn calls in this block...
-    bool after_await;          // ...and whether an await_turn came after the last of them
+    bool after_await;          // ...and whether an await_turn came after the last of them,
+    unsigned awaited_block;    // the block that gave the turn it waited for last...
+    unsigned awaited_passes;   // ...and that block's pass_turn calls then
     WgResult wg[kWgResults];
 #if defined(__SANITIZE_ADDRESS__)
     void* fake_stack;
@@ -180,7 +181,7 @@ struct ParamInfo {
 };
 
 struct Cell;  // race tracker shadow entry (below)
-struct GlobalWrite {  // the last write of a byte of global memory in this launch (race tracker)
+struct GlobalWrite {  // the last write of a byte of global memory, or of a turn flag, in this launch
     unsigned block;            // by which block (linear index)
     unsigned passes;           // after how many of its writer's pass_turn calls
 };
@@ -224,10 +225,10 @@ struct Runtime {
     bool track = false;
     Cell* shadow_static = nullptr;
     Cell* shadow_dyn = nullptr;
-    bool in_tracker = false;                                 // inside track_global
+    bool in_tracker = false;                                 // inside the global tracker's own code
     unsigned block_linear = 0;                               // this block, x fastest
     std::unordered_map<uintptr_t, GlobalWrite> global_writes;   // bytes of global memory written
-    std::vector<unsigned> block_passes;                      // each finished block's pass_turn calls
+    std::unordered_map<uintptr_t, GlobalWrite> turns_given;     // each flag's last pass_turn: by whom, when
 };
 inline Runtime rt;
 
@@ -354,49 +355,72 @@ MT_RT inline void race(int region, size_t offset, int other, const char* other_d
 }
 
 // Global memory: blocks run one at a time here, but at once on a GPU, so a block that reads or
-// writes a byte another block of the launch wrote is a race there, unless the two took turns: the
-// writer called pass_turn after its write, and the thread touching the byte called await_turn after
-// its own last pass_turn (common.cuh). Accesses to the fiber stacks (a thread's own variables) and
-// those made inside the emulator (atomics, cp.async's copies) are not tracked.
+// writes a byte another block of the launch wrote is a race there, unless the two took turns
+// (common.cuh): the thread touching the byte waited (await_turn) for a turn that the writer block
+// passed on (pass_turn) after its write, and has not passed a turn on itself since. Only the block
+// that gave the awaited turn counts (a turn handed along a chain of blocks is not followed), and
+// only writes are recorded (a later block overwriting what an earlier one only read is not seen).
+// Accesses to the fiber stacks (a thread's own variables) and those made inside the emulator
+// (atomics, cp.async's copies) are not tracked. The containers' own code is instrumented too
+// (templates compiled in this unit): while it runs, in_tracker turns the tracking off.
+MT_RT [[noreturn]] inline void global_race(uintptr_t a, bool write, const GlobalWrite& w, const char* why) {
+    rt.in_tracker = false;
+    fail("global-memory race in %s: it %s byte %p, which block %u of this launch wrote, %s (on a GPU the blocks "
+         "run at once: take turns)", where(), write ? "writes" : "reads", reinterpret_cast<void*>(a), w.block, why);
+}
+
 MT_RT inline void track_global(uintptr_t a, size_t n, bool write) {
     const uintptr_t stacks = reinterpret_cast<uintptr_t>(rt.stacks);
     if (rt.in_tracker || a - stacks < static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096)) return;
-    // the containers' own code is instrumented too (templates compiled in this unit): its accesses
-    // come back here, and are not the kernel's
-    struct Inside {
-        MT_RT Inside() { rt.in_tracker = true; }
-        MT_RT ~Inside() { rt.in_tracker = false; }
-    } inside;
-    if (!write && rt.global_writes.empty()) return;
+    rt.in_tracker = true;
     Thread* t = rt.current;
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; i < n && (write || !rt.global_writes.empty()); ++i) {
         auto it = rt.global_writes.find(a + i);
         if (it != rt.global_writes.end() && it->second.block != rt.block_linear) {
             const GlobalWrite w = it->second;
-            if (!t->after_await)
-                fail("global-memory race in %s: it %s byte %p, which block %u of this launch wrote, with no "
-                     "await_turn since its own last pass_turn (on a GPU the blocks run at once: take turns)",
-                     where(), write ? "writes" : "reads", reinterpret_cast<void*>(a + i), w.block);
-            if (w.passes >= rt.block_passes[w.block])
-                fail("global-memory race in %s: it %s byte %p, which block %u of this launch wrote after its last "
-                     "pass_turn (the turn was passed on before the write)", where(), write ? "writes" : "reads",
-                     reinterpret_cast<void*>(a + i), w.block);
+            if (!t->after_await) global_race(a + i, write, w, "with no await_turn since its own last pass_turn");
+            if (t->awaited_block != w.block)
+                global_race(a + i, write, w, "but the turn it waited for was passed on by another block");
+            if (w.passes >= t->awaited_passes)
+                global_race(a + i, write, w, "after passing on the turn this thread waited for");
         }
         if (write) rt.global_writes[a + i] = GlobalWrite{rt.block_linear, t->turns_passed};
     }
+    rt.in_tracker = false;
 }
 
 // common.cuh's turns. The flag is read and written here, outside the kernel's instrumented code:
 // like an atomic, it is how blocks synchronise, not a race. turn_check: the flag must already hold
-// the turn (no later block could pass it on); turn_awaited and turn_passed: what the race tracker
-// knows of each thread (every thread of the block calls them).
+// the turn (no later block could pass it on); turn_give: thread 0 passes it on (and the tracker
+// notes by whom, after how many passes); turn_awaited, turn_passed: what the race tracker knows of
+// each thread (every thread of the block calls them).
 MT_RT inline void turn_check(const int* flag, int turn) {
     if (*flag != turn)
         fail("%s: waits for turn %d, but the flag holds %d: only a later block could pass it the turn", where(), turn,
              *flag);
 }
-MT_RT inline void turn_give(int* flag, int turn) { *flag = turn; }
-MT_RT inline void turn_awaited() { rt.current->after_await = true; }
+MT_RT inline void turn_give(int* flag, int turn) {
+    if (rt.track) {
+        rt.in_tracker = true;
+        rt.turns_given[reinterpret_cast<uintptr_t>(flag)] = GlobalWrite{rt.block_linear, rt.current->turns_passed};
+        rt.in_tracker = false;
+    }
+    *flag = turn;
+}
+MT_RT inline void turn_awaited(const int* flag) {
+    Thread* t = rt.current;
+    t->after_await = true;
+    t->awaited_block = ~0u;   // none: the flag held its first turn
+    t->awaited_passes = 0;
+    if (!rt.track) return;
+    rt.in_tracker = true;
+    auto it = rt.turns_given.find(reinterpret_cast<uintptr_t>(flag));
+    if (it != rt.turns_given.end()) {
+        t->awaited_block = it->second.block;
+        t->awaited_passes = it->second.passes;
+    }
+    rt.in_tracker = false;
+}
 MT_RT inline void turn_passed() {
     ++rt.current->turns_passed;
     rt.current->after_await = false;
@@ -1010,7 +1034,8 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     rt.shadow_static = rt.track && sbytes ? static_cast<Cell*>(malloc(sbytes * sizeof(Cell))) : nullptr;
     rt.shadow_dyn = rt.track && rt.dyn_size ? static_cast<Cell*>(malloc(rt.dyn_size * sizeof(Cell))) : nullptr;
     rt.global_writes.clear();
-    rt.block_passes.assign(rt.track ? static_cast<size_t>(rt.grid.x) * rt.grid.y * rt.grid.z : 0, 0u);
+    rt.turns_given.clear();
+    rt.in_tracker = false;
 
     struct sigaction act;
     std::memset(&act, 0, sizeof act);
@@ -1055,6 +1080,8 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                         t.unfenced = false;
                         t.turns_passed = 0;
                         t.after_await = false;
+                        t.awaited_block = ~0u;
+                        t.awaited_passes = 0;
                         getcontext(&t.ctx);
                         t.ctx.uc_stack.ss_sp = stack_of(i);
                         t.ctx.uc_stack.ss_size = kStackBytes;
@@ -1086,7 +1113,6 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                     }
                     char why[320];
                     if (!rt.failed && !warpgroups_agree(why, sizeof why)) report("%s", why);
-                    if (rt.track) rt.block_passes[rt.block_linear] = rt.threads[0].turns_passed;
                 }
     }
     rt.in_kernel = 0;
@@ -1104,6 +1130,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     free(rt.shadow_static);
     free(rt.shadow_dyn);
     rt.global_writes.clear();
+    rt.turns_given.clear();
     rt.threads = nullptr;
     rt.warps = nullptr;
     rt.dyn = nullptr;

@@ -1030,17 +1030,18 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
                 for (int nt = 0; nt < Share::NT; ++nt) {
                     const int c = share.c0 + nt * 8;   // the tile's first column: TcMath::store places the pair
                     float v[2] = {dq[0][nt][2 * half], dq[0][nt][2 * half + 1]};
-                    float* sum = dQ_sum + (static_cast<long long>(n) * Tq + i) * D + c + 2 * t;
+                    // dQ_sum is null where one key block is all (then kb = last = 0: never used)
+                    const long long at_sum = (static_cast<long long>(n) * Tq + i) * D + c + 2 * t;
                     if (kb > 0) {
                         float before[2];
-                        load_l2(before, sum);
+                        load_l2(before, dQ_sum + at_sum);
                         v[0] += before[0];
                         v[1] += before[1];
                     }
                     if (kb == last)
                         TcMath<T>::store(dQ + at.o_off + i * o_st + c, t, v[0] * scale, v[1] * scale);
                     else
-                        *reinterpret_cast<Pack<float, 2>*>(sum) = Pack<float, 2>{{v[0], v[1]}};
+                        *reinterpret_cast<Pack<float, 2>*>(dQ_sum + at_sum) = Pack<float, 2>{{v[0], v[1]}};
                 }
             }
             if (kb < last) pass_turn(flag, kb + 1);

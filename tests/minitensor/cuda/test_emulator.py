@@ -769,7 +769,7 @@ LATE_WRITE = ("    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + blockIdx.x + 1;
 @pytest.mark.parametrize(("change", "message"), [
     (None, None),
     (NO_WAIT, "it reads byte .*, which block 0 of this launch wrote, with no await_turn since its own last pass_turn"),
-    (LATE_WRITE, "it reads byte .*, which block 0 of this launch wrote after its last pass_turn"),
+    (LATE_WRITE, "it reads byte .*, which block 0 of this launch wrote, after passing on the turn this thread"),
 ], ids=["in turns", "no wait", "passed before the write"])
 def test_the_race_check_sees_blocks_that_share_global_memory_without_taking_turns(change, message):
     """Blocks run one at a time on the emulator, so one that reads what an earlier block wrote gets
@@ -792,21 +792,26 @@ def test_the_race_check_sees_blocks_that_share_global_memory_without_taking_turn
             kernel((8,), (64,), (order, flag))
 
 
-def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(monkeypatch):
-    """The one-pass attention backward without its await_turn gives the right dQ on the emulator
-    (the key blocks run in order) and could give a wrong one on a GPU: the race check fails it, at
-    the second key block's read of the first block's float32 sum."""
+@pytest.mark.parametrize(("wait", "message"), [
+    ("", "with no await_turn since its own last pass_turn"),
+    ("if (kb > 0 && it == 0) await_turn(flag, kb);", "after passing on the turn this thread waited for"),
+], ids=["never", "first tile only"])
+def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(monkeypatch, wait, message):
+    """The one-pass attention backward without its await_turn, or with it at the first tile of
+    queries only, gives the right dQ on the emulator (the key blocks run in order) and could give a
+    wrong one on a GPU: the race check fails it, at the second key block's read of the first block's
+    float32 sum (of the first tile, or of the second)."""
     name = flash_kernels.one_pass_names("f16", 32)[1]
-    src = broken("flash_attention.cu", "if (kb > 0) await_turn(flag, kb);", "")
+    src = broken("flash_attention.cu", "if (kb > 0) await_turn(flag, kb);", wait)
     real = flash_kernels.kernel
 
     def with_the_change(source, expression, xp, options=()):
         return emulator.EmulatedKernel(src, expression, "race") if expression == name else real(source, expression, xp)
 
     monkeypatch.setattr(flash_kernels, "kernel", with_the_change)
-    q = np.random.default_rng(9).standard_normal((1, 1, 70, 32)).astype(np.float16)   # two key blocks
+    q = np.random.default_rng(9).standard_normal((1, 1, 70, 32)).astype(np.float16)   # two key blocks, two tiles
     out, lse = flash_kernels.forward(q, q, q, None, 0.2)
     monkeypatch.setattr(cuda, "one_pass_backward_enabled", lambda: True)
     monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
-    with pytest.raises(emulator.EmulatorError, match="global-memory race .* with no await_turn"):
+    with pytest.raises(emulator.EmulatorError, match="global-memory race .* " + message):
         flash_kernels.backward(q, q, q, q, out, lse, None, 0.2)
