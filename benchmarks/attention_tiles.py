@@ -83,7 +83,7 @@ def main() -> None:
         rows.append(r)
         print(r, flush=True)
     write_results({"benchmark": "tensor-core attention: mma.sync and wgmma tile settings", "settings":
-                   {s: {"wgmma": SETTINGS[s][0], "one_pass": SETTINGS[s][1], "tiles": SETTINGS[s][2]} for s in chosen},
+                   {s: dict(zip(("wgmma", "one_pass", "tiles"), SETTINGS[s])) for s in chosen},
                    "environment": environment("cuda"), "rows": rows}, a.out)
 
 

@@ -347,7 +347,7 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
 
             t = flash_kernels.ctype(q.dtype)
             wgmma = flash_kernels.wgmma_applies(t, d, q.data)
-            one_pass = t in flash_kernels.TC_TYPES   # the one-pass backward: 16-bit storage
+            one_pass = flash_kernels.one_pass_applies(t, d)
             # (route, attention mode, kernels on, wgmma, one-pass backward)
             routes = [("flash", "flash", True, False, False)] \
                 + ([("flash_one_pass", "flash", True, False, True)] if one_pass else []) \

@@ -132,10 +132,16 @@ def wgmma_instantiations() -> list[str]:
                               + [one_pass_names(t, D, wg=True)[1] for t in TC_TYPES for D in WG_HEAD_SIZES]))
 
 
+def one_pass_applies(t: str, d: int) -> bool:
+    """Whether the one-pass backward can run for type ``t`` and head size ``d``: 16-bit storage, d in
+    ONE_PASS_BQ."""
+    return t in TC_TYPES and d in ONE_PASS_BQ
+
+
 def takes_one_pass(t: str, d: int) -> bool:
-    """Whether the tensor-core backward for type ``t`` and head size ``d`` runs in one pass: 16-bit
-    storage, while :func:`set_one_pass_backward <minitensor.cuda.set_one_pass_backward>` is on."""
-    return one_pass_backward_enabled() and t in TC_TYPES and d in ONE_PASS_BQ
+    """Whether it does: where it applies, while :func:`set_one_pass_backward
+    <minitensor.cuda.set_one_pass_backward>` is on."""
+    return one_pass_backward_enabled() and one_pass_applies(t, d)
 
 
 def _hopper(a) -> bool:
