@@ -429,14 +429,26 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // it with acquire semantics, then a barrier); pass_turn(flag, turn): after a barrier (every thread's
 // writes done) and a fence, thread 0 sets *flag = turn for the block whose turn is next. The sums
 // written in earlier turns are read with load_l2 (ld.global.cg): an SM's L1 is not kept coherent
-// with other SMs' writes. A block may only wait for blocks started before it (a lower blockIdx,
-// x fastest: the order in which the GPU starts them), or it could wait for one that never runs.
+// with other SMs' writes. A block may only wait for blocks that started before it, or it could wait
+// for one that never starts (waiting blocks filling every SM). CUDA promises no order in which blocks
+// start, so a block that waits takes its work from start_order, not from blockIdx: the blocks of
+// lower numbers have started, and each waits only for lower numbers still, so the waits end.
 //
-// The emulator runs blocks one at a time in exactly that order: when a block waits, the flag must
-// already hold its turn, and otherwise it fails (on a GPU, the block would wait for a later one).
+// The emulator runs blocks one at a time, in blockIdx order (x fastest) or, under
+// emulator.block_order("reverse"), the other way round: when a block waits, the flag must already
+// hold its turn, and otherwise it fails (on a GPU, it would wait for a block that starts later).
 // Its race check (check="race") also fails a thread that touches global memory another block wrote
 // unless it waited for a turn that the writer passed on after writing, and has not passed a turn on
 // since (emulator.h's track_global).
+//
+// start_order(counter, slot): the block's number in the order the launch's blocks start, 0, 1, ...
+// (*counter is 0 before the launch; thread 0 takes the number, `slot` is a __shared__ int that hands
+// it to the block). Every thread of the block calls it.
+__device__ __forceinline__ int start_order(int* counter, int& slot) {
+    if (threadIdx.x == 0) slot = atomicAdd(counter, 1);
+    __syncthreads();
+    return slot;
+}
 #ifdef MT_EMULATOR
 __device__ __forceinline__ void await_turn(const int* flag, int turn) {
     if (threadIdx.x == 0) ::mt_emu::turn_check(flag, turn);

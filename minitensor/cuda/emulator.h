@@ -166,6 +166,7 @@ struct Launch {
     unsigned block[3];
     unsigned long long dynamic_shared;
     int track_races;
+    int reverse_blocks;                   // start the blocks from the last (emulator.block_order)
     int nshared;                          // static __shared__ arrays of the kernel...
     const unsigned long long* shared;     // ...as (address, bytes) pairs
 };
@@ -396,8 +397,8 @@ MT_RT inline void track_global(uintptr_t a, size_t n, bool write) {
 // each thread (every thread of the block calls them).
 MT_RT inline void turn_check(const int* flag, int turn) {
     if (*flag != turn)
-        fail("%s: waits for turn %d, but the flag holds %d: only a later block could pass it the turn", where(), turn,
-             *flag);
+        fail("%s: waits for turn %d, but the flag holds %d: only a block that starts after it could pass it the turn",
+             where(), turn, *flag);
 }
 MT_RT inline void turn_give(int* flag, int turn) {
     if (rt.track) {
@@ -1056,64 +1057,67 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
 #endif
 
     if (sigsetjmp(rt.fault_jump, 1) == 0) {
-        for (unsigned bz = 0; bz < rt.grid.z && !rt.failed; ++bz)
-            for (unsigned by = 0; by < rt.grid.y && !rt.failed; ++by)
-                for (unsigned bx = 0; bx < rt.grid.x && !rt.failed; ++bx) {
-                    rt.block_idx = uint3{bx, by, bz};
-                    rt.block_linear = bx + rt.grid.x * (by + rt.grid.y * bz);
-                    rt.barrier_arrived = 0;
-                    rt.barrier_gen = 0;
-                    std::memset(static_cast<void*>(rt.warps), 0, nwarps * sizeof(Warp));
-                    for (int r = 0; r < rt.nshared; ++r)  // NaN in every float, as nobody wrote it
-                        std::memset(reinterpret_cast<void*>(rt.shared[2 * r]), 0xff, rt.shared[2 * r + 1]);
-                    if (rt.dyn_size) std::memset(rt.dyn, 0xff, rt.dyn_size);
-                    if (rt.shadow_static) std::memset(static_cast<void*>(rt.shadow_static), 0, sbytes * sizeof(Cell));
-                    if (rt.shadow_dyn) std::memset(static_cast<void*>(rt.shadow_dyn), 0, rt.dyn_size * sizeof(Cell));
-                    for (int i = 0; i < rt.nthreads; ++i) {
-                        Thread& t = rt.threads[i];
-                        t.id = i;
-                        t.idx = uint3{static_cast<unsigned>(i % rt.block.x),
-                                      static_cast<unsigned>((i / rt.block.x) % rt.block.y),
-                                      static_cast<unsigned>(i / (rt.block.x * rt.block.y))};
-                        t.state = RUNNABLE;
-                        t.wg_issued = 0;
-                        t.unfenced = false;
-                        t.turns_passed = 0;
-                        t.after_await = false;
-                        t.awaited_block = ~0u;
-                        t.awaited_passes = 0;
-                        getcontext(&t.ctx);
-                        t.ctx.uc_stack.ss_sp = stack_of(i);
-                        t.ctx.uc_stack.ss_size = kStackBytes;
-                        t.ctx.uc_link = nullptr;
-                        makecontext(&t.ctx, fiber_main, 0);
-                    }
-                    int exited = 0;
-                    while (exited < rt.nthreads && !rt.failed) {
-                        bool ran = false;
-                        for (int i = 0; i < rt.nthreads && !rt.failed; ++i) {
-                            Thread& t = rt.threads[i];
-                            if (t.state != RUNNABLE) continue;
-                            ran = true;
-                            rt.current = &t;
-                            rt.in_kernel = 1;
+        const unsigned long long blocks = 1ull * rt.grid.x * rt.grid.y * rt.grid.z;
+        for (unsigned long long started = 0; started < blocks && !rt.failed; ++started) {
+            // blockIdx order, x fastest, or from the last block back
+            const unsigned long long l = cfg->reverse_blocks ? blocks - 1 - started : started;
+            rt.block_idx = uint3{static_cast<unsigned>(l % rt.grid.x),
+                                 static_cast<unsigned>(l / rt.grid.x % rt.grid.y),
+                                 static_cast<unsigned>(l / (1ull * rt.grid.x * rt.grid.y))};
+            rt.block_linear = static_cast<unsigned>(l);
+            rt.barrier_arrived = 0;
+            rt.barrier_gen = 0;
+            std::memset(static_cast<void*>(rt.warps), 0, nwarps * sizeof(Warp));
+            for (int r = 0; r < rt.nshared; ++r)  // NaN in every float, as nobody wrote it
+                std::memset(reinterpret_cast<void*>(rt.shared[2 * r]), 0xff, rt.shared[2 * r + 1]);
+            if (rt.dyn_size) std::memset(rt.dyn, 0xff, rt.dyn_size);
+            if (rt.shadow_static) std::memset(static_cast<void*>(rt.shadow_static), 0, sbytes * sizeof(Cell));
+            if (rt.shadow_dyn) std::memset(static_cast<void*>(rt.shadow_dyn), 0, rt.dyn_size * sizeof(Cell));
+            for (int i = 0; i < rt.nthreads; ++i) {
+                Thread& t = rt.threads[i];
+                t.id = i;
+                t.idx = uint3{static_cast<unsigned>(i % rt.block.x),
+                              static_cast<unsigned>((i / rt.block.x) % rt.block.y),
+                              static_cast<unsigned>(i / (rt.block.x * rt.block.y))};
+                t.state = RUNNABLE;
+                t.wg_issued = 0;
+                t.unfenced = false;
+                t.turns_passed = 0;
+                t.after_await = false;
+                t.awaited_block = ~0u;
+                t.awaited_passes = 0;
+                getcontext(&t.ctx);
+                t.ctx.uc_stack.ss_sp = stack_of(i);
+                t.ctx.uc_stack.ss_size = kStackBytes;
+                t.ctx.uc_link = nullptr;
+                makecontext(&t.ctx, fiber_main, 0);
+            }
+            int exited = 0;
+            while (exited < rt.nthreads && !rt.failed) {
+                bool ran = false;
+                for (int i = 0; i < rt.nthreads && !rt.failed; ++i) {
+                    Thread& t = rt.threads[i];
+                    if (t.state != RUNNABLE) continue;
+                    ran = true;
+                    rt.current = &t;
+                    rt.in_kernel = 1;
 #if defined(__SANITIZE_ADDRESS__)
-                            void* fake = nullptr;
-                            __sanitizer_start_switch_fiber(&fake, stack_of(i), kStackBytes);
-                            swapcontext(&rt.scheduler, &t.ctx);
-                            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+                    void* fake = nullptr;
+                    __sanitizer_start_switch_fiber(&fake, stack_of(i), kStackBytes);
+                    swapcontext(&rt.scheduler, &t.ctx);
+                    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-                            swapcontext(&rt.scheduler, &t.ctx);
+                    swapcontext(&rt.scheduler, &t.ctx);
 #endif
-                            rt.in_kernel = 0;
-                            rt.current = nullptr;
-                            if (t.state == EXITED) ++exited;
-                        }
-                        if (!ran && exited < rt.nthreads && !rt.failed) report_deadlock();
-                    }
-                    char why[320];
-                    if (!rt.failed && !warpgroups_agree(why, sizeof why)) report("%s", why);
+                    rt.in_kernel = 0;
+                    rt.current = nullptr;
+                    if (t.state == EXITED) ++exited;
                 }
+                if (!ran && exited < rt.nthreads && !rt.failed) report_deadlock();
+            }
+            char why[320];
+            if (!rt.failed && !warpgroups_agree(why, sizeof why)) report("%s", why);
+        }
     }
     rt.in_kernel = 0;
     rt.current = nullptr;
@@ -1142,9 +1146,9 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
 
 // ---------------------------------------------------------------- check="memory": one launch per process
 // emulator.py writes the launch to a file: the buffers (each copied into a malloc of exactly
-// its size, so AddressSanitizer guards both ends), the arguments, grid, block and dynamic
-// shared memory; this main() runs it and writes the buffers back. On a fault, ASan calls
-// __asan_on_error first, which prints where in the grid it happened.
+// its size, so AddressSanitizer guards both ends), the arguments, grid, block, dynamic
+// shared memory and the blocks' order; this main() runs it and writes the buffers back. On a
+// fault, ASan calls __asan_on_error first, which prints where in the grid it happened.
 #ifdef MT_EMU_RUNNER
 extern "C" {
 void* __asan_get_report_address();
@@ -1170,8 +1174,9 @@ MT_RT inline int runner_main(int argc, char** argv, void (*entry_fn)(void**), co
     char magic[8];
     Launch cfg{};
     unsigned nargs = 0;
-    if (!in || !read_exact(in, magic, 8) || std::memcmp(magic, "MTEMU01", 8) != 0 || !read_exact(in, cfg.grid, 12) ||
-        !read_exact(in, cfg.block, 12) || !read_exact(in, &cfg.dynamic_shared, 8) || !read_exact(in, &nregions, 4)) {
+    if (!in || !read_exact(in, magic, 8) || std::memcmp(magic, "MTEMU02", 8) != 0 || !read_exact(in, cfg.grid, 12) ||
+        !read_exact(in, cfg.block, 12) || !read_exact(in, &cfg.dynamic_shared, 8) ||
+        !read_exact(in, &cfg.reverse_blocks, 4) || !read_exact(in, &nregions, 4)) {
         fprintf(stderr, "MT_EMU_ERROR: %s: unreadable launch request %s\n", name, argv[1]);
         return 2;
     }

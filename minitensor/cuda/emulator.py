@@ -35,7 +35,11 @@ where it applies, the block and the thread:
   same byte between two barriers, one of them writing, is reported as a race. Global memory
   too: a block that touches a byte another block of the launch wrote must have taken its turn
   (``common.cuh``'s ``await_turn``), and the writer must have passed the turn on after writing;
-  otherwise the access is reported (blocks run one at a time here, but at once on a GPU).
+  otherwise the access is reported (blocks run one at a time here, but at once on a GPU);
+* blocks that wait for one another: a block that waits for a turn no block started before it
+  can pass on fails (on a GPU it could wait for ever). Blocks start in ``blockIdx`` order
+  (x fastest), or from the last block back under :func:`block_order` ``("reverse")``: CUDA
+  promises no order, so a kernel whose blocks take turns should give the same result in both.
 
 How it is called: exactly as CuPy calls a compiled kernel, ``kernel(grid, block, args,
 shared_mem=...)``, with NumPy arrays where CuPy would take CuPy arrays (a NumPy array is
@@ -67,6 +71,7 @@ import subprocess
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -86,6 +91,8 @@ DYNAMIC_SHARED_DEFAULT = 48 * 1024          # without opting in
 SHARED_OPT_IN_LIMIT = 227 * 1024            # static + dynamic, opted in
 _ERRLEN = 16384
 _ASAN_EXIT = 86
+BLOCK_ORDERS = ("index", "reverse")
+_block_order = "index"
 
 
 class EmulatorError(RuntimeError):
@@ -227,7 +234,8 @@ class _ParamInfo(ctypes.Structure):
 
 class _Launch(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("dynamic_shared", ctypes.c_ulonglong),
-                ("track_races", ctypes.c_int), ("nshared", ctypes.c_int), ("shared", ctypes.POINTER(ctypes.c_ulonglong))]
+                ("track_races", ctypes.c_int), ("reverse_blocks", ctypes.c_int), ("nshared", ctypes.c_int),
+                ("shared", ctypes.POINTER(ctypes.c_ulonglong))]
 
 
 def _unit(expression: str, check: str | None) -> str:
@@ -524,7 +532,8 @@ class EmulatedKernel:
             keep.append(buf)
             pointers[i] = ctypes.cast(buf, ctypes.c_void_p)
         cfg = _Launch((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), int(shared_mem),
-                      1 if self.check == "race" else 0, len(self._shared_names), self._shared)
+                      1 if self.check == "race" else 0, _block_order == "reverse", len(self._shared_names),
+                      self._shared)
         err = ctypes.create_string_buffer(_ERRLEN)
         with _launch_lock:
             rc = self._lib.mt_emu_launch(ctypes.byref(cfg), pointers, err, _ERRLEN)
@@ -554,9 +563,10 @@ class EmulatedKernel:
             else:
                 regions.append(s)
         region_of = {i: r for r, reg in enumerate(regions) for i in reg[2]}
-        request = bytearray(b"MTEMU01\0")
+        request = bytearray(b"MTEMU02\0")
         request += np.array(grid, np.uint32).tobytes() + np.array(block, np.uint32).tobytes()
-        request += np.uint64(shared_mem).tobytes() + np.uint32(len(regions)).tobytes()
+        request += np.uint64(shared_mem).tobytes() + np.int32(_block_order == "reverse").tobytes()
+        request += np.uint32(len(regions)).tobytes()
         for lo, hi, _ in regions:
             request += np.uint64(hi - lo).tobytes() + ctypes.string_at(lo, hi - lo)
         request += np.uint32(len(packed)).tobytes()
@@ -620,6 +630,22 @@ class EmulatedKernel:
         if summary:
             msg += f"\n{summary.group(0)}"
         return msg
+
+
+@contextmanager
+def block_order(order: str):
+    """Within the ``with``, every launch starts its blocks in ``order``: ``"index"`` (``blockIdx``
+    order, x fastest: the default) or ``"reverse"`` (from the last block back). A GPU may start a
+    launch's blocks in any order; a kernel whose blocks wait for one another must neither hang nor
+    change its result, and running it both ways here shows it."""
+    global _block_order
+    if order not in BLOCK_ORDERS:
+        raise ValueError(f"order must be one of {BLOCK_ORDERS}, got {order!r}")
+    before, _block_order = _block_order, order
+    try:
+        yield
+    finally:
+        _block_order = before
 
 
 _launch_lock = threading.Lock()   # the runtime of one library is one block at a time

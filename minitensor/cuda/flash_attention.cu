@@ -399,23 +399,24 @@ struct AllowedKeys {   // may query i attend to key j?
     }
 };
 
-// Where a thread of a tensor-core block stands: the (batch, head) pair n = blockIdx.x, the lane's
-// g and t, the block's first row (blockIdx.y * 64 MT) and its warp's first (its MT blocks of 16 rows
-// follow one another with mma.sync; with wgmma (WG) block mt is the warp's 16 rows of the
-// warpgroup's mt-th 64), both families' offsets for this (batch, head), and the mask.
+// Where a thread of a tensor-core block stands, given the block's (batch, head) pair n and its block of
+// rows (blockIdx.x and .y, except in the one-pass backward, whose blocks take theirs in the order they
+// start): the lane's g and t, the block's first row (64 MT rows a block) and its warp's first (its MT
+// blocks of 16 rows follow one another with mma.sync; with wgmma (WG) block mt is the warp's 16 rows
+// of the warpgroup's mt-th 64), both families' offsets for this (batch, head), and the mask.
 struct TcPlace {
     int n, g, t, block_row0, row0;
     long long q_off, o_off, k_off, dk_off;
     AllowedKeys allowed;
 };
 
-__device__ __forceinline__ TcPlace tc_place(const unsigned char* mask, long long mask_sb, long long mask_sh,
-                                            long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
-                                            long long q_sb, long long q_sh, long long o_sb, long long o_sh,
+__device__ __forceinline__ TcPlace tc_place(int n, int row_block, const unsigned char* mask, long long mask_sb,
+                                            long long mask_sh, long long mask_sq, long long mask_sk, int H, int Tq,
+                                            int Tk, long long q_sb, long long q_sh, long long o_sb, long long o_sh,
                                             long long k_sb, long long k_sh, long long dk_sb, long long dk_sh,
                                             int causal, int MT = 1, bool WG = false) {
-    const int n = blockIdx.x, b = n / H, h = n % H, lane = threadIdx.x % MT_WARP;
-    const int block_row0 = blockIdx.y * 64 * MT;
+    const int b = n / H, h = n % H, lane = threadIdx.x % MT_WARP;
+    const int block_row0 = row_block * 64 * MT;
     return TcPlace{n, lane / 4, lane % 4, block_row0,
                    block_row0 + static_cast<int>(threadIdx.x / MT_WARP) * (WG ? 16 : 16 * MT),
                    b * q_sb + h * q_sh, b * o_sb + h * o_sh, b * k_sb + h * k_sh, b * dk_sb + h * dk_sh,
@@ -733,8 +734,8 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
     __shared__ __align__(16) T Ks[2][BK][PITCH];   // the tile's keys (for Q K^T)
     __shared__ __align__(16) T Vs[2][BK][PITCH];   // and values (for P V)
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
-    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
-                                k_sb, k_sh, dk_sb, dk_sh, causal, MT, WG);
+    const TcPlace at = tc_place(blockIdx.x, blockIdx.y, mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq,
+                                Tk, q_sb, q_sh, o_sb, o_sh, k_sb, k_sh, dk_sb, dk_sh, causal, MT, WG);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
@@ -809,8 +810,8 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
     __shared__ __align__(16) T Ks[2][BK][PITCH];   // keys (for Q K^T and dS K)
     __shared__ __align__(16) T Vs[2][BK][PITCH];   // values (for dO V^T)
     static_assert(sizeof(Ks) + sizeof(Vs) <= 48 * 1024, "two buffers fit in the static 48 KB");
-    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
-                                k_sb, k_sh, dk_sb, dk_sh, causal, MT, WG);
+    const TcPlace at = tc_place(blockIdx.x, blockIdx.y, mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq,
+                                Tk, q_sb, q_sh, o_sb, o_sh, k_sb, k_sh, dk_sb, dk_sh, causal, MT, WG);
     const int n = at.n, g = at.g, t = at.t, block_q0 = at.block_row0, q0 = at.row0;   // rows are queries
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off;
@@ -868,7 +869,8 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
 
 // Before the one-pass backward (the dK/dV kernel with DQ): delta_i = dO_i . O_i, which the dQ pass
 // computes otherwise, and 0 in the turns of the tiles of BQ queries that start among the block's 64
-// queries. A block per (batch, head) pair and 64 queries, 16 a warp.
+// queries; block (0, 0) also sets the start-order counter after the turns to 0. A block per
+// (batch, head) pair and 64 queries, 16 a warp.
 template <typename T, int D, int BQ>
 __global__ void __launch_bounds__(128)
 flash_attention_tc_delta(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ Delta,
@@ -885,6 +887,7 @@ flash_attention_tc_delta(const T* __restrict__ O, const T* __restrict__ dO, floa
     const int tiles = (Tq + BQ - 1) / BQ;
     const int tile = blockIdx.y * (64 / BQ) + threadIdx.x;
     if (threadIdx.x < 64 / BQ && tile < tiles) turns[static_cast<long long>(n) * tiles + tile] = 0;
+    if (n == 0 && blockIdx.y == 0 && threadIdx.x == 0) turns[static_cast<long long>(gridDim.x) * tiles] = 0;
 }
 
 // The one-pass backward (DQ below) adds each key block's share of dQ to a float32 sum, dQ_i +=
@@ -922,7 +925,8 @@ struct DqShare {
 // two passes take 7: S and dP are not computed a second time for dQ), with delta computed before it
 // (flash_attention_tc_delta). For each tile of queries the block also computes its share of dQ
 // (DqShare), and the key blocks of one (batch, head) add their shares in the order of their index:
-// the block of keys kb waits for turn kb on the tile's flag (turns[n][tile], set to 0 by
+// key block kb (the block's place taken in the order blocks start, not its blockIdx) waits for turn
+// kb on the tile's flag (turns[n][tile], set to 0 by
 // flash_attention_tc_delta), adds its share to what blocks 0 .. kb - 1 left in dQ_sum (float32,
 // (N, Tq, D)), and passes the turn on (common.cuh's await_turn). Block 0 writes its share without
 // reading, and the tile's last block (the last key block, or with `causal` the last one that reaches
@@ -950,8 +954,17 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
     __shared__ __align__(16) T dSs[DQ ? 64 : 1][DQ ? SPITCH : 8];
     static_assert(sizeof(Qs) + sizeof(dOs) + sizeof(lse_s) + sizeof(delta_s) + sizeof(Ks) + sizeof(dSs) <= 48 * 1024,
                   "two buffers fit in 48 KB");
-    const TcPlace at = tc_place(mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb, o_sh,
-                                k_sb, k_sh, dk_sb, dk_sh, causal);
+    // DQ: key block kb waits for key blocks 0 .. kb - 1 of its (batch, head), so the blocks take their
+    // places in the order they start (common.cuh's start_order; the counter follows the turns)
+    __shared__ int started;
+    int place_n = blockIdx.x, kb = blockIdx.y;
+    if constexpr (DQ) {
+        const int order = start_order(turns + static_cast<long long>(gridDim.x) * ((Tq + BQ - 1) / BQ), started);
+        place_n = order % gridDim.x;
+        kb = order / gridDim.x;
+    }
+    const TcPlace at = tc_place(place_n, kb, mask, mask_sb, mask_sh, mask_sq, mask_sk, H, Tq, Tk, q_sb, q_sh, o_sb,
+                                o_sh, k_sb, k_sh, dk_sb, dk_sh, causal);
     const int n = at.n, g = at.g, t = at.t, block_k0 = at.block_row0, k0 = at.row0;   // rows are keys
     const AllowedKeys& allowed = at.allowed;
     const long long q_off = at.q_off, o_off = at.o_off, k_off = at.k_off, dk_off = at.dk_off;
@@ -1019,7 +1032,7 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
             float dq[1][Share::NT][4];
             share(dq, &dSs[0][0], &Ks[0][0]);   // this block's part of dQ for queries [i0, i0 + BQ)
             // the tile's last key block: with `causal`, the last that starts at or before query i0
-            const int kb = blockIdx.y, blocks = gridDim.y, last = causal && i0 / 64 < blocks ? i0 / 64 : blocks - 1;
+            const int blocks = gridDim.y, last = causal && i0 / 64 < blocks ? i0 / 64 : blocks - 1;
             int* flag = turns + static_cast<long long>(n) * ((Tq + BQ - 1) / BQ) + i0 / BQ;
             if (kb > 0) await_turn(flag, kb);
 #pragma unroll

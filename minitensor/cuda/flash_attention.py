@@ -315,11 +315,13 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
 
 def _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, delta, dq, dk, dv):
     """The one-pass backward: delta and the turns first, then one block per 64 keys computes dK and
-    dV and adds its share of dQ to a float32 sum in turns (none where one key block is all)."""
+    dV and adds its share of dQ to a float32 sum in turns (none where one key block is all). The
+    turns are B H tiles flags, then the counter that gives the blocks their places in the order
+    they start."""
     B, H, Tq, _, _ = _dims(q, k)
     delta_name, backward_name = one_pass_names(t, d, wg)
     tiles = -(-Tq // ONE_PASS_BQ[d])
-    turns = cp.empty((B * H, tiles), dtype=np.int32)
+    turns = cp.empty(B * H * tiles + 1, dtype=np.int32)
     dq_sum = cp.empty((B * H, Tq, d), dtype=np.float32) if key_blocks > 1 else no_pointer()
     kernel(SOURCE, delta_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,),
                                    (out, grad, delta, turns, np.int32(H), np.int32(Tq))

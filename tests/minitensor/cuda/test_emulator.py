@@ -761,9 +761,9 @@ def test_a_wgmma_reading_cp_async_writes_that_were_not_fenced_is_refused():
 # turn, and blocks that pass the turn on before they write the word (so the next reads it in its
 # turn, but before the write it waited for)
 NO_WAIT = ("if (turn > 0) await_turn(FLAG, turn);", "")
-LATE_WRITE = ("    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + blockIdx.x + 1;\n    pass_turn(FLAG, turn + 1);",
+LATE_WRITE = ("    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + turn + 1;\n    pass_turn(FLAG, turn + 1);",
               "    unsigned int seen = 0;\n    if (threadIdx.x == 0) seen = *ORDER;\n    pass_turn(FLAG, turn + 1);\n"
-              "    if (threadIdx.x == 0) *ORDER = seen * 31u + blockIdx.x + 1;")
+              "    if (threadIdx.x == 0) *ORDER = seen * 31u + turn + 1;")
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -776,20 +776,20 @@ def test_the_race_check_sees_blocks_that_share_global_memory_without_taking_turn
     the right value whether or not it waited; on a GPU they run at once. The race check fails a block
     that touches another block's write without an await_turn, or whose writer passed the turn on
     before writing; the blocks of test_kernels.py's TURNS, which take turns, pass."""
-    from .test_kernels import TURNS  # noqa: PLC0415
+    from .test_kernels import START_ORDER, TURNS  # noqa: PLC0415
 
     text = TURNS
     if change:
         assert text.count(change[0]) == 1
         text = text.replace(*change)
-    order, flag = np.zeros(1, np.uint32), np.zeros(1, np.int32)
-    kernel = emulator.compile_source(text, "take_turns<false>", "race")
+    order, flag, counter = np.zeros(1, np.uint32), np.zeros(1, np.int32), np.zeros(1, np.int32)
+    kernel = emulator.compile_source(text, START_ORDER, "race")
     if message is None:
-        kernel((8,), (64,), (order, flag))
+        kernel((8,), (64,), (order, flag, counter))
         assert flag[0] == 8
     else:
         with pytest.raises(emulator.EmulatorError, match=message):
-            kernel((8,), (64,), (order, flag))
+            kernel((8,), (64,), (order, flag, counter))
 
 
 @pytest.mark.parametrize(("wait", "message"), [
@@ -815,3 +815,44 @@ def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(mon
     monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
     with pytest.raises(emulator.EmulatorError, match="global-memory race .* " + message):
         flash_kernels.backward(q, q, q, q, out, lse, None, 0.2)
+
+
+START_ORDER_LINE = ("const int order = start_order(turns + static_cast<long long>(gridDim.x) * ((Tq + BQ - 1) / BQ), "
+                    "started);")
+
+
+@pytest.mark.parametrize("places", ["start order", "blockIdx"])
+def test_the_one_pass_backward_does_not_depend_on_the_order_its_blocks_start_in(monkeypatch, places):
+    """A GPU may start a launch's blocks in any order. The one-pass backward's key blocks take their
+    places, and so their turns, in the order they start: with the blocks started from the last, the
+    emulator gives the same bits as in blockIdx order, and the two passes' gradients to 16-bit
+    rounding. The same kernel with its places taken from blockIdx waits there for a block that has
+    not started (on a GPU, a hang once the waiting blocks fill it), and the emulator fails it."""
+    name = flash_kernels.one_pass_names("f16", 32)[1]
+    src = broken("flash_attention.cu", START_ORDER_LINE,
+                 "const int order = start_order(turns + 0, started) * 0 + blockIdx.x + gridDim.x * blockIdx.y;"
+                 if places == "blockIdx" else START_ORDER_LINE)
+    real = flash_kernels.kernel
+
+    def with_the_change(source, expression, xp, options=()):
+        return emulator.EmulatedKernel(src, expression) if expression == name else real(source, expression, xp)
+
+    monkeypatch.setattr(flash_kernels, "kernel", with_the_change)
+    rng = np.random.default_rng(11)
+    q, k, v, g = (rng.standard_normal((2, 2, 150, 32)).astype(np.float16) for _ in range(4))   # 3 key blocks a pair
+    out, lse = flash_kernels.forward(q, k, v, None, 0.2, causal=True)
+    two_passes = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
+    monkeypatch.setattr(cuda, "one_pass_backward_enabled", lambda: True)
+    monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
+    with emulator.block_order("index"):
+        in_order = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
+    if places == "blockIdx":
+        with emulator.block_order("reverse"), pytest.raises(EmulatorError, match="starts after it"):
+            flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
+        return
+    with emulator.block_order("reverse"):
+        backwards = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
+    for first, second, reference in zip(in_order, backwards, two_passes):
+        assert first.tobytes() == second.tobytes()
+        scale = np.abs(reference.astype(np.float32)).max()
+        assert np.abs(first.astype(np.float32) - reference.astype(np.float32)).max() < 0.02 * scale

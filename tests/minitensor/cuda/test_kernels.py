@@ -9,7 +9,7 @@ Every test runs once per backend (the ``dev`` fixture): on the CPU emulator of C
 import tracemalloc
 import types
 import zlib
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import pytest
@@ -1488,40 +1488,58 @@ def test_the_emulator_refuses_operands_changed_while_a_wgmma_is_in_flight(meddli
                                                                                  np.int32(1)))
 
 
-# Each block in its turn folds its index into ORDER (ORDER = 31 ORDER + b + 1, modulo 2^32), a result
-# that depends on the order of the blocks: block b takes turn b, or turn gridDim.x - 1 - b (BACKWARDS:
-# block 0 waits for the last block, which starts after it).
+# Each block in its turn folds its turn into ORDER (ORDER = 31 ORDER + turn + 1, modulo 2^32), a result
+# that depends on the order of the turns. A block's turn is, by WAY: 0, its place in the order the
+# blocks start (start_order, which counts in COUNTER); 1, blockIdx.x; 2, gridDim.x - 1 - blockIdx.x.
 TURNS = r"""
 #include "common.cuh"
-template <bool BACKWARDS>
-__global__ void take_turns(unsigned int* ORDER, int* FLAG) {
-    const int turn = BACKWARDS ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+template <int WAY>
+__global__ void take_turns(unsigned int* ORDER, int* FLAG, int* COUNTER) {
+    __shared__ int slot;
+    const int turn = WAY == 0 ? start_order(COUNTER, slot) : WAY == 1 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
     if (turn > 0) await_turn(FLAG, turn);
-    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + blockIdx.x + 1;
+    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + turn + 1;
     pass_turn(FLAG, turn + 1);
 }
 """
+START_ORDER, BY_INDEX, BACKWARDS = "take_turns<0>", "take_turns<1>", "take_turns<2>"
 
 
-def test_blocks_take_turns_in_the_order_of_their_index(dev):
-    """common.cuh's await_turn and pass_turn (the one-pass backward adds dQ with them): 64 blocks of
-    128 threads, each folding its index into one word in its turn, leave the fold of 1, 2, .., 64 in
-    that order and pass the flag to 64. On a GPU the blocks run at once, and only the turns order them."""
-    fn = _own_kernel(dev, TURNS, "take_turns<false>")
-    order, flag = dev.xp.zeros(1, np.uint32), dev.xp.zeros(1, np.int32)
-    fn((64,), (128,), (order, flag))
+def _take_turns(xp, fn, blocks: int) -> tuple[int, int]:
+    """(ORDER, FLAG) after ``fn`` (a TURNS kernel) ran ``blocks`` blocks of 128 threads."""
+    order, flag, counter = xp.zeros(1, np.uint32), xp.zeros(1, np.int32), xp.zeros(1, np.int32)
+    fn((blocks,), (128,), (order, flag, counter))
+    return int(mt.backend.to_numpy(order)[0]), int(mt.backend.to_numpy(flag)[0])
+
+
+def test_blocks_take_turns_in_the_order_they_start(dev):
+    """common.cuh's start_order, await_turn and pass_turn (the one-pass backward adds dQ with them):
+    64 blocks of 128 threads, each taking its turn by its place in the order the blocks start and
+    folding that turn into one word, leave the fold of 1, 2, .., 64 in that order and pass the flag
+    to 64, whichever order the blocks start in (the emulator starts them both ways). On a GPU the
+    blocks run at once, and only the turns order them."""
     expected = 0
     for b in range(64):
         expected = (expected * 31 + b + 1) % 2**32
-    assert int(mt.backend.to_numpy(order)[0]) == expected and int(mt.backend.to_numpy(flag)[0]) == 64
+    fn = _own_kernel(dev, TURNS, START_ORDER)
+    for way in ("the GPU's",) if dev.gpu else emulator.BLOCK_ORDERS:
+        with nullcontext() if dev.gpu else emulator.block_order(way):
+            assert _take_turns(dev.xp, fn, 64) == (expected, 64), way
 
 
-def test_the_emulator_refuses_a_block_that_waits_for_a_later_one():
-    """A block may only wait for blocks started before it (a lower index): the emulator, which runs
-    blocks one at a time in that order, fails a kernel whose first block waits for the last (on a
-    GPU it could wait for ever)."""
+@pytest.mark.parametrize(("expression", "order"), [(BACKWARDS, "index"), (BY_INDEX, "reverse")],
+                         ids=["first waits for last", "by blockIdx, started backwards"])
+def test_the_emulator_refuses_a_block_that_waits_for_one_not_started(expression, order):
+    """A block may only wait for blocks that started before it: the emulator, which runs blocks one
+    at a time, fails a kernel whose first block waits for the last (on a GPU it could wait for
+    ever), and one that takes turns by blockIdx when the blocks start from the last (a GPU promises
+    no order), where the same kernel passes in blockIdx order."""
     ok, why = emulator.available()
     require(ok, f"the CUDA emulator cannot run here: {why}")
-    order, flag = np.zeros(1, np.uint32), np.zeros(1, np.int32)
-    with cuda.emulate(True), pytest.raises(emulator.EmulatorError, match="only a later block could pass it the turn"):
-        emulator.compile_source(TURNS, "take_turns<true>")((4,), (128,), (order, flag))
+    fn = emulator.compile_source(TURNS, expression)
+    with cuda.emulate(True):
+        if expression == BY_INDEX:
+            assert _take_turns(np, fn, 4)[1] == 4
+        with emulator.block_order(order), \
+                pytest.raises(emulator.EmulatorError, match="only a block that starts after it could pass it the turn"):
+            _take_turns(np, fn, 4)
