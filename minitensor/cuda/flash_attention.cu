@@ -590,16 +590,26 @@ __device__ __forceinline__ void mma_shared(float (*acc)[NT][4], const unsigned i
 
 // How tile_product treats its accumulator: ADD (acc += A B) or SET (acc = A B: on wgmma the first
 // k-step ignores acc, so no zeros are written first), and whether it waits for its result (the
-// default) or, with ON, runs on behind the next product issued, whose wait must then be followed by
-// tile_settle(acc) (two independent products, as dP beside S: one wait for both).
-enum TileOp { ADD = 0, SET = 1, ON = 2 };
+// default) or, with ON, runs on behind what the warps do next: on wgmma it closes a group of
+// products (wgmma's commit_group) and returns, and acc may be read after tile_wait has waited for
+// that group, then tile_settle(acc). JOIN: as ON, but the group stays open and the next product
+// joins it (two products a wait covers together, as S and dP). On mma.sync every product is done
+// when tile_product returns, and tile_wait does nothing.
+enum TileOp { ADD = 0, SET = 1, ON = 2, JOIN = 4 };
 
-// acc may be read: after the wait of its tile_product, or of a later one where it ran ON
+// acc may be read: after the wait of its tile_product, or the tile_wait that covers its group
 template <int MT, int NT, bool WG>
 __device__ __forceinline__ void tile_settle(float (*acc)[NT][4]) {
     if constexpr (WG)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) wg_settle<NT>(acc[mt]);
+}
+
+// wait until at most N of the groups of products issued ON are still running (groups end in the
+// order they were issued)
+template <int N, bool WG>
+__device__ __forceinline__ void tile_wait() {
+    if constexpr (WG) wg_wait<N>();
 }
 
 // The same product on either kind of tile: mma_shared on mma.sync's row-major tiles; with WG, one
@@ -619,8 +629,8 @@ __device__ __forceinline__ void tile_product(float (*acc)[NT][4], const unsigned
 #pragma unroll
             for (int kk = 0; kk < KK; ++kk)
                 wgmma_64xNx16<T, 8 * NT, B_T>(acc[mt], a[mt][kk], b.plus(kk * KSTEP), kk > 0 || !(OP & SET));
-        wg_commit();
-        if constexpr (!(OP & ON)) {
+        if constexpr (!(OP & JOIN)) wg_commit();
+        if constexpr (!(OP & (ON | JOIN))) {
             wg_wait<0>();
             tile_settle<MT, NT, WG>(acc);
         }
@@ -761,16 +771,36 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
         const int j0 = it * BK, buf = it % 2;
         TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float s[MT][BK / 8][4];
-        tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
         unsigned int pf[MT][BK / KS][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+        // the softmax of a block of rows: S's scale and mask, P = 2^(S - m) with O and l rescaled, P packed
+        auto softmax = [&](int mt) {
             const int r0 = q0 + STEP * mt;
             scale_scores<T, BK / 8, false>(s[mt], scale2, allowed, r0, j0, allowed.whole(r0, 16, j0, BK));
             online_softmax<BK / 8, D / 8>(s[mt], m[mt], l[mt], o[mt]);
             pack_a<T, BK / 8>(pf[mt], s[mt]);
+        };
+        if constexpr (WG) {
+            // wgmma runs behind the warps' own work: each block of rows' S is issued first, and while
+            // the tensor cores compute the next block's S, or the block before's P V, the warps take a
+            // block's softmax (tile_wait<MT - 1> leaves running the MT - 1 groups issued after S_mt)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+                tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | ON>(&s[mt], &qf[mt], &Ks[buf][0][0]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                tile_wait<MT - 1, WG>();
+                tile_settle<1, BK / 8, WG>(&s[mt]);                                                // S = Q K^T
+                softmax(mt);
+                tile_product<T, 1, D / 8, BK / KS, D, false, WG, ON>(&o[mt], &pf[mt], &Vs[buf][0][0]);  // O += P V
+            }
+            tile_wait<0, WG>();
+            tile_settle<MT, D / 8, WG>(o);
+        } else {   // mma.sync: one B fragment read serves the MT blocks' products
+            tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) softmax(mt);
+            tile_product<T, MT, D / 8, BK / KS, D, false, WG>(o, pf, &Vs[buf][0][0]);       // O += P V
         }
-        tile_product<T, MT, D / 8, BK / KS, D, false, WG>(o, pf, &Vs[buf][0][0]);  // O += P V
         TilePipe::release();
     }
 #pragma unroll
@@ -843,12 +873,9 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
         const int j0 = it * BK, buf = it % 2;
         TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float s[MT][BK / 8][4], dp[MT][BK / 8][4];
-        tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET | ON>(s, qf, &Ks[buf][0][0]);   // S = Q K^T, and beside it
-        tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(dp, dof, &Vs[buf][0][0]);      // dP = dO V^T
-        tile_settle<MT, BK / 8, WG>(s);
         unsigned int dsf[MT][BK / KS][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+        // dS of a block of rows from its S and dP, packed
+        auto scores_gradient = [&](int mt) {
             const int r0 = q0 + STEP * mt;
             scale_scores<T, BK / 8, false>(s[mt], scale2, allowed, r0, j0, allowed.whole(r0, 16, j0, BK));
 #pragma unroll
@@ -859,8 +886,32 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                     dp[mt][nt][e] = p * (dp[mt][nt][e] - delta[mt][e / 2]);  // dS
                 }
             pack_a<T, BK / 8>(dsf[mt], dp[mt]);
+        };
+        if constexpr (WG) {
+            // as in the forward: a block of rows' S and dP in one group, and a block's dS while the
+            // tensor cores compute the next block's S and dP, or the block before's dS K
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | JOIN>(&s[mt], &qf[mt], &Ks[buf][0][0]);
+                tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | ON>(&dp[mt], &dof[mt], &Vs[buf][0][0]);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                tile_wait<MT - 1, WG>();
+                tile_settle<1, BK / 8, WG>(&s[mt]);                                    // S = Q K^T
+                tile_settle<1, BK / 8, WG>(&dp[mt]);                                   // dP = dO V^T
+                scores_gradient(mt);
+                tile_product<T, 1, D / 8, BK / KS, D, false, WG, ON>(&dq[mt], &dsf[mt], &Ks[buf][0][0]);  // dQ += dS K
+            }
+            tile_wait<0, WG>();
+            tile_settle<MT, D / 8, WG>(dq);
+        } else {   // mma.sync: one B fragment read serves the MT blocks' products
+            tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(s, qf, &Ks[buf][0][0]);      // S = Q K^T
+            tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(dp, dof, &Vs[buf][0][0]);    // dP = dO V^T
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) scores_gradient(mt);
+            tile_product<T, MT, D / 8, BK / KS, D, false, WG>(dq, dsf, &Ks[buf][0][0]);       // dQ += dS K
         }
-        tile_product<T, MT, D / 8, BK / KS, D, false, WG>(dq, dsf, &Ks[buf][0][0]);  // dQ += dS K
         TilePipe::release();
     }
 #pragma unroll
@@ -1004,26 +1055,33 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
         const int i0 = i_begin + it * BQ, buf = it % 2;
         TilePipe::await<WG>(it, it + 1 < tiles, copy);
         float st[BQ / 8][4], dpt[BQ / 8][4];
-        tile_product<T, 1, BQ / 8, D / KS, D, true, WG, SET | ON>(&st, &kf, &Qs[buf][0][0]);   // S^T = K Q^T, beside
+        // On wgmma each product runs behind the warps' work that does not need it: P^T's exponentials
+        // behind dP^T, dS^T behind dV's product, and (DQ) the share of dQ behind dK's
+        tile_product<T, 1, BQ / 8, D / KS, D, true, WG, SET | ON>(&st, &kf, &Qs[buf][0][0]);   // S^T = K Q^T
         if (!HOLD_V) load_rows_a<T, D>(vf, V + k_off, k_st, k0, Tk);
-        tile_product<T, 1, BQ / 8, D / KS, D, true, WG, SET>(&dpt, &vf, &dOs[buf][0][0]);      // dP^T = V dO^T
+        tile_product<T, 1, BQ / 8, D / KS, D, true, WG, SET | ON>(&dpt, &vf, &dOs[buf][0][0]);  // dP^T = V dO^T
+        tile_wait<1, WG>();
         tile_settle<1, BQ / 8, WG>(&st);
         scale_scores<T, BQ / 8, true>(st, scale2, allowed, k0, i0, allowed.whole(i0, BQ, k0, 16));
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
+            for (int e = 0; e < 4; ++e) {   // P^T, 0 where not allowed
                 const int c = nt * 8 + TcMath<T>::col(t, e % 2);   // query i0 + c
-                const float p = exp2_(fmaf(lse_s[buf][c], -MT_LOG2E, st[nt][e]));   // 0 where not allowed
-                st[nt][e] = p;                                                    // P^T
-                dpt[nt][e] = p * (dpt[nt][e] - delta_s[buf][c]);                  // dS^T
+                st[nt][e] = exp2_(fmaf(lse_s[buf][c], -MT_LOG2E, st[nt][e]));
             }
         unsigned int pf[BQ / KS][4], dsf[BQ / KS][4];
         pack_a<T, BQ / 8>(pf, st);
+        tile_product<T, 1, D / 8, BQ / KS, D, false, WG, ON>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO
+        tile_wait<1, WG>();
+        tile_settle<1, BQ / 8, WG>(&dpt);
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)   // dS^T
+                dpt[nt][e] = st[nt][e] * (dpt[nt][e] - delta_s[buf][nt * 8 + TcMath<T>::col(t, e % 2)]);
         pack_a<T, BQ / 8>(dsf, dpt);
-        tile_product<T, 1, D / 8, BQ / KS, D, false, WG, ON>(&dv, &pf, &dOs[buf][0][0]);   // dV += P^T dO, beside
-        tile_product<T, 1, D / 8, BQ / KS, D, false, WG>(&dk, &dsf, &Qs[buf][0][0]);         // dK += dS^T Q
-        tile_settle<1, D / 8, WG>(&dv);
+        tile_product<T, 1, D / 8, BQ / KS, D, false, WG, ON>(&dk, &dsf, &Qs[buf][0][0]);   // dK += dS^T Q
         if constexpr (DQ) {
             store_rows<T, BQ>(&dSs[0][0], SPITCH, k0 - block_k0, 64, dpt, 1.f);   // dS^T, rounded as dK took it
             __syncthreads();
@@ -1059,6 +1117,9 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
             }
             if (kb < last) pass_turn(flag, kb + 1);
         }
+        tile_wait<0, WG>();
+        tile_settle<1, D / 8, WG>(&dv);
+        tile_settle<1, D / 8, WG>(&dk);
         TilePipe::release();
     }
     store_rows<T, D>(dK + dk_off, dk_st, k0, Tk, dk, scale);

@@ -25,9 +25,10 @@ def test_every_source_has_a_launcher():
     assert sorted(p.name for p in sources.FOLDER.glob("*.cu")) == sorted(sources.SOURCES)
 
 
-def _compile(tmp_path, filename, exprs=None, arch="sm_90"):
+def _compile(tmp_path, filename, exprs=None, arch="sm_90", log: list | None = None):
     """Compile ``filename`` for ``arch`` plus a function taking the address of every instantiation
-    its launcher uses (or of ``exprs``); returns {mangled kernel name: resource line} from ptxas."""
+    its launcher uses (or of ``exprs``); returns {mangled kernel name: resource line} from ptxas
+    (and appends nvcc's whole report to ``log``)."""
     exprs = LAUNCHERS[filename].instantiations() if exprs is None else exprs
     text = sources.source(filename) + "\nvoid instantiate_all() {\n    void* kernels[] = {\n"
     text += "".join(f"        (void*)&{e},\n" for e in exprs) + "    };\n    (void)kernels;\n}\n"
@@ -36,6 +37,8 @@ def _compile(tmp_path, filename, exprs=None, arch="sm_90"):
     out = subprocess.run([NVCC, f"-arch={arch}", "-cubin", "-Xptxas", "-v", "-diag-suppress", "550", "-o",
                           str(tmp_path / "out.cubin"), str(src)], capture_output=True, text=True)
     assert out.returncode == 0, f"nvcc failed on {filename}:\n{out.stderr[-4000:]}"
+    if log is not None:
+        log.append(out.stderr)
     report, name = {}, None
     for line in out.stderr.splitlines():
         m = re.search(r"Function properties for (\S+)", line)
@@ -73,23 +76,31 @@ def test_source_compiles_for_sm90_within_limits(tmp_path, filename):
 
 def test_the_wgmma_kernels_compile_for_sm90a_within_limits_to_warpgroup_products(tmp_path):
     """The flash kernels' wgmma instantiations compile for sm_90a (the only target with wgmma),
-    spill no registers and fit the static 48 KB; in their SASS every product is a warpgroup
-    product (HGMMA), but for the one-pass backward's dQ share, which stays on mma.sync (HMMA)."""
+    spill no registers and fit the static 48 KB, and ptxas moves no product's wait or start (it
+    notes C7517/C7519 where it must inject one). In their SASS every product is a warpgroup
+    product (HGMMA), but for the one-pass backward's dQ share, which stays on mma.sync (HMMA); and
+    a kernel with two groups of products in flight waits for the older alone (a DEPBAR that leaves
+    one running): all but the forward and dQ pass with one block of rows a warpgroup."""
     from minitensor.cuda import flash_attention  # noqa: PLC0415
 
+    log = []
     for kernel_name, line in _compile(tmp_path, "flash_attention.cu", flash_attention.wgmma_instantiations(),
-                                      "sm_90a").items():
+                                      "sm_90a", log).items():
         assert int(re.search(r"(\d+) bytes smem", line).group(1)) <= SMEM_LIMIT, kernel_name
         assert not any(int(x) for x in re.findall(r"(\d+) bytes spill", line)), f"{kernel_name}: {line.strip()}"
+    injected = [line for line in log[0].splitlines() if "is injected" in line]
+    assert not injected, injected
     dump = shutil.which("cuobjdump")
     if dump:
         sass = subprocess.run([dump, "-sass", str(tmp_path / "out.cubin")], capture_output=True, text=True).stdout
         functions = re.split(r"\n\s*Function : ", sass)[1:]
         assert len(functions) == len(flash_attention.wgmma_instantiations())
         for function in functions:
-            name, one_pass = function.split()[0], "ELb1ELb1E" in function.split()[0]   # <..., true, true>
+            name = function.split()[0]
+            one_pass, one_block = "ELb1ELb1E" in name, "Li1ELb1EEv" in name   # <..., true, true>; <..., 1, true>
             hmma = function.replace("HGMMA", "").count("HMMA")
             assert "HGMMA" in function and (hmma > 0 if one_pass else hmma == 0), (name, hmma)
+            assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in function) != one_block, name
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
