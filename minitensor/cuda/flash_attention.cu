@@ -612,6 +612,25 @@ __device__ __forceinline__ void tile_wait() {
     if constexpr (WG) wg_wait<N>();
 }
 
+// A tile's work on the warpgroup's MT blocks of rows (wgmma), ordered so that the tensor cores run
+// behind the warps: issue(mt) issues block mt's first products (one group) for every block first;
+// then, block by block, the warps wait for that block's group (tile_wait<MT - 1> leaves running the
+// MT - 1 groups issued after it) and take its own work, work(mt), while the tensor cores compute the
+// next blocks' first products or the block before's last, which then(mt) issues (a group); at the
+// end, a wait for all.
+template <int MT, typename Issue, typename Work, typename Then>
+__device__ __forceinline__ void behind_the_products(Issue issue, Work work, Then then) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) issue(mt);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        tile_wait<MT - 1, true>();
+        work(mt);
+        then(mt);
+    }
+    tile_wait<0, true>();
+}
+
 // The same product on either kind of tile: mma_shared on mma.sync's row-major tiles; with WG, one
 // warpgroup product (common.cuh's wgmma_64xNx16) per block of rows and k-step on core matrices,
 // in one group. B_T: the tile's rows are B's columns (N) and its D columns K: LBO 128 bytes, SBO
@@ -779,22 +798,17 @@ flash_attention_tc_forward(const T* __restrict__ Q, const T* __restrict__ K, con
             online_softmax<BK / 8, D / 8>(s[mt], m[mt], l[mt], o[mt]);
             pack_a<T, BK / 8>(pf[mt], s[mt]);
         };
-        if constexpr (WG) {
-            // wgmma runs behind the warps' own work: each block of rows' S is issued first, and while
-            // the tensor cores compute the next block's S, or the block before's P V, the warps take a
-            // block's softmax (tile_wait<MT - 1> leaves running the MT - 1 groups issued after S_mt)
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-                tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | ON>(&s[mt], &qf[mt], &Ks[buf][0][0]);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                tile_wait<MT - 1, WG>();
-                tile_settle<1, BK / 8, WG>(&s[mt]);                                                // S = Q K^T
-                softmax(mt);
-                tile_product<T, 1, D / 8, BK / KS, D, false, WG, ON>(&o[mt], &pf[mt], &Vs[buf][0][0]);  // O += P V
-            }
-            tile_wait<0, WG>();
-            tile_settle<MT, D / 8, WG>(o);
+        if constexpr (WG) {   // a block's softmax behind the next block's S or the block before's P V
+            behind_the_products<MT>(
+                [&](int mt) {
+                    tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | ON>(&s[mt], &qf[mt], &Ks[buf][0][0]);
+                },
+                [&](int mt) {
+                    tile_settle<1, BK / 8, WG>(&s[mt]);   // S = Q K^T
+                    softmax(mt);
+                },
+                [&](int mt) { tile_product<T, 1, D / 8, BK / KS, D, false, WG, ON>(&o[mt], &pf[mt], &Vs[buf][0][0]); });
+            tile_settle<MT, D / 8, WG>(o);   // O += P V
         } else {   // mma.sync: one B fragment read serves the MT blocks' products
             tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(s, qf, &Ks[buf][0][0]);   // S = Q K^T
 #pragma unroll
@@ -887,24 +901,21 @@ flash_attention_tc_backward_dq(const T* __restrict__ Q, const T* __restrict__ K,
                 }
             pack_a<T, BK / 8>(dsf[mt], dp[mt]);
         };
-        if constexpr (WG) {
-            // as in the forward: a block of rows' S and dP in one group, and a block's dS while the
-            // tensor cores compute the next block's S and dP, or the block before's dS K
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | JOIN>(&s[mt], &qf[mt], &Ks[buf][0][0]);
-                tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | ON>(&dp[mt], &dof[mt], &Vs[buf][0][0]);
-            }
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                tile_wait<MT - 1, WG>();
-                tile_settle<1, BK / 8, WG>(&s[mt]);                                    // S = Q K^T
-                tile_settle<1, BK / 8, WG>(&dp[mt]);                                   // dP = dO V^T
-                scores_gradient(mt);
-                tile_product<T, 1, D / 8, BK / KS, D, false, WG, ON>(&dq[mt], &dsf[mt], &Ks[buf][0][0]);  // dQ += dS K
-            }
-            tile_wait<0, WG>();
-            tile_settle<MT, D / 8, WG>(dq);
+        if constexpr (WG) {   // a block's dS behind the next block's S and dP or the block before's dS K
+            behind_the_products<MT>(
+                [&](int mt) {   // S and dP in one group
+                    tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | JOIN>(&s[mt], &qf[mt], &Ks[buf][0][0]);
+                    tile_product<T, 1, BK / 8, D / KS, D, true, WG, SET | ON>(&dp[mt], &dof[mt], &Vs[buf][0][0]);
+                },
+                [&](int mt) {
+                    tile_settle<1, BK / 8, WG>(&s[mt]);    // S = Q K^T
+                    tile_settle<1, BK / 8, WG>(&dp[mt]);   // dP = dO V^T
+                    scores_gradient(mt);
+                },
+                [&](int mt) {
+                    tile_product<T, 1, D / 8, BK / KS, D, false, WG, ON>(&dq[mt], &dsf[mt], &Ks[buf][0][0]);
+                });
+            tile_settle<MT, D / 8, WG>(dq);   // dQ += dS K
         } else {   // mma.sync: one B fragment read serves the MT blocks' products
             tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(s, qf, &Ks[buf][0][0]);      // S = Q K^T
             tile_product<T, MT, BK / 8, D / KS, D, true, WG, SET>(dp, dof, &Vs[buf][0][0]);    // dP = dO V^T
