@@ -670,6 +670,20 @@ def test_every_real_kernel_passes_the_race_and_memory_checks(check):
                                    atol=max(atol, 1e-6))
 
 
+def test_every_real_kernel_gives_the_same_bits_whichever_order_its_blocks_start_in():
+    """A GPU promises no order in which a launch's blocks start. A kernel whose result hung on it
+    (blocks adding into one sum as they come, or waiting for one another) would give other bits
+    from run to run, or hang: every kernel's small launch above gives the same bits with its blocks
+    started from the last as in blockIdx order."""
+    with cuda.emulate(True):
+        in_order = _small_cases()
+        with emulator.block_order("reverse"):
+            backwards = _small_cases()
+    assert len(in_order) == len(backwards)
+    for a, b in zip(in_order, backwards):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
 # ---------------------------------------------------------------- the switch
 def _layer_norm_launches(x, w, b) -> int:
     """How many times F.layer_norm launches the LayerNorm forward kernel."""
