@@ -1543,3 +1543,17 @@ def test_the_emulator_refuses_a_block_that_waits_for_one_not_started(expression,
         with emulator.block_order(order), \
                 pytest.raises(emulator.EmulatorError, match="only a block that starts after it could pass it the turn"):
             _take_turns(np, fn, 4)
+
+
+def test_the_block_order_reaches_the_memory_check_and_an_unknown_order_is_refused():
+    """Under check="memory" a launch runs in a subprocess: the blocks' order goes with it (the
+    kernel that takes turns by blockIdx fails there too when its blocks start from the last). An
+    order other than "index" or "reverse" is refused."""
+    ok, why = emulator.available()
+    require(ok, f"the CUDA emulator cannot run here: {why}")
+    fn = emulator.compile_source(TURNS, BY_INDEX, "memory")
+    assert _take_turns(np, fn, 4) == (((1 * 31 + 2) * 31 + 3) * 31 + 4, 4)
+    with emulator.block_order("reverse"), pytest.raises(emulator.EmulatorError, match="starts after it"):
+        _take_turns(np, fn, 4)
+    with pytest.raises(ValueError, match="order must be one of"), emulator.block_order("random"):
+        pass
