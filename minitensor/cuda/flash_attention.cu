@@ -987,13 +987,12 @@ struct DqShare {
 // two passes take 7: S and dP are not computed a second time for dQ), with delta computed before it
 // (flash_attention_tc_delta). For each tile of queries the block also computes its share of dQ
 // (DqShare), and the key blocks of one (batch, head) add their shares in the order of their index:
-// key block kb (the block's place taken in the order blocks start, not its blockIdx) waits for turn
-// kb on the tile's flag (turns[n][tile], set to 0 by
-// flash_attention_tc_delta), adds its share to what blocks 0 .. kb - 1 left in dQ_sum (float32,
-// (N, Tq, D)), and passes the turn on (common.cuh's await_turn). Block 0 writes its share without
-// reading, and the tile's last block (the last key block, or with `causal` the last one that reaches
-// the tile) writes dQ itself, scaled and in T. The sums are so added in one order at every run: the
-// result is deterministic, as the two passes' is.
+// key block kb (a place the block takes in the order blocks start, not its blockIdx) waits for turn
+// kb on the tile's flag (turns[n][tile], set to 0 by flash_attention_tc_delta), adds its share to
+// what blocks 0 .. kb - 1 left in dQ_sum (float32, (N, Tq, D)), and passes the turn on (common.cuh's
+// await_turn). Block 0 writes its share without reading, and the tile's last block (the last key
+// block, or with `causal` the last one that reaches the tile) writes dQ itself, scaled and in T. The
+// sums are so added in one order at every run: the result is deterministic, as the two passes' is.
 template <typename T, int D, int BQ, bool WG = false, bool DQ = false>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
