@@ -637,7 +637,8 @@ def block_order(order: str):
     """Within the ``with``, every launch starts its blocks in ``order``: ``"index"`` (``blockIdx``
     order, x fastest: the default) or ``"reverse"`` (from the last block back). A GPU may start a
     launch's blocks in any order; a kernel whose blocks wait for one another must neither hang nor
-    change its result, and running it both ways here shows it."""
+    change its result, and running it both ways here shows it. The setting is the process's (the
+    emulator runs one launch at a time), so launches from other threads take it too."""
     global _block_order
     if order not in BLOCK_ORDERS:
         raise ValueError(f"order must be one of {BLOCK_ORDERS}, got {order!r}")

@@ -835,31 +835,34 @@ START_ORDER_LINE = ("const int order = start_order(turns + static_cast<long long
                     "started);")
 
 
+@pytest.mark.parametrize("wg", [False, True], ids=["mma.sync", "wgmma"])
 @pytest.mark.parametrize("places", ["start order", "blockIdx"])
-def test_the_one_pass_backward_does_not_depend_on_the_order_its_blocks_start_in(monkeypatch, places):
+def test_the_one_pass_backward_does_not_depend_on_the_order_its_blocks_start_in(monkeypatch, places, wg):
     """A GPU may start a launch's blocks in any order. The one-pass backward's key blocks take their
     places, and so their turns, in the order they start: with the blocks started from the last, the
     emulator gives the same bits as in blockIdx order, and the two passes' gradients to 16-bit
     rounding. The same kernel with its places taken from blockIdx waits there for a block that has
     not started (on a GPU, a hang once the waiting blocks fill it), and the emulator fails it."""
-    name = flash_kernels.one_pass_names("f16", 32)[1]
+    name = flash_kernels.one_pass_names("f16", 32, wg)[1]
     src = broken("flash_attention.cu", START_ORDER_LINE,
-                 "const int order = start_order(turns + 0, started) * 0 + blockIdx.x + gridDim.x * blockIdx.y;"
+                 START_ORDER_LINE.replace("started);", "started) * 0 + blockIdx.x + gridDim.x * blockIdx.y;")
                  if places == "blockIdx" else START_ORDER_LINE)
     real = flash_kernels.kernel
 
     def with_the_change(source, expression, xp, options=()):
-        return emulator.EmulatedKernel(src, expression) if expression == name else real(source, expression, xp)
+        return emulator.EmulatedKernel(src, expression) if expression == name else real(source, expression, xp, options)
 
     monkeypatch.setattr(flash_kernels, "kernel", with_the_change)
+    monkeypatch.setattr(flash_kernels, "wgmma_enabled", lambda: wg)
     rng = np.random.default_rng(11)
     q, k, v, g = (rng.standard_normal((2, 2, 150, 32)).astype(np.float16) for _ in range(4))   # 3 key blocks a pair
     out, lse = flash_kernels.forward(q, k, v, None, 0.2, causal=True)
     two_passes = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
-    monkeypatch.setattr(cuda, "one_pass_backward_enabled", lambda: True)
     monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
+    before = emulator.launches.get(name, 0)
     with emulator.block_order("index"):
         in_order = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
+    assert emulator.launches.get(name, 0) == before + 1   # the kernel under test ran
     if places == "blockIdx":
         with emulator.block_order("reverse"), pytest.raises(EmulatorError, match="starts after it"):
             flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)

@@ -524,6 +524,36 @@ def test_one_pass_backward_matches_the_reference_and_repeats_itself_bit_for_bit(
     assert launched[1:] == [delta, backward] * 2, launched
 
 
+@pytest.mark.hardware("blocks that run at once")
+def test_blocks_that_take_turns_end_with_more_blocks_than_the_gpu_holds_at_once(dev):
+    """Blocks that wait for one another's turns, more of them than a GPU holds at once (an H100 or
+    H200 holds about two of these an SM), so that later blocks start only as earlier ones end: on a
+    GPU, 20,000 blocks of the turn-taking kernel fold 1 .. 20,000 in order; and the one-pass
+    backward of 4 x 16 heads of 2048 keys (2048 blocks) ends, gives the two passes' gradients to
+    16-bit rounding and the same bits at a second run, on mma.sync and (compute capability 9.0) on
+    wgmma. The emulator, one block at a time, runs small cases of the same."""
+    blocks = 20000 if dev.gpu else 300
+    expected = 0
+    for b in range(blocks):
+        expected = (expected * 31 + b + 1) % 2**32
+    assert _take_turns(dev.xp, _own_kernel(dev, TURNS, START_ORDER), blocks) == (expected, blocks)
+    B, H, T = (4, 16, 2048) if dev.gpu else (1, 1, 130)
+    rng = _rng("one pass, many blocks")
+    q, k, v, g = (dev.asarray(rng.standard_normal((B, H, T, 64)).astype(np.float16)) for _ in range(4))
+    out, lse = flash_kernels.forward(q, k, v, None, 0.125)
+    hopper = not dev.gpu or dev.xp.cuda.Device().compute_capability == "90"
+    for wg in (False, True) if hopper else (False,):
+        with _switched(wgmma=wg):
+            two = flash_kernels.backward(g, q, k, v, out, lse, None, 0.125)
+        with _switched(wgmma=wg, one_pass=True) as launched:
+            one = flash_kernels.backward(g, q, k, v, out, lse, None, 0.125)
+            again = flash_kernels.backward(g, q, k, v, out, lse, None, 0.125)
+        assert flash_kernels.one_pass_names("f16", 64, wg)[1] in launched
+        for a, b, c in zip(one, again, two):
+            assert mt.backend.to_numpy(a).tobytes() == mt.backend.to_numpy(b).tobytes()
+            assert _rel(a, c) < TC_TOL["float16"], wg
+
+
 def _check_tensor_core_attention(dev, rng, dtype, shape, mask_kind, twice: bool = False):
     """The kernels' output and gradients against equation 1 (``twice``: the backward run again
     gives the same bits)."""
@@ -1525,6 +1555,7 @@ def test_blocks_take_turns_in_the_order_they_start(dev):
     for way in ("the GPU's",) if dev.gpu else emulator.BLOCK_ORDERS:
         with nullcontext() if dev.gpu else emulator.block_order(way):
             assert _take_turns(dev.xp, fn, 64) == (expected, 64), way
+
 
 
 @pytest.mark.parametrize(("expression", "order"), [(BACKWARDS, "index"), (BY_INDEX, "reverse")],

@@ -76,8 +76,8 @@ def test_source_compiles_for_sm90_within_limits(tmp_path, filename):
 
 def test_the_wgmma_kernels_compile_for_sm90a_within_limits_to_warpgroup_products(tmp_path):
     """The flash kernels' wgmma instantiations compile for sm_90a (the only target with wgmma),
-    spill no registers and fit the static 48 KB, and ptxas moves no product's wait or start (it
-    notes C7517/C7519 where it must inject one). In their SASS every product is a warpgroup
+    spill no registers and fit the static 48 KB, and ptxas keeps the products as written (no note
+    C75xx: products serialised, or a wait or an arrive injected). In their SASS every product is a warpgroup
     product (HGMMA), but for the one-pass backward's dQ share, which stays on mma.sync (HMMA); and
     a kernel with two groups of products in flight waits for the older alone (a DEPBAR that leaves
     one running): all but the forward and dQ pass with one block of rows a warpgroup."""
@@ -88,8 +88,8 @@ def test_the_wgmma_kernels_compile_for_sm90a_within_limits_to_warpgroup_products
                                       "sm_90a", log).items():
         assert int(re.search(r"(\d+) bytes smem", line).group(1)) <= SMEM_LIMIT, kernel_name
         assert not any(int(x) for x in re.findall(r"(\d+) bytes spill", line)), f"{kernel_name}: {line.strip()}"
-    injected = [line for line in log[0].splitlines() if "is injected" in line]
-    assert not injected, injected
+    fallbacks = [line for line in log[0].splitlines() if re.search(r"\(C75\d\d\)", line)]
+    assert not fallbacks, fallbacks   # e.g. C7514: the products serialised; C7517, C7519: a wait or arrive injected
     dump = shutil.which("cuobjdump")
     if dump:
         sass = subprocess.run([dump, "-sass", str(tmp_path / "out.cubin")], capture_output=True, text=True).stdout
