@@ -1133,8 +1133,6 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     free(rt.dyn);
     free(rt.shadow_static);
     free(rt.shadow_dyn);
-    rt.global_writes.clear();
-    rt.turns_given.clear();
     rt.threads = nullptr;
     rt.warps = nullptr;
     rt.dyn = nullptr;

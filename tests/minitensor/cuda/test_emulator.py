@@ -806,6 +806,19 @@ def test_the_race_check_sees_blocks_that_share_global_memory_without_taking_turn
             kernel((8,), (64,), (order, flag, counter))
 
 
+def _launch_instead(monkeypatch, name: str, src: str, check: str | None = None):
+    """The flash launchers take the instantiation ``name`` from the kernel text ``src`` (with the
+    emulator's ``check``), and every other one as before."""
+    real = flash_kernels.kernel
+
+    def swapped(source, expression, xp, options=()):
+        if expression == name:
+            return emulator.EmulatedKernel(src, expression, check)
+        return real(source, expression, xp, options)
+
+    monkeypatch.setattr(flash_kernels, "kernel", swapped)
+
+
 @pytest.mark.parametrize(("wait", "message"), [
     ("", "with no await_turn since its own last pass_turn"),
     ("if (kb > 0 && it == 0) await_turn(flag, kb);", "after passing on the turn this thread waited for"),
@@ -816,16 +829,9 @@ def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(mon
     wrong one on a GPU: the race check fails it, at the second key block's read of the first block's
     float32 sum (of the first tile, or of the second)."""
     name = flash_kernels.one_pass_names("f16", 32)[1]
-    src = broken("flash_attention.cu", "if (kb > 0) await_turn(flag, kb);", wait)
-    real = flash_kernels.kernel
-
-    def with_the_change(source, expression, xp, options=()):
-        return emulator.EmulatedKernel(src, expression, "race") if expression == name else real(source, expression, xp)
-
-    monkeypatch.setattr(flash_kernels, "kernel", with_the_change)
+    _launch_instead(monkeypatch, name, broken("flash_attention.cu", "if (kb > 0) await_turn(flag, kb);", wait), "race")
     q = np.random.default_rng(9).standard_normal((1, 1, 70, 32)).astype(np.float16)   # two key blocks, two tiles
     out, lse = flash_kernels.forward(q, q, q, None, 0.2)
-    monkeypatch.setattr(cuda, "one_pass_backward_enabled", lambda: True)
     monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
     with pytest.raises(emulator.EmulatorError, match="global-memory race .* " + message):
         flash_kernels.backward(q, q, q, q, out, lse, None, 0.2)
@@ -844,15 +850,10 @@ def test_the_one_pass_backward_does_not_depend_on_the_order_its_blocks_start_in(
     rounding. The same kernel with its places taken from blockIdx waits there for a block that has
     not started (on a GPU, a hang once the waiting blocks fill it), and the emulator fails it."""
     name = flash_kernels.one_pass_names("f16", 32, wg)[1]
-    src = broken("flash_attention.cu", START_ORDER_LINE,
-                 START_ORDER_LINE.replace("started);", "started) * 0 + blockIdx.x + gridDim.x * blockIdx.y;")
-                 if places == "blockIdx" else START_ORDER_LINE)
-    real = flash_kernels.kernel
-
-    def with_the_change(source, expression, xp, options=()):
-        return emulator.EmulatedKernel(src, expression) if expression == name else real(source, expression, xp, options)
-
-    monkeypatch.setattr(flash_kernels, "kernel", with_the_change)
+    _launch_instead(monkeypatch, name, broken(
+        "flash_attention.cu", START_ORDER_LINE,
+        START_ORDER_LINE.replace("started);", "started) * 0 + blockIdx.x + gridDim.x * blockIdx.y;")
+        if places == "blockIdx" else START_ORDER_LINE))
     monkeypatch.setattr(flash_kernels, "wgmma_enabled", lambda: wg)
     rng = np.random.default_rng(11)
     q, k, v, g = (rng.standard_normal((2, 2, 150, 32)).astype(np.float16) for _ in range(4))   # 3 key blocks a pair

@@ -533,10 +533,7 @@ def test_blocks_that_take_turns_end_with_more_blocks_than_the_gpu_holds_at_once(
     16-bit rounding and the same bits at a second run, on mma.sync and (compute capability 9.0) on
     wgmma. The emulator, one block at a time, runs small cases of the same."""
     blocks = 20000 if dev.gpu else 300
-    expected = 0
-    for b in range(blocks):
-        expected = (expected * 31 + b + 1) % 2**32
-    assert _take_turns(dev.xp, _own_kernel(dev, TURNS, START_ORDER), blocks) == (expected, blocks)
+    assert _take_turns(dev.xp, _own_kernel(dev, TURNS, START_ORDER), blocks) == _in_turns(blocks)
     B, H, T = (4, 16, 2048) if dev.gpu else (1, 1, 130)
     rng = _rng("one pass, many blocks")
     q, k, v, g = (dev.asarray(rng.standard_normal((B, H, T, 64)).astype(np.float16)) for _ in range(4))
@@ -1535,6 +1532,14 @@ __global__ void take_turns(unsigned int* ORDER, int* FLAG, int* COUNTER) {
 START_ORDER, BY_INDEX, BACKWARDS = "take_turns<0>", "take_turns<1>", "take_turns<2>"
 
 
+def _in_turns(blocks: int) -> tuple[int, int]:
+    """(ORDER, FLAG) when ``blocks`` blocks took turns 0 .. blocks - 1 in order."""
+    fold = 0
+    for turn in range(blocks):
+        fold = (fold * 31 + turn + 1) % 2**32
+    return fold, blocks
+
+
 def _take_turns(xp, fn, blocks: int) -> tuple[int, int]:
     """(ORDER, FLAG) after ``fn`` (a TURNS kernel) ran ``blocks`` blocks of 128 threads."""
     order, flag, counter = xp.zeros(1, np.uint32), xp.zeros(1, np.int32), xp.zeros(1, np.int32)
@@ -1548,13 +1553,10 @@ def test_blocks_take_turns_in_the_order_they_start(dev):
     folding that turn into one word, leave the fold of 1, 2, .., 64 in that order and pass the flag
     to 64, whichever order the blocks start in (the emulator starts them both ways). On a GPU the
     blocks run at once, and only the turns order them."""
-    expected = 0
-    for b in range(64):
-        expected = (expected * 31 + b + 1) % 2**32
     fn = _own_kernel(dev, TURNS, START_ORDER)
     for way in ("the GPU's",) if dev.gpu else emulator.BLOCK_ORDERS:
         with nullcontext() if dev.gpu else emulator.block_order(way):
-            assert _take_turns(dev.xp, fn, 64) == (expected, 64), way
+            assert _take_turns(dev.xp, fn, 64) == _in_turns(64), way
 
 
 
@@ -1583,7 +1585,7 @@ def test_the_block_order_reaches_the_memory_check_and_an_unknown_order_is_refuse
     ok, why = emulator.available()
     require(ok, f"the CUDA emulator cannot run here: {why}")
     fn = emulator.compile_source(TURNS, BY_INDEX, "memory")
-    assert _take_turns(np, fn, 4) == (((1 * 31 + 2) * 31 + 3) * 31 + 4, 4)
+    assert _take_turns(np, fn, 4) == _in_turns(4)
     with emulator.block_order("reverse"), pytest.raises(emulator.EmulatorError, match="starts after it"):
         _take_turns(np, fn, 4)
     with pytest.raises(ValueError, match="order must be one of"), emulator.block_order("random"):
