@@ -127,7 +127,9 @@ struct WgResult {
 };
 
 struct Thread {
-    ucontext_t ctx;
+    ucontext_t ctx;            // its first start (makecontext)...
+    jmp_buf jump;              // ...and where it waits after that (see switch_to_scheduler)
+    bool started;              // in this launch (calloc'd at its start)
     uint3 idx;
     int id;                    // linear index in the block
     int state;                 // Wait
@@ -196,6 +198,7 @@ struct Runtime {
     Warp* warps = nullptr;
     Thread* current = nullptr;
     ucontext_t scheduler;
+    jmp_buf scheduler_jump;
     int barrier_arrived = 0;
     unsigned long long barrier_gen = 0;
     void (*entry)(void**) = nullptr;
@@ -274,13 +277,18 @@ MT_RT inline const char* where() {
 }
 
 // ---------------------------------------------------------------- fibers
-MT_RT inline void switch_to_scheduler(Thread* t) {
+// A fiber starts on its own stack from makecontext; after that the switches are _setjmp and
+// _longjmp, which save no signal mask: swapcontext's system call for it took most of a launch's
+// time (a kernel switches at every warp operation). emulator.py builds without _FORTIFY_SOURCE,
+// whose _longjmp refuses a jump onto another stack. Under AddressSanitizer (check="memory") the
+// switches stay swapcontext: its _longjmp would unpoison the fiber's live frames.
+MT_RT inline __attribute__((noinline)) void switch_to_scheduler(Thread* t) {
 #if defined(__SANITIZE_ADDRESS__)
     __sanitizer_start_switch_fiber(t->state == EXITED ? nullptr : &t->fake_stack, rt.main_bottom, rt.main_size);
     swapcontext(&t->ctx, &rt.scheduler);
     __sanitizer_finish_switch_fiber(t->fake_stack, &rt.main_bottom, &rt.main_size);
 #else
-    swapcontext(&t->ctx, &rt.scheduler);
+    if (_setjmp(t->jump) == 0) _longjmp(rt.scheduler_jump, 1);
 #endif
 }
 
@@ -290,16 +298,21 @@ MT_RT inline void yield() {
     switch_to_scheduler(rt.current);
 }
 
+// A fiber runs its thread of one block after another: the scheduler resumes an exited thread for
+// the next block (under AddressSanitizer each block's threads start afresh instead, and an exited
+// one is never resumed).
 MT_RT inline void fiber_main() {
-    Thread* t = rt.current;
 #if defined(__SANITIZE_ADDRESS__)
     __sanitizer_finish_switch_fiber(nullptr, &rt.main_bottom, &rt.main_size);
 #endif
-    rt.entry(rt.args);
-    if (t->copies) fail("%s: exits with %d cp.async copies never waited for", where(), t->copies);
-    if (t->wg_results) fail("%s: exits with wgmma products never waited for", where());
-    t->state = EXITED;
-    for (;;) yield();  // never resumed after this
+    for (;;) {
+        Thread* t = rt.current;
+        rt.entry(rt.args);
+        if (t->copies) fail("%s: exits with %d cp.async copies never waited for", where(), t->copies);
+        if (t->wg_results) fail("%s: exits with wgmma products never waited for", where());
+        t->state = EXITED;
+        yield();
+    }
 }
 
 MT_RT inline char* stack_of(int i) { return rt.stacks + static_cast<size_t>(i) * (kStackBytes + 4096) + 4096; }
@@ -324,6 +337,22 @@ MT_RT inline bool ensure_stacks(int n) {
     rt.stack_count = n;
     for (int i = 0; i < n; ++i) mprotect(stack_of(i) - 4096, 4096, PROT_NONE);  // a guard page below each stack
     return true;
+}
+
+// The scheduler runs thread t until it next waits or exits.
+MT_RT inline __attribute__((noinline)) void resume(Thread& t) {
+#if defined(__SANITIZE_ADDRESS__)
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, stack_of(t.id), kStackBytes);
+    swapcontext(&rt.scheduler, &t.ctx);
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+    if (_setjmp(rt.scheduler_jump) == 0) {
+        if (t.started) _longjmp(t.jump, 1);
+        t.started = true;
+        setcontext(&t.ctx);
+    }
+#endif
 }
 
 // ---------------------------------------------------------------- shared memory
@@ -1086,6 +1115,9 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                 t.after_await = false;
                 t.awaited_block = ~0u;
                 t.awaited_passes = 0;
+#if !defined(__SANITIZE_ADDRESS__)
+                if (t.started) continue;   // its fiber waits where it exited the last block
+#endif
                 getcontext(&t.ctx);
                 t.ctx.uc_stack.ss_sp = stack_of(i);
                 t.ctx.uc_stack.ss_size = kStackBytes;
@@ -1101,14 +1133,7 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
                     ran = true;
                     rt.current = &t;
                     rt.in_kernel = 1;
-#if defined(__SANITIZE_ADDRESS__)
-                    void* fake = nullptr;
-                    __sanitizer_start_switch_fiber(&fake, stack_of(i), kStackBytes);
-                    swapcontext(&rt.scheduler, &t.ctx);
-                    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#else
-                    swapcontext(&rt.scheduler, &t.ctx);
-#endif
+                    resume(t);
                     rt.in_kernel = 0;
                     rt.current = nullptr;
                     if (t.state == EXITED) ++exited;

@@ -165,7 +165,7 @@ def _cpu_has_fma() -> bool:
 
 def _flags(check: str | None) -> list[str]:
     f = ["-std=c++17", "-fPIC", "-fvisibility=hidden", "-ffp-contract=fast", "-fno-strict-aliasing",
-         "-Wno-unknown-pragmas", "-pthread"]
+         "-Wno-unknown-pragmas", "-pthread", "-U_FORTIFY_SOURCE"]   # the fibers' _longjmp (emulator.h)
     if _cpu_has_fma() and _x86():
         f.append("-mfma")   # contract a*b + c into one rounding, as the GPU does
     if check == "memory":
