@@ -53,7 +53,8 @@ def main() -> None:
     p.add_argument("--length", type=int, default=64)
     p.add_argument("--vocab", type=int, default=37000)
     p.add_argument("--precisions", default="tf32,bf16,fp16", help="comma-separated: fp32, tf32, fp16, bf16")
-    p.add_argument("--steps", type=int, default=2, help="profiled steps per precision (after 3 unprofiled)")
+    p.add_argument("--steps", type=int, default=2, help="profiled steps per precision (after --warmup unprofiled)")
+    p.add_argument("--warmup", type=int, default=3, help="unprofiled steps per precision first")
     p.add_argument("--out", help="also write the JSON here")
     a = p.parse_args()
     xp = np
@@ -66,7 +67,7 @@ def main() -> None:
            "rates": product_rates(xp, a.device, a.batch, a.length), "profiles": {}}
     for prec in a.precisions.split(","):
         step, _ = minitensor_step(a, data, prec)
-        for i in range(3):
+        for i in range(a.warmup):
             step(i)
         sync(a.device)
         prof = profiler.profile()
