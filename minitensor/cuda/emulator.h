@@ -171,6 +171,8 @@ struct Launch {
     int reverse_blocks;                   // start the blocks from the last (emulator.block_order)
     int nshared;                          // static __shared__ arrays of the kernel...
     const unsigned long long* shared;     // ...as (address, bytes) pairs
+    char* stacks;                         // fiber stacks from mt_emu_map_stacks, kept by the caller for
+    int stack_count;                      // every launch (null: the launch maps its own, then unmaps them)
 };
 
 // what emulator.py learns about each kernel parameter (ctypes mirrors this layout)
@@ -209,11 +211,10 @@ struct Runtime {
     bool failed = false;
     char* err = nullptr;
     size_t errlen = 0;
-    // fiber stacks, mapped for one launch: kept between launches, every kernel a process has loaded
-    // would hold two mappings per thread (a stack and its guard page), and a test run loads over a
-    // thousand kernels, past Linux's limit of 65530 mappings a process
+    // fiber stacks: the caller's (Launch::stacks), or mapped for one launch (own_stacks)
     char* stacks = nullptr;
     int stack_count = 0;
+    bool owns_stacks = false;
     // signals (segmentation faults inside a kernel become errors)
     sigjmp_buf fault_jump;
     volatile sig_atomic_t in_kernel = 0;
@@ -317,26 +318,31 @@ MT_RT inline void fiber_main() {
 
 MT_RT inline char* stack_of(int i) { return rt.stacks + static_cast<size_t>(i) * (kStackBytes + 4096) + 4096; }
 
-MT_RT inline void release_stacks() {
-    if (rt.stacks) munmap(rt.stacks, static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096));
-    rt.stacks = nullptr;
-    rt.stack_count = 0;
-}
-
-MT_RT inline bool ensure_stacks(int n) {
-    if (rt.stack_count >= n) return true;
-    release_stacks();
+// n fiber stacks of kStackBytes, each above a guard page (null if they cannot be mapped)
+MT_RT inline char* map_stacks(int n) {
     const size_t bytes = static_cast<size_t>(n) * (kStackBytes + 4096);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        rt.stacks = nullptr;
-        rt.stack_count = 0;
-        return false;
-    }
-    rt.stacks = static_cast<char*>(p);
-    rt.stack_count = n;
-    for (int i = 0; i < n; ++i) mprotect(stack_of(i) - 4096, 4096, PROT_NONE);  // a guard page below each stack
-    return true;
+    if (p == MAP_FAILED) return nullptr;
+    char* base = static_cast<char*>(p);
+    for (int i = 0; i < n; ++i) mprotect(base + static_cast<size_t>(i) * (kStackBytes + 4096), 4096, PROT_NONE);
+    return base;
+}
+
+// The stacks of a launch that brought none (the memory check's runner): mapped for the launch
+// alone, since every kernel library has its own runtime and a process loads over a thousand of
+// them: each library keeping its own would pass Linux's limit of 65530 mappings a process.
+MT_RT inline bool own_stacks(int n) {
+    rt.stacks = map_stacks(n);
+    rt.stack_count = rt.stacks ? n : 0;
+    rt.owns_stacks = rt.stacks != nullptr;
+    return rt.owns_stacks;
+}
+
+MT_RT inline void release_stacks() {
+    if (rt.owns_stacks) munmap(rt.stacks, static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096));
+    rt.stacks = nullptr;
+    rt.stack_count = 0;
+    rt.owns_stacks = false;
 }
 
 // The scheduler runs thread t until it next waits or exits.
@@ -1047,7 +1053,10 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     rt.entry = entry_fn;
     rt.args = args;
     const int nwarps = (rt.nthreads + kWarp - 1) / kWarp;
-    if (!ensure_stacks(rt.nthreads)) {
+    if (cfg->stacks && cfg->stack_count >= rt.nthreads) {
+        rt.stacks = cfg->stacks;
+        rt.stack_count = cfg->stack_count;
+    } else if (!own_stacks(rt.nthreads)) {
         report("%s: could not map %d fiber stacks", name, rt.nthreads);
         return 1;
     }

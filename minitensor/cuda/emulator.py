@@ -235,7 +235,23 @@ class _ParamInfo(ctypes.Structure):
 class _Launch(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("dynamic_shared", ctypes.c_ulonglong),
                 ("track_races", ctypes.c_int), ("reverse_blocks", ctypes.c_int), ("nshared", ctypes.c_int),
-                ("shared", ctypes.POINTER(ctypes.c_ulonglong))]
+                ("shared", ctypes.POINTER(ctypes.c_ulonglong)), ("stacks", ctypes.c_void_p),
+                ("stack_count", ctypes.c_int)]
+
+
+# The fibers' stacks, one per thread of a block, mapped once for every in-process launch (they
+# run one at a time, under _launch_lock): mapping them at each launch, a guard page each, cost
+# more than a small kernel's work. (address, count), or None before the first launch.
+_stacks: tuple[int, int] | None = None
+
+
+def _fiber_stacks(lib) -> tuple[int, int]:
+    global _stacks
+    if _stacks is None:
+        lib.mt_emu_map_stacks.restype = ctypes.c_void_p
+        address = lib.mt_emu_map_stacks(MAX_THREADS_PER_BLOCK)
+        _stacks = (address, MAX_THREADS_PER_BLOCK) if address else (0, 0)   # 0: each launch maps its own
+    return _stacks
 
 
 def _unit(expression: str, check: str | None) -> str:
@@ -254,6 +270,8 @@ def _unit(expression: str, check: str | None) -> str:
         text.append('extern "C" __attribute__((visibility("default"))) int mt_emu_launch('
                     "const mt_emu::Launch* cfg, void** args, char* err, unsigned long long errlen) "
                     f'{{ return mt_emu::launch(&mt_emu::entry<mt_kernel>, "{name}", cfg, args, err, errlen); }}')
+        text.append('extern "C" __attribute__((visibility("default"))) char* mt_emu_map_stacks(int n) '
+                    "{ return mt_emu::map_stacks(n); }")
     return "\n".join(text) + "\n"
 
 
@@ -531,11 +549,12 @@ class EmulatedKernel:
             buf = ctypes.create_string_buffer(data, len(data))
             keep.append(buf)
             pointers[i] = ctypes.cast(buf, ctypes.c_void_p)
-        cfg = _Launch((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), int(shared_mem),
-                      1 if self.check == "race" else 0, _block_order == "reverse", len(self._shared_names),
-                      self._shared)
         err = ctypes.create_string_buffer(_ERRLEN)
         with _launch_lock:
+            stacks, count = _fiber_stacks(self._lib)
+            cfg = _Launch((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), int(shared_mem),
+                          1 if self.check == "race" else 0, _block_order == "reverse", len(self._shared_names),
+                          self._shared, stacks or None, count)
             rc = self._lib.mt_emu_launch(ctypes.byref(cfg), pointers, err, _ERRLEN)
         if rc != 0:
             raise EmulatorError(self._explain(err.value.decode(errors="replace")))
