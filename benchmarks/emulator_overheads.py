@@ -17,11 +17,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
-from harness import commit, environment, write_results
+from harness import commit, environment, median_seconds, write_results
 
 SOURCE = r"""
 extern "C" __global__ void touch(float* x, int n) {
@@ -43,14 +42,6 @@ LAUNCHES = [(1, 32), (1, 256), (4, 256), (1, 1024)]   # (blocks, threads a block
 STEPS = 200                                          # shuffles or barriers a thread, in one block of 256
 
 
-def per_call(fn, calls: int) -> float:
-    fn()   # compiles on first use
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t0) / calls
-
-
 def measure() -> dict:
     """One round in this process: ms a launch, µs a warp operation or barrier."""
     from minitensor.cuda import emulator
@@ -59,13 +50,13 @@ def measure() -> dict:
     out = {}
     for blocks, threads in LAUNCHES:
         x = np.zeros(blocks * threads, np.float32)
-        out[f"launch, {blocks} x {threads} threads (ms)"] = 1e3 * per_call(
-            lambda: kernels["touch"]((blocks,), (threads,), (x, np.int32(x.size))), 50)
+        out[f"launch, {blocks} x {threads} threads (ms)"] = 1e3 * median_seconds(
+            lambda: kernels["touch"]((blocks,), (threads,), (x, np.int32(x.size))), "cpu", warmup=1, repeat=50)
     x = np.zeros(256, np.float32)
     for name, what in (("shuffles", "a warp shuffle, 32 lanes (µs)"), ("barriers", "a barrier, 256 threads (µs)")):
         k = kernels[name]
-        base = per_call(lambda: k((1,), (256,), (x, np.int32(0))), 20)
-        full = per_call(lambda: k((1,), (256,), (x, np.int32(STEPS))), 5)
+        base = median_seconds(lambda: k((1,), (256,), (x, np.int32(0))), "cpu", warmup=1, repeat=20)
+        full = median_seconds(lambda: k((1,), (256,), (x, np.int32(STEPS))), "cpu", warmup=1, repeat=5)
         out[what] = 1e6 * (full - base) / STEPS / (8 if name == "shuffles" else 1)
     return out
 

@@ -328,9 +328,8 @@ MT_RT inline char* map_stacks(int n) {
     return base;
 }
 
-// The stacks of a launch that brought none (the memory check's runner): mapped for the launch
-// alone, since every kernel library has its own runtime and a process loads over a thousand of
-// them: each library keeping its own would pass Linux's limit of 65530 mappings a process.
+// The stacks of a launch that brought none (the memory check's runner, a process a launch), mapped
+// for that launch alone.
 MT_RT inline bool own_stacks(int n) {
     rt.stacks = map_stacks(n);
     rt.stack_count = rt.stacks ? n : 0;

@@ -1559,7 +1559,6 @@ def test_blocks_take_turns_in_the_order_they_start(dev):
             assert _take_turns(dev.xp, fn, 64) == _in_turns(64), way
 
 
-
 @pytest.mark.parametrize(("expression", "order"), [(BACKWARDS, "index"), (BY_INDEX, "reverse")],
                          ids=["first waits for last", "by blockIdx, started backwards"])
 def test_the_emulator_refuses_a_block_that_waits_for_one_not_started(expression, order):
