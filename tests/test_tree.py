@@ -32,7 +32,6 @@ UNMIRRORED = {
     "transformer/copytask.py": "transformer/test_copy_task.py",
     "transformer/download.py": "transformer/test_data.py, transformer/test_wmt14_data.py",
     "transformer/evaluate.py": "transformer/test_decoding.py, transformer/test_cli_decoding.py",
-    "transformer/plots.py": "transformer/test_train.py (the run's figures)",
     "transformer/presets.py": "transformer/test_model_config.py, transformer/test_train.py",
     "transformer/progress.py": "transformer/test_copy_task.py, minitensor/test_profiler.py",
     "transformer/rundir.py": "transformer/test_cli_nothing_lost.py, transformer/test_cli_run_dirs.py",

@@ -1,4 +1,8 @@
-"""Figures (matplotlib, Agg backend: files, never windows)."""
+"""Figures, drawn to PNG files, never to windows.
+
+matplotlib's object-oriented ``Figure`` draws without pyplot, so plotting neither picks nor
+changes the caller's backend (a notebook keeps its own), and it is imported at the first
+figure: the command line starts without it."""
 from __future__ import annotations
 
 import io
@@ -6,20 +10,21 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from .rundir import write_file
 
-from .rundir import write_file  # noqa: E402
+
+def _figure(**kwargs):
+    from matplotlib.figure import Figure  # noqa: PLC0415 (a quarter of a second the command line never waits for)
+
+    return Figure(**kwargs)
 
 
 def _save(fig, path: str | Path) -> Path:
     """The figure as a PNG, renamed into place once whole (a crash never leaves half an image)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    plt.close(fig)
     return write_file(path, buffer.getvalue())
 
 
@@ -27,7 +32,8 @@ def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str
                 logy: bool = False) -> Path:
     """One line per entry of ``series``: name -> values (one per step), or name -> (step, value) pairs;
     a value of None (a skipped update's loss, JSON null) leaves a gap in its line."""
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    fig = _figure(figsize=(6, 4), dpi=120)
+    ax = fig.subplots()
     for name, values in series.items():
         if len(values) == 0:
             continue
@@ -58,7 +64,8 @@ def plot_attention(path: str | Path, weights: np.ndarray, src_tokens: Sequence[s
     h = weights.shape[0]
     cols = min(h, 4)
     rows = (h + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows + 0.4), dpi=120, squeeze=False)
+    fig = _figure(figsize=(3.2 * cols, 3.0 * rows + 0.4), dpi=120)
+    axes = fig.subplots(rows, cols, squeeze=False)
     for i, ax in enumerate(axes.flat):
         if i >= h:
             ax.axis("off")
