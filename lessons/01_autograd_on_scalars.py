@@ -172,7 +172,8 @@ checks.agree(grads, 1 - np.tanh(xs) ** 2, "backward of tanh vs 1 - tanh²", atol
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.plot(xs, np.tanh(xs), label="tanh(x)")
 ax.plot(xs, grads, label="d tanh / dx (from backward)")
-ax.legend()
+ax.set_xlabel("x")
+ax.legend(loc="lower right", fontsize=8)
 ax.grid(alpha=0.3)
 show(fig, "01", "tanh_and_gradient.png")
 

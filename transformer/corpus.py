@@ -159,7 +159,7 @@ def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, ca
     kept = keep.kept(text, report)
     chunks = iter(lambda: tuple(zip(*itertools.islice(kept, CHUNK))), ())
     with open(partial / "src.ids", "wb") as src_out, open(partial / "tgt.ids", "wb") as tgt_out, \
-            tqdm(desc="encoding", unit=" pairs", unit_scale=True, disable=not progress, leave=False) as bar:
+            tqdm(desc="encoding", unit=" pairs", unit_scale=True, disable=not progress, leave=False, delay=1.0) as bar:
         lengths = ([], [])
         for chunk in chunks:
             for lines, out, lens in zip(chunk, (src_out, tgt_out), lengths):

@@ -57,24 +57,29 @@ def plot_curves(path: str | Path, steps: Sequence[int], series: dict, title: str
 
 def plot_attention(path: str | Path, weights: np.ndarray, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
                    title: str = "encoder-decoder attention") -> Path:
-    """Heatmaps of attention weights (heads, Tq, Tk): one panel per head, queries down, keys across."""
+    """Heatmaps of attention weights (heads, Tq, Tk): one panel per head, four to a row, queries
+    (the decoder's input so far) down, source keys across, one colour scale for all."""
     weights = np.asarray(weights)
     if weights.ndim == 2:
         weights = weights[None]
     h = weights.shape[0]
     cols = min(h, 4)
     rows = (h + cols - 1) // cols
-    fig = _figure(figsize=(3.2 * cols, 3.0 * rows + 0.4), dpi=120)
+    ticks = 8 if max(len(src_tokens), len(tgt_tokens)) <= 24 else 6    # every token named, still legible
+    fig = _figure(figsize=(2.9 * cols + 0.9, 2.9 * rows + 0.5), dpi=120, layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     for i, ax in enumerate(axes.flat):
         if i >= h:
             ax.axis("off")
             continue
         im = ax.imshow(weights[i], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_xticks(range(len(src_tokens)), src_tokens, fontsize=6, rotation=90)
-        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=6)
-        ax.set_title(f"head {i}", fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+        ax.set_xticks(range(len(src_tokens)), src_tokens, fontsize=ticks, rotation=90)
+        ax.set_yticks(range(len(tgt_tokens)), tgt_tokens, fontsize=ticks)
+        ax.set_title(f"head {i}", fontsize=10)
+        if i >= h - cols:
+            ax.set_xlabel("source", fontsize=9)
+        if i % cols == 0:
+            ax.set_ylabel("decoder input", fontsize=9)
+    fig.suptitle(title, fontsize=11)
     fig.colorbar(im, ax=axes, label="attention weight", shrink=0.8)
     return _save(fig, path)

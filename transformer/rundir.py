@@ -313,11 +313,23 @@ class Loaded:
     meta: dict         # the (newest) checkpoint's metadata
 
 
+def _copy_task_run(run: Path) -> bool:
+    """Whether ``run`` holds what examples/copy_task.py writes (its summary scores exact copies)."""
+    try:
+        return "exact_match" in json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def load_model(run: Path, checkpoint: str | None = None, average: int | None = None, device: str = "cpu") -> Loaded:
     """A run directory's model: a given checkpoint, the average of the last N, or the newest that loads.
     A checkpoint trained with another vocabulary than the run's ``spm.model`` is refused, naming both."""
     check_run_dir(run)
     if not (run / "spm.model").exists():
+        if _copy_task_run(run):
+            raise InputError(f"{run}: a copy-task run (examples/copy_task.py), not a translation run: its results are in "
+                             f"{run / 'summary.json'} and {run / 'examples.txt'}; train a translator with "
+                             "python -m transformer train")
         raise InputError(f"{run}: not a run directory of this tool (no spm.model in it); check --run-dir, or train first")
     tok = Tokenizer(run / "spm.model")
     note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731

@@ -1,6 +1,7 @@
 """The lesson kit: what the lessons in ``lessons/`` share and the library does not need.
 
-- :func:`smoke`: smoke mode (``--smoke`` or ``LESSON_SMOKE=1``), every lesson in seconds;
+- :func:`smoke`: smoke mode (``--smoke`` or ``LESSON_SMOKE=1``), every lesson in seconds (a lesson
+  refuses any other flag: :func:`check_arguments`);
 - :func:`figure_dir`, :func:`show` and :func:`show_saved`: where a lesson's figures go, saved
   as PNG and, in a notebook, shown inline as well;
 - :class:`Results` and :func:`spread`: what a lesson measured, and each check it made with
@@ -53,6 +54,36 @@ if hasattr(sys.stdout, "reconfigure"):
 def smoke() -> bool:
     """True with ``--smoke`` on the command line or ``LESSON_SMOKE=1``: every lesson then runs in seconds."""
     return "--smoke" in sys.argv or os.environ.get("LESSON_SMOKE", "") not in ("", "0")
+
+
+def lesson_script() -> Path | None:
+    """The lesson file being run as a script (``python lessons/NN_*.py``), or None: in a notebook,
+    or when something else (a test, the book) imports the kit."""
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main is None or in_notebook():
+        return None
+    path = Path(main).resolve()
+    return path if path.parent == ROOT / "lessons" and path.name[:2].isdigit() else None
+
+
+def check_arguments() -> None:
+    """A lesson takes one flag, ``--smoke``. Anything else stops it with one line, where a typo
+    such as ``--smok`` would otherwise start the full lesson without a word; ``--help`` says so."""
+    script = lesson_script()
+    if script is None:
+        return
+    others = [a for a in sys.argv[1:] if a != "--smoke"]
+    usage = f"usage: python lessons/{script.name} [--smoke]"
+    if others and others[0] in ("-h", "--help"):
+        print(f"{usage}\n\n  --smoke  every experiment shrunk to run in seconds (or set LESSON_SMOKE=1);\n"
+              "           without it, the full lesson, whose results lessons/README.md shows")
+        raise SystemExit(0)
+    if others:
+        print(f"{usage}\nerror: a lesson takes one flag, --smoke; got {' '.join(others)}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+check_arguments()
 
 
 def figure_dir(lesson: str) -> Path:

@@ -40,6 +40,22 @@ def test_lesson_runs_in_smoke_mode_and_saves_figures(lesson, tmp_path):
     assert (tmp_path / lesson.name[:2] / "results.json").exists(), "the lesson recorded no results"
 
 
+def test_a_lesson_refuses_a_flag_other_than_smoke_in_one_line_and_runs_nothing(tmp_path):
+    """A typo such as --smok must not start the full lesson (minutes, for some) without a word."""
+    lesson = LESSONS[0]
+    env = {**os.environ, "LESSON_OUT": str(tmp_path), "MPLBACKEND": "Agg"}
+    env.pop("LESSON_SMOKE", None)
+    run = lambda *flags: subprocess.run([sys.executable, str(lesson), *flags], cwd=tmp_path, env=env,  # noqa: E731
+                                        capture_output=True, text=True, timeout=120)
+    typo = run("--smok")
+    assert typo.returncode == 2 and typo.stdout == "", typo.stdout[-500:]
+    assert typo.stderr.strip().splitlines()[-1] == "error: a lesson takes one flag, --smoke; got --smok"
+    assert not list(tmp_path.rglob("*.png"))
+    usage = run("--help")
+    assert usage.returncode == 0 and usage.stdout.startswith(f"usage: python lessons/{lesson.name} [--smoke]")
+    assert not list(tmp_path.rglob("*.png"))
+
+
 def test_a_lesson_prints_each_line_as_it_goes_even_into_a_pipe():
     """Piped (into tee, a log, a pager), Python holds printed lines back until its buffer fills:
     a lesson that runs for minutes would show nothing until the end. The kit makes stdout

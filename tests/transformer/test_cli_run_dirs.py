@@ -132,6 +132,23 @@ def test_a_file_as_run_dir_is_bad_usage(tmp_path, command):
     assert_clean(status, err, 2, f"error: --run-dir {path}: a file, not a directory")
 
 
+@pytest.mark.parametrize("command", ["translate", "evaluate"])
+def test_a_folder_train_did_not_write_is_named_and_a_copy_task_run_is_told_apart(tmp_path, command):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    status, _, err = cli(command, "--run-dir", empty)
+    assert_clean(status, err, 2, f"error: {empty}: not a run directory of this tool (no spm.model in it)")
+    copy = tmp_path / "copy"
+    made = subprocess.run([sys.executable, "examples/copy_task.py", "--steps", "2", "--eval-every", "100",
+                           "--eval-size", "2", "--test-size", "2", "--run-dir", str(copy), "--no-progress"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr[-2000:]
+    files = sorted(p.name for p in copy.iterdir())
+    status, _, err = cli(command, "--run-dir", copy)
+    assert_clean(status, err, 2, f"error: {copy}: a copy-task run (examples/copy_task.py), not a translation run")
+    assert list(empty.iterdir()) == [] and sorted(p.name for p in copy.iterdir()) == files   # nothing written
+
+
 def test_settings_json_records_the_model_as_built_with_the_tokenizers_vocabulary(small_run):
     settings = json.loads((small_run / "settings.json").read_text())
     with np.load(step_checkpoints(small_run)[-1]) as z:
