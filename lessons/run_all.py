@@ -17,6 +17,10 @@ generated part of ``lessons/README.md`` (run times, findings) and ``lessons/resu
 lessons' own output, never typed by hand. ``tests/lessons/`` checks that both match the
 recorded results.
 
+A full run also compares what each lesson printed with its recorded runs that used the same BLAS
+kernels, and names the numbers that moved beyond round-off: the code has changed since they were
+recorded, and ``lessons/README.md`` no longer shows what a learner's run prints.
+
 ``--blas haswell`` runs the lessons with ``OPENBLAS_CORETYPE=Haswell`` (as some machines,
 CI's among them, set it); ``--blas unset`` without ``OPENBLAS_CORETYPE`` and
 ``OPENBLAS_L2_SIZE`` (as on most users' machines); ``both`` alternates them; the default
@@ -140,12 +144,7 @@ def varying(record: dict) -> str:
     setting: "updates 450 (unset), 250 (haswell)"; "" when every run agreed."""
     runs, parts = record["runs"], []
     for key in runs[0]["numbers"]:
-        values = [r["numbers"].get(key) for r in runs]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            continue
-        low, high = min(values), max(values)
-        floats = not isinstance(values[0], int)
-        if low == high or floats and (high - low <= 0.01 * max(abs(low), abs(high)) or max(abs(low), abs(high)) < 1e-9):
+        if not _differ([r["numbers"].get(key) for r in runs]):
             continue
         by = {}
         for r in runs:
@@ -154,6 +153,54 @@ def varying(record: dict) -> str:
         shown = ", ".join(f"{span(v)} ({blas})" for blas, v in by.items())
         parts.append(f"`{key}` {shown}")
     return "; ".join(parts)
+
+
+def _differ(values: list) -> bool:
+    """Whether numbers differ beyond round-off: integers at all, other numbers by more than 1%
+    and above 1e-9 (anything not a number is not compared)."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return False
+    low, high = min(values), max(values)
+    if low == high:
+        return False
+    scale = max(abs(low), abs(high))
+    return isinstance(values[0], int) or high - low > 0.01 * scale and scale >= 1e-9
+
+
+def _leaves(value, path: str = ""):
+    """(path, number) for every number in a lesson's nested numbers (dicts and lists)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+_MISSING = object()   # a number the recorded runs do not have (the lesson prints new ones)
+
+
+def drift(record: dict, recorded_: dict | None) -> str:
+    """Which of a full-mode run's numbers differ from the recorded runs with the same BLAS kernels
+    (beyond round-off, as :func:`varying` counts it), each top-level number with how many of its
+    values moved: "`held_out_loss` 12 of 15 values; …". A number those recorded runs already
+    disagreed on (a time, a share of one) is not compared. "" when nothing moved, or when no
+    recorded run used these kernels."""
+    same = [dict(_leaves(r["numbers"])) for r in (recorded_ or {}).get("runs", []) if r["kernels"] == record["kernels"]]
+    if not same:
+        return ""
+    moved, total = {}, {}
+    for path, now in _leaves(record["numbers"]):
+        key = path.split(".")[0].split("[")[0]
+        total[key] = total.get(key, 0) + 1
+        recorded_values = [before.get(path, _MISSING) for before in same]
+        if _MISSING not in recorded_values and _differ(recorded_values):
+            continue                                   # the recorded runs disagree already: a time, a share of one
+        if _MISSING in recorded_values or _differ([recorded_values[0], now]):
+            moved[key] = moved.get(key, 0) + 1
+    return "; ".join(f"`{key}` {n} of {total[key]} value{'s' * (total[key] > 1)}" for key, n in moved.items())
 
 
 def _num(v) -> str:
@@ -216,8 +263,11 @@ def main(argv=None) -> None:
     envs = {s: blas_env(s) for s in settings}
     names = {s: kernels(envs[s]) for s in settings}
     RESULTS.mkdir(exist_ok=True)
+    drifted = []
     for lesson in chosen:
         runs = []
+        path = RESULTS / f"{lesson.name[:2]}.json"
+        before = json.loads(path.read_text()) if args.full and path.exists() else None
         for i in range(args.repeat):
             for s in settings:
                 record = run(lesson, args.full, Path(args.out).resolve(), envs[s])
@@ -227,8 +277,16 @@ def main(argv=None) -> None:
                 if len(runs) == 1:
                     for f in record["findings"]:
                         print("   ", f)
+                moved = drift(record, before)
+                if moved:
+                    drifted.append(lesson.name[:2])
+                    print(f"    not what lessons/README.md shows for {record['kernels']}: {moved}", flush=True)
         if args.update:
-            (RESULTS / f"{lesson.name[:2]}.json").write_text(json.dumps(combine(lesson, runs), indent=1) + "\n")
+            path.write_text(json.dumps(combine(lesson, runs), indent=1) + "\n")
+    if drifted and not args.update:
+        print(f"lessons {', '.join(sorted(set(drifted)))} printed other numbers than their recorded runs with the "
+              "same BLAS kernels: the code has changed since they were recorded (or this CPU rounds otherwise); "
+              "record them again with python lessons/run_all.py --full --repeat 3 --blas both --update")
     if args.update:
         README.write_text(rendered_readme())
         MARGINS.write_text(render_margins(recorded()))
