@@ -16,7 +16,7 @@ from .rundir import write_file
 
 
 def _figure(**kwargs):
-    from matplotlib.figure import Figure  # noqa: PLC0415 (a quarter of a second the command line never waits for)
+    from matplotlib.figure import Figure  # noqa: PLC0415 (here, not at the top: the command line starts without it)
 
     return Figure(**kwargs)
 
