@@ -1,6 +1,7 @@
 """The CUDA emulator's fixed costs, which the GPU tests on the CPU pay at every launch and at every
 warp operation: a launch of an empty kernel, a warp shuffle, a barrier (``minitensor/cuda/
-emulator.py``; no GPU needed, a C++ compiler is).
+emulator.py``; no GPU needed, a C++ compiler is); and what a first use pays, compiling real
+kernels into an empty cache for each check, one compiler at a time.
 
 Each figure is the median of ``--rounds`` rounds. With ``--trees A,B`` the rounds run the given
 source trees (checkouts of this repository, e.g. ``git worktree add /tmp/old <commit>``) in
@@ -40,10 +41,35 @@ extern "C" __global__ void barriers(float* x, int k) {
 """
 LAUNCHES = [(1, 32), (1, 256), (4, 256), (1, 1024)]   # (blocks, threads a block)
 STEPS = 200                                          # shuffles or barriers a thread, in one block of 256
+COMPILED = [("layer_norm.cu", "layer_norm_forward<float, 1>"),                  # a small kernel
+            ("flash_attention.cu", "flash_attention_tc_forward<bf16, 64, 64, 2>"),   # the largest ones
+            ("flash_attention.cu", "flash_attention_tc_backward_dkdv<bf16, 64, 64>"),
+            ("flash_attention.cu", "flash_attention_tc_backward_dq<bf16, 64, 32, 2>")]
+
+
+def compile_seconds(check) -> float:
+    """Seconds to build ``COMPILED`` for ``check`` into an empty cache, one compiler at a time."""
+    import tempfile  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from minitensor.cuda import emulator
+
+    before = os.environ.get("MINITENSOR_EMULATOR_CACHE")
+    with tempfile.TemporaryDirectory(prefix="emulator-cache-") as cache:
+        os.environ["MINITENSOR_EMULATOR_CACHE"] = cache
+        try:
+            t0 = time.perf_counter()
+            emulator.precompile(COMPILED, check, workers=1)
+            return time.perf_counter() - t0
+        finally:
+            if before is None:
+                os.environ.pop("MINITENSOR_EMULATOR_CACHE")
+            else:
+                os.environ["MINITENSOR_EMULATOR_CACHE"] = before
 
 
 def measure() -> dict:
-    """One round in this process: ms a launch, µs a warp operation or barrier."""
+    """One round in this process: ms a launch, µs a warp operation or barrier, s to compile."""
     from minitensor.cuda import emulator
 
     kernels = {name: emulator.compile_source(SOURCE, name) for name in ("touch", "shuffles", "barriers")}
@@ -58,6 +84,8 @@ def measure() -> dict:
         base = median_seconds(lambda: k((1,), (256,), (x, np.int32(0))), "cpu", warmup=1, repeat=20)
         full = median_seconds(lambda: k((1,), (256,), (x, np.int32(STEPS))), "cpu", warmup=1, repeat=5)
         out[what] = 1e6 * (full - base) / STEPS / (8 if name == "shuffles" else 1)
+    for check in emulator.CHECKS:
+        out[f"compiling {len(COMPILED)} kernels, {check or 'plain'} (s)"] = compile_seconds(check)
     return out
 
 

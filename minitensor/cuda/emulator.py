@@ -168,10 +168,10 @@ def _flags(check: str | None) -> list[str]:
          "-Wno-unknown-pragmas", "-pthread", "-U_FORTIFY_SOURCE"]   # the fibers' _longjmp (emulator.h)
     if _cpu_has_fma() and _x86():
         f.append("-mfma")   # contract a*b + c into one rounding, as the GPU does
-    if check == "memory":
-        return f + ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address", "-DMT_EMU_RUNNER"]
-    if check == "race":
-        return f + ["-O1", "-g", "-fsanitize=thread", "-DMT_EMU_RACE"]
+    if check == "memory":   # -g1: line tables alone, enough for AddressSanitizer's file:line
+        return f + ["-O1", "-g1", "-fno-omit-frame-pointer", "-fsanitize=address", "-DMT_EMU_RUNNER"]
+    if check == "race":     # no -g: emulator.h takes the instrumentation's calls and reports by itself
+        return f + ["-O1", "-fsanitize=thread", "-DMT_EMU_RACE"]
     return f + ["-O2"]
 
 
@@ -285,6 +285,57 @@ def _run(cmd, cwd, what: str):
         raise EmulatorError(f"the C++ compiler failed on {what}:\n{' '.join(cmd)}\n{out.stderr[-6000:]}")
 
 
+def _cached_build(key: str, target_name: str, make) -> Path:
+    """``cache_dir()/key/target_name``, built by ``make(work)`` in a fresh folder the first time,
+    once across threads and processes (the finished folder is renamed into place)."""
+    out_dir = cache_dir() / key
+    target = out_dir / target_name
+    if target.exists():
+        return target
+    with _build_locks_guard:
+        lock = _build_locks.setdefault(key, threading.Lock())
+    with lock:
+        if target.exists():
+            return target
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="build-", dir=cache_dir()))
+        try:
+            make(work)
+            try:
+                os.replace(work, out_dir)
+            except OSError:       # another process built it first
+                shutil.rmtree(work, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    return target
+
+
+@lru_cache(maxsize=None)
+def _is_gcc(cxx: str) -> bool:
+    """Whether ``cxx`` is GCC (clang defines __GNUC__ too, and finds no .gch by #include)."""
+    out = subprocess.run([cxx, "-dM", "-E", "-x", "c++", os.devnull], capture_output=True, text=True)
+    return out.returncode == 0 and "__GNUC__" in out.stdout and "__clang__" not in out.stdout
+
+
+def precompiled_header(check: str | None = None) -> Path | None:
+    """The folder holding ``emulator.h`` and GCC's precompiled form of it for ``check``'s flags
+    (built once and kept in the cache), or None where the compiler is not GCC. A kernel's unit
+    includes the header from there, so that GCC loads the parsed header instead of parsing it, and
+    the standard headers it includes, again for every kernel."""
+    cxx = compiler()
+    if not _is_gcc(cxx):
+        return None
+    flags = _flags(check)
+    key = "pch-" + hashlib.sha256("\0".join([HEADER.read_text(), str(check), " ".join(flags),
+                                             _compiler_identity(cxx)]).encode()).hexdigest()[:32]
+
+    def make(work: Path) -> None:
+        shutil.copy(HEADER, work / "emulator.h")
+        _run([cxx, *flags, "-x", "c++-header", "emulator.h", "-o", "emulator.h.gch"], work, "emulator.h")
+    return _cached_build(key, "emulator.h.gch", make).parent
+
+
 def build_unit(source: str, expression: str, check: str | None = None, label: str = "<source>") -> Path:
     """Compile ``expression`` (a kernel instantiation in the kernel text ``source``) for
     ``check`` and return the built file (a shared library, or the subprocess runner for
@@ -296,37 +347,23 @@ def build_unit(source: str, expression: str, check: str | None = None, label: st
     flags = _flags(check)
     key = hashlib.sha256("\0".join([HEADER.read_text(), source, expression, str(check), " ".join(flags),
                                     _compiler_identity(cxx)]).encode()).hexdigest()[:32]
-    out_dir = cache_dir() / key
-    target = out_dir / ("runner" if check == "memory" else "kernel.so")
-    if target.exists():
-        return target
-    with _build_locks_guard:
-        lock = _build_locks.setdefault(key, threading.Lock())
-    with lock:
-        if target.exists():
-            return target
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(prefix="build-", dir=cache_dir()))
-        try:
+    what = f"{expression} of {label}"
+
+    def make(work: Path) -> None:
+        (work / "kernel.cuh").write_text(source)
+        (work / "unit.cpp").write_text(_unit(expression, check))
+        header = precompiled_header(check)
+        if header is None:
             shutil.copy(HEADER, work / "emulator.h")
-            (work / "kernel.cuh").write_text(source)
-            (work / "unit.cpp").write_text(_unit(expression, check))
-            what = f"{expression} of {label}"
-            if check == "memory":
-                _run([cxx, *flags, "-rdynamic", "unit.cpp", "-o", "runner"], work, what)
-            elif check == "race":  # instrument, but link no ThreadSanitizer runtime: emulator.h takes the calls
-                _run([cxx, *flags, "-c", "unit.cpp", "-o", "unit.o"], work, what)
-                _run([cxx, "-shared", "unit.o", "-o", "kernel.so"], work, what)
-            else:
-                _run([cxx, *flags, "-shared", "unit.cpp", "-o", "kernel.so"], work, what)
-            try:
-                os.replace(work, out_dir)
-            except OSError:       # another process built it first
-                shutil.rmtree(work, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-    return target
+        cmd = [cxx, *flags, *(["-I", str(header)] if header else [])]
+        if check == "memory":
+            _run([*cmd, "-rdynamic", "unit.cpp", "-o", "runner"], work, what)
+        elif check == "race":  # instrument, but link no ThreadSanitizer runtime: emulator.h takes the calls
+            _run([*cmd, "-c", "unit.cpp", "-o", "unit.o"], work, what)
+            _run([cxx, "-shared", "unit.o", "-o", "kernel.so"], work, what)
+        else:
+            _run([*cmd, "-shared", "unit.cpp", "-o", "kernel.so"], work, what)
+    return _cached_build(key, "runner" if check == "memory" else "kernel.so", make)
 
 
 def precompile(items, check: str | None = None, workers: int | None = None) -> None:

@@ -94,6 +94,32 @@ def test_a_launch_gives_its_fiber_stacks_back_so_many_kernels_fit_in_one_process
     assert _mappings() - before < 100, (before, _mappings())   # kept stacks would add 2 x 1024 a kernel
 
 
+
+@pytest.mark.parametrize("check", [None, "race"])
+def test_kernels_build_against_the_precompiled_header_into_the_same_library(check, tmp_path, monkeypatch):
+    """With GCC, a kernel's unit includes emulator.h from a folder that also holds the header
+    precompiled for the check's flags: GCC loads it (`-H` marks it `!`) instead of parsing the header
+    again, and the library is byte for byte the one built from the header's text. (The memory
+    check's runner carries its build folder's path in its line tables, so it differs anyway.)"""
+    cxx = emulator.compiler()
+    if not emulator._is_gcc(cxx):
+        pytest.skip("the precompiled header is GCC's (.gch)")
+    source, expression = sources.source("layer_norm.cu"), "layer_norm_forward<float, 1>"
+    monkeypatch.setenv("MINITENSOR_EMULATOR_CACHE", str(tmp_path / "with"))
+    built = emulator.build_unit(source, expression, check)
+    header = emulator.precompiled_header(check)
+    assert header is not None and (header / "emulator.h.gch").exists()
+    assert not (built.parent / "emulator.h").exists()           # so #include "emulator.h" finds the -I folder
+    shown = subprocess.run([cxx, *emulator._flags(check), "-I", str(header), "-H", "-fsyntax-only", "unit.cpp"],
+                           cwd=built.parent, capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.splitlines()[0] == f"! {header / 'emulator.h.gch'}"
+    monkeypatch.setenv("MINITENSOR_EMULATOR_CACHE", str(tmp_path / "without"))
+    monkeypatch.setattr(emulator, "precompiled_header", lambda check=None: None)
+    plain = emulator.build_unit(source, expression, check)
+    assert (plain.parent / "emulator.h").exists()
+    assert plain.read_bytes() == built.read_bytes()
+
 SHUFFLES = r'''
 __global__ void shuffles(const int* in, int* out, int delta, int width) {
     const int t = threadIdx.x, n = blockDim.x;
