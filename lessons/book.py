@@ -264,8 +264,9 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
                 print(f"{item['file'].name} failed in the book's kernel: {item['failed']}", file=sys.stderr, flush=True)
             item["seconds"] = round(time.perf_counter() - t0, 1)
             item["mode"] = "smoke" if smoke else "full"
-            item["figures"] = sum("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
-                                  for o in c.get("outputs", []))
+            outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+            item["figures"] = sum("image/png" in o.get("data", {}) for o in outputs)
+            item["printed"] = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
             uses = [(p.relative_to(REPO).as_posix(), source_page(p, out)) for p in package_files(item["file"].read_text())]
             uses_html = ('<div class="book-uses">Package files this lesson uses: '
                          + ", ".join(f'<a href="{link}"><code>{name}</code></a>' for name, link in uses) + "</div>")

@@ -18,22 +18,9 @@ import book  # lessons/book.py (tests/conftest.py puts lessons/ on the path)
 
 from ..helpers import require
 
+from .conftest import require_extra as _require_extra
+
 LESSONS = Path(__file__).resolve().parents[2] / "lessons"
-EXTRA = ("jupytext", "nbclient", "nbconvert", "ipykernel", "latex2mathml")
-
-
-def _require_extra():
-    missing = [m for m in EXTRA if importlib.util.find_spec(m) is None]
-    require(not missing, f"the lessons extra is not installed ({', '.join(missing)}): pip install -e '.[lessons]'")
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    _require_extra()
-    require(bool(os.environ.get("MULTI30K_DIR")), "lessons 20-22 need Multi30k: set MULTI30K_DIR")
-    out = tmp_path_factory.mktemp("book")
-    items = book.build(out, smoke_all=True)
-    return book, out, items
 
 
 def _page(items, number):
