@@ -257,9 +257,10 @@ def build(out: Path, smoke_all: bool = False, only: list[str] | None = None) -> 
             t0 = time.perf_counter()
             try:
                 execute(nb)
-            except CellExecutionError as e:
+            except Exception as e:  # a cell's error, or the kernel lost (it died, or never answered)
                 # the page still shows the lesson up to the error, and the later lessons are built
-                text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))          # the kernel's traceback is coloured
+                text = str(e) if isinstance(e, CellExecutionError) else f"{type(e).__name__}: {e}"
+                text = re.sub(r"\x1b\[[0-9;]*m", "", text)          # the kernel's traceback is coloured
                 item["failed"] = [line for line in text.strip().splitlines() if line.strip()][-1]
                 print(f"{item['file'].name} failed in the book's kernel: {item['failed']}", file=sys.stderr, flush=True)
             item["seconds"] = round(time.perf_counter() - t0, 1)

@@ -148,19 +148,23 @@ def test_a_lesson_converted_by_jupytext_and_executed_by_nbconvert_contains_its_f
         ["attention_masks.png", "scaling_and_gradients.png"]                  # and still saved
 
 
-def test_a_lesson_that_fails_is_marked_and_the_rest_of_the_book_is_still_built(tmp_path, monkeypatch, capsys):
-    """One failing lesson (here lesson 1, made to fail) does not stop the build: its page and the
-    later lessons' pages are written, the index names the failure, and the command exits 1."""
+@pytest.mark.parametrize("how", ["a cell's error", "the kernel lost"])
+def test_a_lesson_that_fails_is_marked_and_the_rest_of_the_book_is_still_built(how, tmp_path, monkeypatch, capsys):
+    """One failing lesson (here lesson 1, made to fail by a cell, or by its kernel dying) does not
+    stop the build: its page and the later lessons' pages are written, the index names the
+    failure, and the command exits 1."""
     _require_extra()
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     calls = []
 
-    def execute(nb):  # no kernel: the first lesson fails as a cell would, the second runs "clean"
+    def execute(nb):  # no kernel: the first lesson fails, the second runs "clean"
         calls.append(nb)
-        if len(calls) == 1:
+        if len(calls) == 1 and how == "a cell's error":
             raise CellExecutionError("Traceback ...\nSystemExit: this lesson needs something", "SystemExit",
                                      "this lesson needs something")
+        if len(calls) == 1:
+            raise DeadKernelError("Kernel died: this lesson needs something")
 
     monkeypatch.setattr(book, "execute", execute)
     assert book.main(["--out", str(tmp_path), "--only", "01", "02", "--smoke"]) == 1
