@@ -129,7 +129,7 @@ struct WgResult {
 struct Thread {
     ucontext_t ctx;            // its first start (makecontext)...
     jmp_buf jump;              // ...and where it waits after that (see switch_to_scheduler)
-    bool started;              // in this launch (calloc'd at its start)
+    bool started;              // its fiber has run (see Fibers) and waits at `jump`
     uint3 idx;
     int id;                    // linear index in the block
     int state;                 // Wait
@@ -153,6 +153,19 @@ struct Thread {
 #endif
 };
 
+// The fibers of the in-process launches, one per thread a block may have: a stack each and the
+// threads' records, made once a process (emulator.py asks the first library it loads, and passes
+// them to every launch; launches run one at a time). Every kernel is a library with a runtime of
+// its own, but a fiber serves them all: its loop (fiber_main) runs whatever `body` the launching
+// library set, so a thread that exited waits where the next launch of any kernel resumes it,
+// without a fresh context (two system calls a thread).
+struct Fibers {
+    char* stacks;
+    Thread* threads;
+    int count;
+    void (*body)();            // the launching library's thread_body
+};
+
 struct Warp {
     int arrived;               // lanes waiting at the current warp operation
     unsigned mask;
@@ -171,8 +184,8 @@ struct Launch {
     int reverse_blocks;                   // start the blocks from the last (emulator.block_order)
     int nshared;                          // static __shared__ arrays of the kernel...
     const unsigned long long* shared;     // ...as (address, bytes) pairs
-    char* stacks;                         // fiber stacks from mt_emu_map_stacks, kept by the caller for
-    int stack_count;                      // every launch (null: the launch maps its own, then unmaps them)
+    Fibers* fibers;                       // from mt_emu_make_fibers, kept by the caller for every launch
+                                          // (null: the launch makes its own, then frees them)
 };
 
 // what emulator.py learns about each kernel parameter (ctypes mirrors this layout)
@@ -211,10 +224,12 @@ struct Runtime {
     bool failed = false;
     char* err = nullptr;
     size_t errlen = 0;
-    // fiber stacks: the caller's (Launch::stacks), or mapped for one launch (own_stacks)
+    // fiber stacks and the threads' records: the caller's (Launch::fibers), or made for one launch
+    // (own_fibers)
     char* stacks = nullptr;
     int stack_count = 0;
-    bool owns_stacks = false;
+    bool owns_fibers = false;
+    Fibers* pool = nullptr;               // the shared fibers, since a launch brought them
     // signals (segmentation faults inside a kernel become errors)
     sigjmp_buf fault_jump;
     volatile sig_atomic_t in_kernel = 0;
@@ -299,21 +314,27 @@ MT_RT inline void yield() {
     switch_to_scheduler(rt.current);
 }
 
-// A fiber runs its thread of one block after another: the scheduler resumes an exited thread for
-// the next block (under AddressSanitizer each block's threads start afresh instead, and an exited
-// one is never resumed).
+// A fiber runs its thread of one block after another, and of one launch after another: the
+// scheduler resumes an exited thread for the next block (under AddressSanitizer each block's
+// threads start afresh instead, and an exited one is never resumed).
+//
+// A thread of this library's launch, from its start to its exit, where it waits to be resumed.
+MT_RT inline void thread_body() {
+    Thread* t = rt.current;
+    rt.entry(rt.args);
+    if (t->copies) fail("%s: exits with %d cp.async copies never waited for", where(), t->copies);
+    if (t->wg_results) fail("%s: exits with wgmma products never waited for", where());
+    t->state = EXITED;
+    yield();
+}
+
+// A shared fiber (Fibers) runs the body of whichever library resumes it; the library that made
+// it may not be the one launching now, so the body is read from the pool, not from this `rt`.
 MT_RT inline void fiber_main() {
 #if defined(__SANITIZE_ADDRESS__)
     __sanitizer_finish_switch_fiber(nullptr, &rt.main_bottom, &rt.main_size);
 #endif
-    for (;;) {
-        Thread* t = rt.current;
-        rt.entry(rt.args);
-        if (t->copies) fail("%s: exits with %d cp.async copies never waited for", where(), t->copies);
-        if (t->wg_results) fail("%s: exits with wgmma products never waited for", where());
-        t->state = EXITED;
-        yield();
-    }
+    for (;;) (rt.pool ? rt.pool->body : thread_body)();
 }
 
 MT_RT inline char* stack_of(int i) { return rt.stacks + static_cast<size_t>(i) * (kStackBytes + 4096) + 4096; }
@@ -328,20 +349,40 @@ MT_RT inline char* map_stacks(int n) {
     return base;
 }
 
-// The stacks of a launch that brought none (the memory check's runner, a process a launch), mapped
-// for that launch alone.
-MT_RT inline bool own_stacks(int n) {
-    rt.stacks = map_stacks(n);
-    rt.stack_count = rt.stacks ? n : 0;
-    rt.owns_stacks = rt.stacks != nullptr;
-    return rt.owns_stacks;
+// the fibers every in-process launch shares (null if the stacks cannot be mapped)
+MT_RT inline Fibers* make_fibers(int n) {
+    char* stacks = map_stacks(n);
+    Thread* threads = static_cast<Thread*>(calloc(n, sizeof(Thread)));
+    Fibers* f = static_cast<Fibers*>(calloc(1, sizeof(Fibers)));
+    if (!stacks || !threads || !f) {
+        if (stacks) munmap(stacks, static_cast<size_t>(n) * (kStackBytes + 4096));
+        free(threads);
+        free(f);
+        return nullptr;
+    }
+    *f = Fibers{stacks, threads, n, nullptr};
+    return f;
 }
 
-MT_RT inline void release_stacks() {
-    if (rt.owns_stacks) munmap(rt.stacks, static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096));
+// The fibers of a launch that brought none (the memory check's runner, a process a launch), made
+// for that launch alone.
+MT_RT inline bool own_fibers(int n) {
+    rt.stacks = map_stacks(n);
+    rt.threads = static_cast<Thread*>(calloc(n, sizeof(Thread)));
+    rt.stack_count = rt.stacks ? n : 0;
+    rt.owns_fibers = true;
+    return rt.stacks && rt.threads;
+}
+
+MT_RT inline void release_fibers() {
+    if (rt.owns_fibers) {
+        if (rt.stacks) munmap(rt.stacks, static_cast<size_t>(rt.stack_count) * (kStackBytes + 4096));
+        free(rt.threads);
+    }
     rt.stacks = nullptr;
     rt.stack_count = 0;
-    rt.owns_stacks = false;
+    rt.threads = nullptr;
+    rt.owns_fibers = false;
 }
 
 // The scheduler runs thread t until it next waits or exits.
@@ -1052,14 +1093,25 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     rt.entry = entry_fn;
     rt.args = args;
     const int nwarps = (rt.nthreads + kWarp - 1) / kWarp;
-    if (cfg->stacks && cfg->stack_count >= rt.nthreads) {
-        rt.stacks = cfg->stacks;
-        rt.stack_count = cfg->stack_count;
-    } else if (!own_stacks(rt.nthreads)) {
+    Fibers* const pool = cfg->fibers && cfg->fibers->count >= rt.nthreads ? cfg->fibers : nullptr;
+    if (pool) {
+        rt.pool = pool;
+        pool->body = thread_body;
+        rt.stacks = pool->stacks;
+        rt.stack_count = pool->count;
+        rt.threads = pool->threads;
+    } else if (!own_fibers(rt.nthreads)) {
         report("%s: could not map %d fiber stacks", name, rt.nthreads);
+        release_fibers();
         return 1;
     }
-    rt.threads = static_cast<Thread*>(calloc(rt.nthreads, sizeof(Thread)));
+    for (int i = 0; i < rt.nthreads; ++i) {   // what a launch counts from zero
+        Thread& t = rt.threads[i];
+        t.copies = 0;
+        t.groups = 0;
+        t.wg_results = 0;
+        t.wg_groups = 0;
+    }
     rt.warps = static_cast<Warp*>(calloc(nwarps, sizeof(Warp)));
     rt.dyn_size = cfg->dynamic_shared;
     rt.dyn = rt.dyn_size ? static_cast<unsigned char*>(malloc(rt.dyn_size)) : nullptr;
@@ -1160,13 +1212,13 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
     sigaction(SIGFPE, &rt.previous[2], nullptr);
     sigaltstack(&old_alt, nullptr);
 #endif
-    release_stacks();
-    free(rt.threads);
+    if (pool && rt.failed)   // threads stopped inside the kernel: their fibers start afresh next time
+        for (int i = 0; i < rt.nthreads; ++i) rt.threads[i].started = false;
+    release_fibers();
     free(rt.warps);
     free(rt.dyn);
     free(rt.shadow_static);
     free(rt.shadow_dyn);
-    rt.threads = nullptr;
     rt.warps = nullptr;
     rt.dyn = nullptr;
     rt.shadow_static = rt.shadow_dyn = nullptr;

@@ -72,7 +72,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -235,23 +235,23 @@ class _ParamInfo(ctypes.Structure):
 class _Launch(ctypes.Structure):
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("dynamic_shared", ctypes.c_ulonglong),
                 ("track_races", ctypes.c_int), ("reverse_blocks", ctypes.c_int), ("nshared", ctypes.c_int),
-                ("shared", ctypes.POINTER(ctypes.c_ulonglong)), ("stacks", ctypes.c_void_p),
-                ("stack_count", ctypes.c_int)]
+                ("shared", ctypes.POINTER(ctypes.c_ulonglong)), ("fibers", ctypes.c_void_p)]
 
 
-# The fibers' stacks, one per thread of a block, mapped once for every in-process launch (they
-# run one at a time, under _launch_lock): mapping them at each launch, a guard page each, cost
-# more than a small kernel's work. (address, count), or None before the first launch.
-_stacks: tuple[int, int] | None = None
+# The fibers (a stack and a thread record for each thread of a block), made once for every
+# in-process launch (they run one at a time, under _launch_lock): making them at each launch cost
+# more than a small kernel's work, and a kernel launched again finds its fibers waiting where
+# its last launch left them (emulator.h's Fibers). Their address (0: each launch makes its own),
+# or None before the first launch.
+_fibers: int | None = None
 
 
-def _fiber_stacks(lib) -> tuple[int, int]:
-    global _stacks
-    if _stacks is None:
-        lib.mt_emu_map_stacks.restype = ctypes.c_void_p
-        address = lib.mt_emu_map_stacks(MAX_THREADS_PER_BLOCK)
-        _stacks = (address, MAX_THREADS_PER_BLOCK) if address else (0, 0)   # 0: each launch maps its own
-    return _stacks
+def _fiber_pool(lib) -> int:
+    global _fibers
+    if _fibers is None:
+        lib.mt_emu_make_fibers.restype = ctypes.c_void_p
+        _fibers = lib.mt_emu_make_fibers(MAX_THREADS_PER_BLOCK) or 0
+    return _fibers
 
 
 def _unit(expression: str, check: str | None) -> str:
@@ -270,8 +270,8 @@ def _unit(expression: str, check: str | None) -> str:
         text.append('extern "C" __attribute__((visibility("default"))) int mt_emu_launch('
                     "const mt_emu::Launch* cfg, void** args, char* err, unsigned long long errlen) "
                     f'{{ return mt_emu::launch(&mt_emu::entry<mt_kernel>, "{name}", cfg, args, err, errlen); }}')
-        text.append('extern "C" __attribute__((visibility("default"))) char* mt_emu_map_stacks(int n) '
-                    "{ return mt_emu::map_stacks(n); }")
+        text.append('extern "C" __attribute__((visibility("default"))) mt_emu::Fibers* mt_emu_make_fibers(int n) '
+                    "{ return mt_emu::make_fibers(n); }")
     return "\n".join(text) + "\n"
 
 
@@ -401,19 +401,18 @@ def symbols(library: Path) -> tuple[list[tuple[str, int, int]], dict[str, int]]:
 
 # ------------------------------------------------------------------ arguments, as CuPy marshals them
 def _marshal(arg):
-    """(bytes or None, numpy dtype or None, array or None, description) for one kernel
-    argument, following CuPy 14's ``cupy/cuda/function.pyx`` ``_pointer``: None is a null
-    pointer; an array (NumPy here, CuPy there) is a pointer to its first element; a NumPy
-    scalar is its bytes; a Python bool, int and float become bool, int64 (uint64 from 2**63)
-    and float64."""
+    """(bytes or None, numpy dtype or None, array or None) for one kernel argument, following
+    CuPy 14's ``cupy/cuda/function.pyx`` ``_pointer``: None is a null pointer; an array (NumPy
+    here, CuPy there) is a pointer to its first element; a NumPy scalar is its bytes; a Python
+    bool, int and float become bool, int64 (uint64 from 2**63) and float64."""
     if arg is None:
-        return np.uint64(0).tobytes(), np.dtype(np.uint64), None, "None (a null pointer)"
+        return _NULL, _NULL_DTYPE, None
     if isinstance(arg, np.ndarray):
-        return None, arg.dtype, arg, f"a {arg.dtype.name} array of shape {arg.shape}"
+        return None, arg.dtype, arg
     if type(arg).__module__.startswith("cupy"):
         raise EmulatorError("the emulator runs kernels on NumPy arrays; got a cupy.ndarray")
     if isinstance(arg, np.generic):
-        return arg.tobytes(), arg.dtype, None, f"numpy.{arg.dtype.name}"
+        return arg.tobytes(), arg.dtype, None
     if type(arg) is bool:
         value = np.bool_(arg)
     elif type(arg) is float:
@@ -424,7 +423,21 @@ def _marshal(arg):
         value = np.complex128(arg)
     else:
         raise TypeError(f"Unsupported type {type(arg)}")  # CuPy's own message
-    return value.tobytes(), value.dtype, None, f"a Python {type(arg).__name__} (passed as {value.dtype.name})"
+    return value.tobytes(), value.dtype, None
+
+
+_NULL, _NULL_DTYPE = np.uint64(0).tobytes(), np.dtype(np.uint64)
+
+
+def _describe(arg) -> str:
+    """What a launch passed, for an error message (``_marshal`` takes ``arg`` as this says)."""
+    if arg is None:
+        return "None (a null pointer)"
+    if isinstance(arg, np.ndarray):
+        return f"a {arg.dtype.name} array of shape {arg.shape}"
+    if isinstance(arg, np.generic):
+        return f"numpy.{arg.dtype.name}"
+    return f"a Python {type(arg).__name__} (passed as {_marshal(arg)[1].name})"
 
 
 def _dtype_fits(dtype: np.dtype, kind: int) -> bool:
@@ -507,6 +520,11 @@ class EmulatedKernel:
         return f"argument {i} ({_KIND[p.kind]}, {p.size} bytes)"
 
     # -- checks before a launch
+    def _arg_error(self, i: int, arg, message: str) -> EmulatorError:
+        """``message`` with {where} (the parameter) and {what} (the argument) filled in: made only
+        when a check fails, as a launch is often a small kernel's."""
+        return EmulatorError(message.format(where=f"{self.name}: {self._param_text(i)}", what=_describe(arg)))
+
     def _check_args(self, args) -> list:
         params = self._params
         if len(args) != len(params):
@@ -515,25 +533,25 @@ class EmulatedKernel:
             raise EmulatorError(f"{self.name} takes {len(params)} arguments ({names}); the launch passes {len(args)}")
         packed = []
         for i, (arg, p) in enumerate(zip(args, params)):
-            data, dtype, array, what = _marshal(arg)
+            data, dtype, array = _marshal(arg)
             size = 8 if array is not None else len(data)
-            where = f"{self.name}: {self._param_text(i)}"
+            fail = partial(self._arg_error, i, arg)
             if p.kind == 1:  # a pointer parameter
                 if array is None and not (dtype is not None and dtype.kind in "iu" and size == 8 and
                                           int.from_bytes(data, "little") == 0):
-                    raise EmulatorError(f"{where} is a pointer, but the launch passes {what}")
+                    raise fail("{where} is a pointer, but the launch passes {what}")
                 if array is not None and p.pointee_size and (array.itemsize != p.pointee_size
                                                             or not _dtype_fits(array.dtype, p.pointee_kind)):
-                    raise EmulatorError(f"{where} points to {p.pointee_size}-byte {_KIND[p.pointee_kind]} "
-                                        f"values, but the launch passes {what}")
+                    raise fail(f"{{where}} points to {p.pointee_size}-byte {_KIND[p.pointee_kind]} "
+                               "values, but the launch passes {what}")
             else:
                 if array is not None:
-                    raise EmulatorError(f"{where} is a value, but the launch passes {what} (a pointer)")
+                    raise fail("{where} is a value, but the launch passes {what} (a pointer)")
                 if size != p.size:
-                    raise EmulatorError(f"{where}: the launch passes {what}, {size} bytes; cuLaunchKernel would "
-                                        f"read {p.size} bytes from it")
+                    raise fail(f"{{where}}: the launch passes {{what}}, {size} bytes; cuLaunchKernel would "
+                               f"read {p.size} bytes from it")
                 if not _dtype_fits(dtype, p.kind):
-                    raise EmulatorError(f"{where} is a {_KIND[p.kind]} value, but the launch passes {what}")
+                    raise fail(f"{{where}} is a {_KIND[p.kind]} value, but the launch passes {{what}}")
             packed.append((data, array))
         return packed
 
@@ -588,10 +606,9 @@ class EmulatedKernel:
             pointers[i] = ctypes.cast(buf, ctypes.c_void_p)
         err = ctypes.create_string_buffer(_ERRLEN)
         with _launch_lock:
-            stacks, count = _fiber_stacks(self._lib)
             cfg = _Launch((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), int(shared_mem),
                           1 if self.check == "race" else 0, _block_order == "reverse", len(self._shared_names),
-                          self._shared, stacks or None, count)
+                          self._shared, _fiber_pool(self._lib) or None)
             rc = self._lib.mt_emu_launch(ctypes.byref(cfg), pointers, err, _ERRLEN)
         if rc != 0:
             raise EmulatorError(self._explain(err.value.decode(errors="replace")))

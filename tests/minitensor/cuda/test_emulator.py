@@ -79,11 +79,12 @@ def _mappings() -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
-def test_a_launch_gives_its_fiber_stacks_back_so_many_kernels_fit_in_one_process():
+def test_kernels_share_one_set_of_fiber_stacks_so_many_kernels_fit_in_one_process():
     """Each kernel a process loads runs its own copy of the runtime, whose 1024 fibers need a stack
-    and a guard page each: two mappings a thread. They are unmapped when the launch ends, so the
-    mappings after three launches of three kernels of 1024 threads are those before, give or take
-    the libraries' own, and a test run that loads a thousand kernels stays under Linux's 65530."""
+    and a guard page each: two mappings a thread. The stacks are mapped once a process and every
+    kernel's launches run on them, so the mappings after three launches of three kernels of 1024
+    threads are those before, give or take the libraries' own, and a test run that loads a
+    thousand kernels stays under Linux's 65530."""
     out = emulator.arrays.empty((1024, 6), np.int32)
     kernels = [compile_source(IDS + f"\n// copy {i}\n", "ids") for i in range(3)]
     kernels[0]((1,), (1024,), (out,))                 # the loader's and the runtime's own mappings, once
@@ -93,6 +94,56 @@ def test_a_launch_gives_its_fiber_stacks_back_so_many_kernels_fit_in_one_process
             k((1,), (1024,), (out,))
     assert _mappings() - before < 100, (before, _mappings())   # kept stacks would add 2 x 1024 a kernel
 
+
+
+FIBERS = r"""
+// each thread keeps values on its fiber's stack across a barrier: a fiber resumed on a stack that
+// another kernel's threads have written over since would read them back wrong, or jump nowhere
+__global__ void stack_sum(float* out, int k) {
+    volatile float own[64];
+    for (int j = 0; j < 64; ++j) own[j] = threadIdx.x + j * k;
+    __syncthreads();
+    float s = 0.0f;
+    for (int j = 0; j < 64; ++j) s += own[j];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+// with stop != 0, thread 5 never reaches the barrier that the others wait at: a deadlock, which
+// leaves the other threads' fibers inside the kernel
+__global__ void barrier_unless(float* out, int stop) {
+    if (!(stop && threadIdx.x == 5)) __syncthreads();
+    out[threadIdx.x] = threadIdx.x + 1.0f;
+}
+"""
+
+
+def test_kernels_that_take_turns_on_the_shared_fibers_each_run_their_own_code_and_arguments():
+    """A thread's fiber, after its kernel returns, waits where the next launch resumes it, whichever
+    kernel that is: every kernel (a library with its own runtime) runs on the same fibers. Two
+    kernels take turns with blocks of several sizes (fibers resumed, and fibers started for the
+    first time); each launch must run its own kernel with its own arguments, and keep its
+    threads' values on their stacks across a barrier."""
+    first, second = (compile_source(FIBERS + f"\n// copy {i}\n", "stack_sum") for i in range(2))
+    out = emulator.arrays.empty(2 * 256, np.float32)
+    thread = np.arange(256, dtype=np.float32)
+    for k, (kernel, threads) in enumerate([(first, 256), (second, 32), (first, 256), (first, 128), (second, 256),
+                                           (first, 256)]):
+        kernel((2,), (threads,), (out, np.int32(k)))
+        expected = np.tile(64 * thread[:threads] + k * 2016, 2)   # sum over j < 64 of (t + j k)
+        np.testing.assert_array_equal(out[:2 * threads], expected, err_msg=f"launch {k}")
+
+
+def test_a_kernel_that_failed_starts_its_threads_afresh_at_its_next_launch():
+    """A deadlock ends a launch with threads still inside the kernel, waiting at the barrier. The
+    kernel's next launch must not resume them (they would finish the failed launch, with its
+    arguments): it runs every thread from the start and gives the right answer, every time."""
+    kernel = compile_source(FIBERS, "barrier_unless")
+    out = emulator.arrays.empty(64, np.float32)
+    for attempt in range(2):
+        with pytest.raises(EmulatorError, match="deadlock in barrier_unless"):
+            kernel((1,), (64,), (out, np.int32(1)))
+        out[:] = -1.0
+        kernel((1,), (64,), (out, np.int32(0)))
+        np.testing.assert_array_equal(out, np.arange(1, 65, dtype=np.float32), err_msg=f"attempt {attempt}")
 
 
 @pytest.mark.parametrize("check", [None, "race"])
