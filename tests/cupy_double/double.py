@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import itertools
 import json
 import math
 import sys
@@ -1061,7 +1062,8 @@ def _device_matrices(ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int, s
     allocation (CUBLAS would read another allocation's bytes, or fault)."""
     owner = None
     exact = _ADDRESSES.get(ptr)                  # the usual case: the array whose .data.ptr was passed
-    for a in ([exact] if exact is not None else []) + list(_ADDRESSES.values()):
+    # the others are read only where that one does not hold ptr (listing them all is slow)
+    for a in itertools.chain([exact] if exact is not None else [], _ADDRESSES.values()):
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
