@@ -1,7 +1,8 @@
 """The CUDA emulator's fixed costs, which the GPU tests on the CPU pay at every launch and at every
-warp operation: a launch of an empty kernel, a warp shuffle, a barrier (``minitensor/cuda/
-emulator.py``; no GPU needed, a C++ compiler is); and what a first use pays, compiling real
-kernels into an empty cache for each check, one compiler at a time.
+warp operation: a launch of an empty kernel (the same kernel again, and two kernels in turn, as a
+model's step launches them), a warp shuffle, a barrier (``minitensor/cuda/emulator.py``; no GPU
+needed, a C++ compiler is); and what a first use pays, compiling real kernels into an empty cache
+for each check, one compiler at a time.
 
 Each figure is the median of ``--rounds`` rounds. With ``--trees A,B`` the rounds run the given
 source trees (checkouts of this repository, e.g. ``git worktree add /tmp/old <commit>``) in
@@ -10,6 +11,7 @@ over A's:
 
     python benchmarks/emulator_overheads.py
     python benchmarks/emulator_overheads.py --trees /tmp/old,. --out benchmarks/results/emulator_overheads.json
+    python benchmarks/emulator_overheads.py --trees /tmp/old,. --no-compiles   # the launches alone
 """
 from __future__ import annotations
 
@@ -68,23 +70,29 @@ def compile_seconds(check) -> float:
                 os.environ["MINITENSOR_EMULATOR_CACHE"] = before
 
 
-def measure() -> dict:
+def measure(compiles: bool = True) -> dict:
     """One round in this process: ms a launch, µs a warp operation or barrier, s to compile."""
     from minitensor.cuda import emulator
 
     kernels = {name: emulator.compile_source(SOURCE, name) for name in ("touch", "shuffles", "barriers")}
+    other = emulator.compile_source(SOURCE + "\n// another library\n", "touch")
     out = {}
     for blocks, threads in LAUNCHES:
         x = np.zeros(blocks * threads, np.float32)
         out[f"launch, {blocks} x {threads} threads (ms)"] = 1e3 * median_seconds(
             lambda: kernels["touch"]((blocks,), (threads,), (x, np.int32(x.size))), "cpu", warmup=1, repeat=50)
+    # as in a model's step: each launch another kernel's (each kernel is a library of its own)
+    x = np.zeros(256, np.float32)
+    out["launch, 1 x 256 threads, two kernels in turn (ms)"] = 1e3 / 2 * median_seconds(
+        lambda: (kernels["touch"]((1,), (256,), (x, np.int32(256))), other((1,), (256,), (x, np.int32(256)))),
+        "cpu", warmup=1, repeat=50)
     x = np.zeros(256, np.float32)
     for name, what in (("shuffles", "a warp shuffle, 32 lanes (µs)"), ("barriers", "a barrier, 256 threads (µs)")):
         k = kernels[name]
         base = median_seconds(lambda: k((1,), (256,), (x, np.int32(0))), "cpu", warmup=1, repeat=20)
         full = median_seconds(lambda: k((1,), (256,), (x, np.int32(STEPS))), "cpu", warmup=1, repeat=5)
         out[what] = 1e6 * (full - base) / STEPS / (8 if name == "shuffles" else 1)
-    for check in emulator.CHECKS:
+    for check in emulator.CHECKS if compiles else ():
         out[f"compiling {len(COMPILED)} kernels, {check or 'plain'} (s)"] = compile_seconds(check)
     return out
 
@@ -93,11 +101,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trees", help="comma-separated source trees to compare, in turn (default: this one)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--no-compiles", action="store_true", help="time the launches, shuffles and barriers only")
     p.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)   # one round, JSON on stdout
     p.add_argument("--out")
     a = p.parse_args()
     if a.measure:
-        print(json.dumps(measure()))
+        print(json.dumps(measure(not a.no_compiles)))
         return
     trees = [str(Path(t).resolve()) for t in a.trees.split(",")] if a.trees else [None]
     rounds = {t: [] for t in trees}
@@ -106,8 +115,8 @@ def main() -> None:
             env = dict(os.environ)
             if t:
                 env["PYTHONPATH"] = t + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-            proc = subprocess.run([sys.executable, __file__, "--measure"], env=env, capture_output=True, text=True,
-                                  check=False)
+            cmd = [sys.executable, __file__, "--measure"] + (["--no-compiles"] if a.no_compiles else [])
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 raise SystemExit(f"{t or '.'}: {proc.stderr[-2000:]}")
             rounds[t].append(json.loads(proc.stdout.splitlines()[-1]))
@@ -122,6 +131,7 @@ def main() -> None:
         print(f"{n:{width}}{row}{ratio}")
     write_results({"benchmark": "CUDA emulator: fixed costs", "environment": environment("cpu"),
                    "trees": {t or ".": commit(Path(t or ".")) for t in trees}, "rounds": a.rounds,
+                   "compiles": not a.no_compiles,
                    "medians": {t or ".": m for t, m in medians.items()}}, a.out)
 
 
