@@ -240,9 +240,9 @@ class _Launch(ctypes.Structure):
 
 # The fibers (a stack and a thread record for each thread of a block), made once for every
 # in-process launch (they run one at a time, under _launch_lock): making them at each launch cost
-# more than a small kernel's work, and a kernel launched again finds its fibers waiting where
-# its last launch left them (emulator.h's Fibers). Their address (0: each launch makes its own),
-# or None before the first launch.
+# more than a small kernel's work, and a thread that exited waits where the next launch, of any
+# kernel, resumes it (emulator.h's Fibers). Their address (0: each launch makes its own), or None
+# before the first launch.
 _fibers: int | None = None
 
 

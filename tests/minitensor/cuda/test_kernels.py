@@ -4,7 +4,8 @@ kernels; determinism; the memory of the flash path; and the switches that route 
 
 Every test runs once per backend (the ``dev`` fixture): on the CPU emulator of CUDA
 (``minitensor.cuda.emulator``, always; NumPy arrays) and on a real GPU when there is one
-(CuPy arrays). The emulator takes the small shapes, the GPU adds the large ones.
+(CuPy arrays). The emulator takes the small shapes, the GPU adds the large ones (on real
+hardware: the CuPy double runs the "gpu" cases on the emulator, with the small shapes).
 """
 import tracemalloc
 import types
