@@ -81,12 +81,11 @@ def measure(compiles: bool = True) -> dict:
         x = np.zeros(blocks * threads, np.float32)
         out[f"launch, {blocks} x {threads} threads (ms)"] = 1e3 * median_seconds(
             lambda: kernels["touch"]((blocks,), (threads,), (x, np.int32(x.size))), "cpu", warmup=1, repeat=50)
-    # as in a model's step: each launch another kernel's (each kernel is a library of its own)
     x = np.zeros(256, np.float32)
+    # as in a model's step: each launch another kernel's (each kernel is a library of its own)
     out["launch, 1 x 256 threads, two kernels in turn (ms)"] = 1e3 / 2 * median_seconds(
         lambda: (kernels["touch"]((1,), (256,), (x, np.int32(256))), other((1,), (256,), (x, np.int32(256)))),
         "cpu", warmup=1, repeat=50)
-    x = np.zeros(256, np.float32)
     for name, what in (("shuffles", "a warp shuffle, 32 lanes (µs)"), ("barriers", "a barrier, 256 threads (µs)")):
         k = kernels[name]
         base = median_seconds(lambda: k((1,), (256,), (x, np.int32(0))), "cpu", warmup=1, repeat=20)

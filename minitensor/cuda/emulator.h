@@ -1100,10 +1100,13 @@ MT_RT inline int launch(void (*entry_fn)(void**), const char* name, const Launch
         rt.stacks = pool->stacks;
         rt.stack_count = pool->count;
         rt.threads = pool->threads;
-    } else if (!own_fibers(rt.nthreads)) {
-        report("%s: could not map %d fiber stacks", name, rt.nthreads);
-        release_fibers();
-        return 1;
+    } else {
+        rt.pool = nullptr;   // fibers of this launch alone, which run this library's own body
+        if (!own_fibers(rt.nthreads)) {
+            report("%s: could not map %d fiber stacks", name, rt.nthreads);
+            release_fibers();
+            return 1;
+        }
     }
     for (int i = 0; i < rt.nthreads; ++i) {   // what a launch counts from zero
         Thread& t = rt.threads[i];

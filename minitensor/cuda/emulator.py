@@ -72,7 +72,7 @@ import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import lru_cache, partial
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -535,23 +535,23 @@ class EmulatedKernel:
         for i, (arg, p) in enumerate(zip(args, params)):
             data, dtype, array = _marshal(arg)
             size = 8 if array is not None else len(data)
-            fail = partial(self._arg_error, i, arg)
             if p.kind == 1:  # a pointer parameter
                 if array is None and not (dtype is not None and dtype.kind in "iu" and size == 8 and
                                           int.from_bytes(data, "little") == 0):
-                    raise fail("{where} is a pointer, but the launch passes {what}")
+                    raise self._arg_error(i, arg, "{where} is a pointer, but the launch passes {what}")
                 if array is not None and p.pointee_size and (array.itemsize != p.pointee_size
                                                             or not _dtype_fits(array.dtype, p.pointee_kind)):
-                    raise fail(f"{{where}} points to {p.pointee_size}-byte {_KIND[p.pointee_kind]} "
-                               "values, but the launch passes {what}")
+                    raise self._arg_error(i, arg, f"{{where}} points to {p.pointee_size}-byte "
+                                          f"{_KIND[p.pointee_kind]} values, but the launch passes {{what}}")
             else:
                 if array is not None:
-                    raise fail("{where} is a value, but the launch passes {what} (a pointer)")
+                    raise self._arg_error(i, arg, "{where} is a value, but the launch passes {what} (a pointer)")
                 if size != p.size:
-                    raise fail(f"{{where}}: the launch passes {{what}}, {size} bytes; cuLaunchKernel would "
-                               f"read {p.size} bytes from it")
+                    raise self._arg_error(i, arg, f"{{where}}: the launch passes {{what}}, {size} bytes; "
+                                          f"cuLaunchKernel would read {p.size} bytes from it")
                 if not _dtype_fits(dtype, p.kind):
-                    raise fail(f"{{where}} is a {_KIND[p.kind]} value, but the launch passes {{what}}")
+                    raise self._arg_error(i, arg, f"{{where}} is a {_KIND[p.kind]} value, "
+                                          "but the launch passes {what}")
             packed.append((data, array))
         return packed
 

@@ -95,7 +95,6 @@ def test_kernels_share_one_set_of_fiber_stacks_so_many_kernels_fit_in_one_proces
     assert _mappings() - before < 100, (before, _mappings())   # kept stacks would add 2 x 1024 a kernel
 
 
-
 FIBERS = r"""
 // each thread keeps values on its fiber's stack across a barrier: a fiber resumed on a stack that
 // another kernel's threads have written over since would read them back wrong, or jump nowhere
