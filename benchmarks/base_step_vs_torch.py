@@ -89,13 +89,19 @@ def products_floor(flops: float, best_rates: list, row: dict) -> dict:
     return out
 
 
+def config(args) -> TransformerConfig:
+    """Transformer (base) for ``args.vocab`` words, with ``args.layers`` encoder and decoder layers
+    (the base model's 6 unless fewer were asked for: a quick check of the script)."""
+    return TransformerConfig.base(args.vocab, n_encoder_layers=args.layers, n_decoder_layers=args.layers)
+
+
 def minitensor_step(args, data, precision: str):
     """(step(i), peak()): one minitensor training step on batch i, and its peak-memory probe."""
     dev = args.device
     if dev == "cuda":
         mt.cuda.set_tf32(precision == "tf32")
     mt.manual_seed(0)
-    model = Transformer(TransformerConfig.base(args.vocab)).to(dev)
+    model = Transformer(config(args)).to(dev)
     opt = paper_adam(model.parameters(), lr=1e-4)
     scaler = amp.LossScaler() if precision == "fp16" else None
     half = {"fp16": "float16", "bf16": "bfloat16"}.get(precision)
@@ -128,7 +134,8 @@ def torch_step(args, data, precision: str):
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = TorchTransformer(args.vocab, 512, 8, 2048, 6, dropout=0.1).to(dev)
+    cfg = config(args)
+    model = TorchTransformer(args.vocab, cfg.d_model, cfg.n_heads, cfg.d_ff, args.layers, dropout=cfg.dropout).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     scaler = torch.amp.GradScaler(dev) if precision == "fp16" else None
@@ -233,7 +240,7 @@ def in_own_process(a, precision: str) -> dict:
         started = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]   # e.g. -m tests.cupy_double.run: the same
         argv = [sys.executable, *started, str(Path(__file__).resolve()), "--device", a.device,
                 "--precisions", precision, "--batch", str(a.batch), "--length", str(a.length), "--vocab", str(a.vocab),
-                "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", str(out)]
+                "--layers", str(a.layers), "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", str(out)]
         argv += (["--threads", str(a.threads)] if a.threads else []) + (["--no-torch"] if a.no_torch else [])
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text())["results"][precision]
@@ -246,6 +253,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--length", type=int, default=32, help="source and target tokens per sentence")
     p.add_argument("--vocab", type=int, default=37000)
+    p.add_argument("--layers", type=int, default=6, help="encoder and decoder layers each (the base model's 6; "
+                                                           "fewer for a quick check)")
     p.add_argument("--steps", type=int, default=3, help="timed rounds (one step of each framework per round)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=None, help="PyTorch CPU threads")
@@ -262,7 +271,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     data = [batch(rng, a.batch, a.length, a.vocab) for _ in range(2)]
     env = environment(a.device)
-    cfg = TransformerConfig.base(a.vocab)
+    cfg = config(a)
     flops = train_flops(cfg, a.batch, a.length, a.length)
     out = {"benchmark": "transformer-base training step", "environment": env, "config": vars(a),
            "train_gflop_per_step": round(flops / 1e9, 1), "paper_base_run": PAPER, "results": {}}

@@ -44,7 +44,7 @@ class Sizes:
     attention_tokens: int  # B x T at every length
     attention_heads: int
     attention_dtypes: tuple  # float32: the CUDA-core flash kernels; bfloat16, tf32 (float32 in TF32): the tensor-core ones
-    step: tuple            # (B, T, V) of the transformer-base step
+    step: tuple            # (B, T, V, layers) of the transformer-base step (layers: encoder and decoder, each)
     repeat: int            # timed calls per figure (attention: a fifth of it)
     fused: list            # (rows, d_model, d_ff, sub-layer dtype) of the fused bias + ReLU and residual LayerNorm
 
@@ -52,10 +52,11 @@ class Sizes:
 FULL = Sizes(256, [(25_600, 512, "float32"), (25_600, 1024, "float32"), (25_600, 512, "float16"), (8192, 768, "float32")],
              [(64, 8, 128, "float32"), (16, 8, 512, "float32"), (4, 8, 2048, "float32"), (64, 8, 128, "float16")],
              [(25_600, 37_000, "float32"), (25_600, 37_000, "float16")],
-             (128, 256, 512, 1024, 2048, 4096), 16384, 8, ("float32", "bfloat16", "tf32"), (400, 64, 37000), 50,
+             (128, 256, 512, 1024, 2048, 4096), 16384, 8, ("float32", "bfloat16", "tf32"), (400, 64, 37000, 6), 50,
              [(25_600, 512, 2048, "float32"), (25_600, 512, 2048, "float16")])
 TINY = Sizes(1, [(16, 512, "float32"), (16, 512, "float16")], [(2, 2, 128, "float32"), (2, 2, 128, "float16")],
-             [(8, 300, "float32")], (64, 128), 128, 2, ("float32", "bfloat16", "tf32"), (2, 8, 64), 2, [(24, 32, 64, "float32"), (24, 32, 64, "float16")])
+             [(8, 300, "float32")], (64, 128), 128, 2, ("float32", "bfloat16", "tf32"), (2, 8, 64, 1), 2,
+             [(24, 32, 64, "float32"), (24, 32, 64, "float16")])
 
 
 def gpu_ms(fn, repeat=50, warmup=5) -> float:
@@ -278,7 +279,7 @@ def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
 
     from minitensor.ops.fastpaths import product
 
-    B, T, V = sizes.step
+    B, T, _, _ = sizes.step
     H, d = 8, 64
     rows = []
     for name, a_shape, b_shape, trans in (("attention scores", (B * H, T, d), (B * H, T, d), True),
@@ -413,14 +414,14 @@ def base_step_with_and_without_kernels(sizes: Sizes) -> dict:
     from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam
 
     rng = np.random.default_rng(0)
-    B, T, V = sizes.step
+    B, T, V, layers = sizes.step
     src = mt.tensor(rng.integers(3, V, (B, T)), device="cuda")
     tgt = rng.integers(3, V, (B, T + 1))
     ti, to = mt.tensor(tgt[:, :-1], device="cuda"), mt.tensor(tgt[:, 1:], device="cuda")
     mt.manual_seed(0)
-    model = Transformer(TransformerConfig.base(V)).to("cuda")
+    model = Transformer(TransformerConfig.base(V, n_encoder_layers=layers, n_decoder_layers=layers)).to("cuda")
     opt = paper_adam(model.parameters(), lr=1e-4)
-    out = {"batch": B, "length": T}
+    out = {"batch": B, "length": T, "layers": layers}
     warmup, timed = min(2, sizes.repeat - 1), min(4, sizes.repeat - 1)   # 2 and 4; --tiny: 1 and 1
     for on in (True, False, True):  # on, off, on again: the spread between the two "on" runs is the noise
         with cuda.use_kernels(on):

@@ -52,6 +52,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=400)
     p.add_argument("--length", type=int, default=64)
     p.add_argument("--vocab", type=int, default=37000)
+    p.add_argument("--layers", type=int, default=6, help="encoder and decoder layers each (the base model's 6)")
     p.add_argument("--precisions", default="tf32,bf16,fp16", help="comma-separated: fp32, tf32, fp16, bf16")
     p.add_argument("--steps", type=int, default=2, help="profiled steps per precision (after --warmup unprofiled)")
     p.add_argument("--warmup", type=int, default=3, help="unprofiled steps per precision first")

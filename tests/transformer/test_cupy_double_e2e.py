@@ -120,8 +120,8 @@ def test_the_gpu_lesson_runs_in_full_mode_and_times_the_three_attention_routes(t
 
 
 def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
-    step = on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--steps", "1",
-                     "--warmup", "0", "--precisions", "fp32,tf32,fp16,bf16", "--no-torch",
+    step = on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--layers", "1",
+                     "--steps", "1", "--warmup", "0", "--precisions", "fp32,tf32,fp16,bf16", "--no-torch",
                      "--out", str(tmp_path / "step.json"),
                      script=REPO / "benchmarks" / "base_step_vs_torch.py")
     results = json.loads((tmp_path / "step.json").read_text())["results"]
@@ -130,8 +130,8 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     for row in results.values():
         assert row["minitensor"]["ms_per_step"] > 0 and row["minitensor"]["peak_memory_gib"] > 0
         assert "torch" not in row
-    on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--steps", "1", "--warmup", "0",
-              "--precisions", "tf32,bf16", "--out", str(tmp_path / "profile.json"),
+    on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--layers", "1", "--steps", "1",
+              "--warmup", "0", "--precisions", "tf32,bf16", "--out", str(tmp_path / "profile.json"),
               script=REPO / "benchmarks" / "precision_profile.py")
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert sorted(profile["profiles"]) == ["bf16", "tf32"] and len(profile["rates"]) == 8  # fp32 with and without tf32
