@@ -1,5 +1,6 @@
 """Shared test set-up: hypothesis profiles, the device fixture, the lesson kit on the path,
-and Multi30k from ../shared/data for the lessons unless MULTI30K_DIR says otherwise."""
+Multi30k from ../shared/data for the lessons unless MULTI30K_DIR says otherwise, and the
+suite's share of the machine on each of pytest-xdist's workers (pyproject.toml's addopts)."""
 import os
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import minitensor as mt
+from minitensor import distributed
 
 # CI: derandomized (the same examples every run), no deadline (2 slow cores).
 settings.register_profile("ci", derandomize=True, deadline=None, max_examples=50,
@@ -34,7 +36,32 @@ def pytest_addoption(parser):
                           "the bounded number CI runs)")
 
 
+# Fixtures too costly to make on every worker that runs a test needing them: the tests that use
+# one run in one worker (pytest-xdist's loadgroup). Cheaper shared fixtures (a small trained run)
+# are made once per worker instead.
+COSTLY_FIXTURES = {
+    "built": "the book, every lesson executed (tests/lessons/conftest.py)",
+    "compiled": "every kernel compiled with NVRTC for two architectures (tests/minitensor/cuda/test_nvrtc.py)",
+    "_compile_for_the_emulator_in_parallel": "the kernels' emulator builds (tests/minitensor/cuda/test_kernels.py)",
+}
+
+
+# the thread variables the user set (before a worker sets its share), for tests/test_workers.py
+USER_THREAD_VARIABLES = {v: os.environ[v] for v in distributed.THREAD_VARIABLES if os.environ.get(v)}
+
+
+def workers() -> int:
+    """How many pytest-xdist workers run the suite (1: it runs in one process)."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
 def pytest_configure(config):
+    if workers() > 1:
+        # Workers share the cores as ranks on one machine do: else each worker's OpenBLAS starts a
+        # thread per core, and its threads that wait for work spin on the cores the others need.
+        # The processes the tests start (the command line, the lessons) inherit the share.
+        if (share := distributed.share_cores(workers())) is not None:
+            os.environ["OPENBLAS_NUM_THREADS"] = str(share)
     if config.getoption("--cupy-double"):
         from tests.cupy_double import install  # noqa: PLC0415
 
@@ -64,7 +91,11 @@ def cupy_double():
         backend._cupy, backend._cupy_error = cached
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in COSTLY_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(name))
     if config.getoption("--cupy-double"):
         for item in items:
             if (mark := item.get_closest_marker("hardware")) is not None:

@@ -77,6 +77,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import threads
 from . import sources
 
 HEADER = Path(__file__).resolve().parent / "emulator.h"
@@ -367,9 +368,11 @@ def build_unit(source: str, expression: str, check: str | None = None, label: st
 
 
 def precompile(items, check: str | None = None, workers: int | None = None) -> None:
-    """Build several ``(filename, expression)`` pairs of this folder at once, a compiler per core."""
+    """Build several ``(filename, expression)`` pairs of this folder at once, by default a compiler
+    per core this process may use (:func:`minitensor.threads.count`: its share where processes
+    share the machine)."""
     items = list(items)
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=workers or threads.count()) as pool:
         list(pool.map(lambda it: build_unit(sources.source(it[0]), it[1], check, it[0]), items))
 
 

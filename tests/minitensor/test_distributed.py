@@ -120,6 +120,7 @@ def test_share_cores_divides_the_cores_among_local_ranks_and_respects_thread_var
 
     for v in distributed.THREAD_VARIABLES:
         monkeypatch.delenv(v, raising=False)
+    monkeypatch.setattr(threads, "_limit", None)  # no share yet (a test worker has one), put back afterwards
     before = blas.info()["threads"]
     monkeypatch.setattr(threads, "cores", lambda: 8)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
@@ -135,6 +136,5 @@ def test_share_cores_divides_the_cores_among_local_ranks_and_respects_thread_var
         monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
         assert distributed.share_cores(4) is None and threads.count() == 3  # the user's choice stands
     finally:
-        threads.limit(None)
         if before is not None:
             blas.set_threads(before)

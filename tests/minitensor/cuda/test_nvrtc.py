@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from minitensor import threads
 from minitensor.cuda import cross_entropy, flash_attention, layer_norm, softmax, sources
 
 from ...helpers import require
@@ -50,8 +51,8 @@ def cupy_nvrtc_options(compiler, arch: str, user: tuple = ()) -> tuple[tuple, st
 
 @pytest.fixture(scope="module")
 def compiled():
-    """{(arch, source): (binary, {name expression: lowered name})}, compiled two at a time
-    (NVRTC releases the GIL)."""
+    """{(arch, source): (binary, {name expression: lowered name})}, compiled a job per core this
+    process may use (NVRTC releases the GIL)."""
     compiler = _cupy_compiler()
     require(not isinstance(compiler, Exception), f"CuPy with NVRTC is not installed ({compiler!r}); "
                                                  "pip install -e '.[nvrtc]'")
@@ -64,7 +65,7 @@ def compiled():
         return job, program.compile(options)
 
     jobs = [(arch, f) for f in sources.SOURCES for arch in ARCHS]
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=threads.count()) as pool:
         return dict(pool.map(one, jobs))
 
 
