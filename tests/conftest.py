@@ -1,6 +1,7 @@
 """Shared test set-up: hypothesis profiles, the device fixture, the lesson kit on the path,
 Multi30k from ../shared/data for the lessons unless MULTI30K_DIR says otherwise, and the
 suite's share of the machine on each of pytest-xdist's workers (pyproject.toml's addopts)."""
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -44,6 +45,17 @@ COSTLY_FIXTURES = {
     "compiled": "every kernel compiled with NVRTC for two architectures (tests/minitensor/cuda/test_nvrtc.py)",
     "_compile_for_the_emulator_in_parallel": "the kernels' emulator builds (tests/minitensor/cuda/test_kernels.py)",
 }
+
+
+def costly_fixtures(item) -> set[str]:
+    """The fixtures of COSTLY_FIXTURES that ``item`` uses: as arguments (or autouse), or asked for
+    by name in its body (``request.getfixturevalue("built")``)."""
+    used = COSTLY_FIXTURES.keys() & set(getattr(item, "fixturenames", ()))
+    function = getattr(item, "function", None)
+    if function is not None and "getfixturevalue" in function.__code__.co_names:
+        source = inspect.getsource(function)
+        used |= {n for n in COSTLY_FIXTURES if f'getfixturevalue("{n}")' in source}
+    return used
 
 
 # the thread variables the user set (before a worker sets its share), for tests/test_workers.py
@@ -94,7 +106,7 @@ def cupy_double():
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        for name in COSTLY_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+        for name in costly_fixtures(item):
             item.add_marker(pytest.mark.xdist_group(name))
     if config.getoption("--cupy-double"):
         for item in items:

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -32,8 +33,24 @@ def test_the_tests_of_a_costly_fixture_are_one_group_so_one_worker_makes_it(requ
     if conftest.workers() == 1:
         pytest.skip("the suite runs in one process (-n 0): there are no groups")
     for item in request.session.items:
-        for name in COSTLY_FIXTURES.keys() & set(item.fixturenames):
+        for name in conftest.costly_fixtures(item):
             assert item.nodeid.endswith(f"@{name}"), item.nodeid  # pytest-xdist's loadgroup reads the suffix
+
+
+def test_a_costly_fixture_asked_for_by_name_in_a_tests_body_counts_as_used():
+    """The lessons' smoke test reads the book through request.getfixturevalue("built") (where the
+    book can be built): it joins the book's group all the same; other fixtures asked for so do not."""
+    from .lessons import test_lessons  # noqa: PLC0415
+
+    smoke = test_lessons.test_lesson_runs_in_smoke_mode_prints_plain_numbers_records_results_and_saves_figures
+
+    def asks_for_tmp_path(request):
+        return request.getfixturevalue("tmp_path")
+
+    assert conftest.costly_fixtures(SimpleNamespace(function=smoke, fixturenames=["lesson", "request"])) == {"built"}
+    assert conftest.costly_fixtures(SimpleNamespace(function=asks_for_tmp_path, fixturenames=["request"])) == set()
+    used = conftest.costly_fixtures(SimpleNamespace(function=asks_for_tmp_path, fixturenames=["compiled"]))
+    assert used == {"compiled"}
 
 
 @pytest.mark.parametrize("name", sorted(COSTLY_FIXTURES))
