@@ -52,7 +52,7 @@ def costly_fixtures(item) -> set[str]:
     by name in its body (``request.getfixturevalue("built")``)."""
     used = COSTLY_FIXTURES.keys() & set(getattr(item, "fixturenames", ()))
     function = getattr(item, "function", None)
-    if function is not None and "getfixturevalue" in function.__code__.co_names:
+    if "getfixturevalue" in getattr(getattr(function, "__code__", None), "co_names", ()):
         source = inspect.getsource(function)
         used |= {n for n in COSTLY_FIXTURES if f'getfixturevalue("{n}")' in source}
     return used
