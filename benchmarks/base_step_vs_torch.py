@@ -135,7 +135,8 @@ def torch_step(args, data, precision: str):
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     cfg = config(args)
-    model = TorchTransformer(args.vocab, cfg.d_model, cfg.n_heads, cfg.d_ff, args.layers, dropout=cfg.dropout).to(dev)
+    model = TorchTransformer(args.vocab, cfg.d_model, cfg.n_heads, cfg.d_ff, cfg.n_encoder_layers,
+                             dropout=cfg.dropout).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     scaler = torch.amp.GradScaler(dev) if precision == "fp16" else None
