@@ -356,22 +356,29 @@ def test_a_log_that_lost_records_a_checkpoint_covers_says_which_on_resume(small_
 # ---------------------------------------------------------------------------- 8. signals keep the translations
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_translate_keeps_the_finished_lines_under_the_final_name(small_run, tmp_path, sig):
-    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
-    source.write_text(lines(30_000))
-    proc = popen("translate", "--run-dir", small_run, "--input", source, "--output", output, "--beam", "1",
-                 "--no-progress")
-    partial = tmp_path / ".out.txt.partial"
-    deadline = time.time() + 120
-    while not (partial.exists() and partial.stat().st_size > 0):
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline
-        time.sleep(0.05)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    """The input is a FIFO the test keeps open: the first chunk of 256 lines is translated and
+    written, and the command then waits for more, so the signal always comes before the end (a
+    file of lines could be translated whole first, on a busy machine)."""
+    source, output, partial = tmp_path / "in.fifo", tmp_path / "out.txt", tmp_path / ".out.txt.partial"
+    os.mkfifo(source)
+    writer = os.open(source, os.O_RDWR)  # read-write: opening does not wait for the reader
+    try:
+        os.write(writer, lines(300).encode())
+        proc = popen("translate", "--run-dir", small_run, "--input", source, "--output", output, "--beam", "1",
+                     "--no-progress")
+        deadline = time.time() + 240
+        while not (partial.exists() and partial.read_text().count("\n") >= 256):  # written as it goes
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, "no lines written within 240 s"
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        os.close(writer)
     assert proc.returncode == 130, err
-    n = len(output.read_text().splitlines())
-    assert err.strip().splitlines()[-1] == f"interrupted ({sig.name}): the {n} line(s) translated so far are in {output}"
-    assert 0 < n < 30_000 and not partial.exists()
+    said = f"interrupted ({sig.name}): the 256 line(s) translated so far are in {output}"
+    assert err.strip().splitlines()[-1] == said, err
+    assert len(output.read_text().splitlines()) == 256 and not partial.exists()
 
 
 # ---------------------------------------------------------------------------- 9. evaluate checks before it decodes
