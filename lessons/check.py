@@ -25,7 +25,9 @@ With exercises 01–16 passed, ``capstone`` trains the copy task of ``examples/c
 your engine and model (same model size, batches, schedule and exact-match target) and prints
 your engine's time per update beside minitensor's.
 
-Exit status: 0 when every checked exercise passes (or the capstone reaches its target), 1 otherwise.
+Exit status: 0 when every checked exercise passes (or the capstone reaches its target), 1 otherwise;
+2 for a number that names no exercise; 141, quietly, when the reader of the output went away
+(``--list | head``), as the ``transformer`` command line does.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from lessonkit import track
 from lessonkit.exercises import EXERCISES
 from lessonkit.grader import grade
+from transformer.signals import closed_pipe
 
 CAPSTONE_NEEDS = [n for n in EXERCISES if n <= "16"]   # the engine and the model the copy task trains
 
@@ -97,10 +100,11 @@ def main(argv=None) -> int:
             return 1
         return 0 if summary["reached"] else 1
     numbers = list(EXERCISES) if args.number == "all" else [args.number.zfill(2)]
+    if numbers[0] not in EXERCISES:
+        print(f"error: no exercise {numbers[0]}: see python lessons/check.py --list", file=sys.stderr)
+        return 2
     ok_all = True
     for number in numbers:
-        if number not in EXERCISES:
-            raise SystemExit(f"no exercise {number}: see python lessons/check.py --list")
         ok, report = check(directory, number)
         ok_all &= ok
         print(f"exercise {number} — {EXERCISES[number].title}: {'PASS' if ok else 'FAIL'}", flush=True)
@@ -115,4 +119,9 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # `--list | head`: the reader has what it wanted
+        status = closed_pipe()
+    sys.exit(status)

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from . import wmt14
 from .checkpoint import CheckpointWriteError
-from .commands import (INPUT_ERRORS, TranslationStopped, _close_stdout, cmd_average, cmd_data, cmd_evaluate, cmd_train,
+from .commands import (INPUT_ERRORS, TranslationStopped, cmd_average, cmd_data, cmd_evaluate, cmd_train,
                        cmd_translate)
 from .config import RANGES as MODEL_RANGES
 from .decoding import MAX_BEAM
@@ -37,7 +37,7 @@ from .evaluate import DECODE_MEMORY_GIB, LONG_LINES
 from .flags import Boolean, Choice, InputError, Parser, Real, Text, Whole, help_text, usage_error
 from .rundir import FileWriteError
 from .settings import DATA_SETTINGS, HELP, RANGES
-from .signals import Stopped, handled, raise_stopped
+from .signals import Stopped, closed_pipe, handled, raise_stopped
 from .train import Interrupted, TrainingDiverged
 
 
@@ -253,9 +253,6 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program ended by SIGPIPE (`... | head -1`)
-
-
 def run(argv=None) -> int:
     """The command line: :func:`main` with errors as one ``error:`` line and an exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -269,8 +266,7 @@ def run(argv=None) -> int:
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every failure becomes one line
         error = e
     if isinstance(error, BrokenPipeError):  # the reader of the output has all it wanted (`| head`)
-        _close_stdout()
-        return EXIT_CLOSED_PIPE
+        return closed_pipe()
     if isinstance(error, (Interrupted, TranslationStopped)):
         status, message = EXIT_INTERRUPTED, str(error)
     elif isinstance(error, KeyboardInterrupt):

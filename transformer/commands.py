@@ -31,7 +31,7 @@ from .rundir import (FileWriteError, Loaded, RunDirBusy, RunDirInUse, RunDirUnwr
                      check_not_busy, check_run_dir, check_same_run, check_vocabulary, checkpoint_kind, leftovers,
                      load_model, previous_run, record_run_id, resumable, run_file, run_id_of, runs_own, write_file)
 from .settings import DATA_NAMES, DATA_SETTINGS, RANGES, SettingsError, TrainSettings, model_with, run_differences
-from .signals import Stopped
+from .signals import Stopped, close_stdout
 from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall
 from .train import RunFileError, Trainer, TrainingDiverged, read_metrics
 
@@ -610,7 +610,7 @@ def cmd_evaluate(args) -> dict:
             print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})", flush=True)
     except OSError as e:
         unprinted = e
-        _close_stdout()
+        close_stdout()
     result = {"sentences": len(src), "bleu": cased["score"], "signature": cased["signature"],
               "bleu_lowercase": lower["score"], "signature_lowercase": lower["signature"],
               "beam": args.beam, "alpha": args.alpha, "checkpoint": loaded.name, "checkpoint_files": loaded.files,
@@ -635,11 +635,3 @@ def cmd_evaluate(args) -> dict:
     if unprinted is not None:
         raise unprinted  # a closed pipe: exit 141, quietly
     return result
-
-
-def _close_stdout() -> None:
-    """Point stdout at /dev/null, so that Python's own flush at exit does not fail on the closed pipe again."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)

@@ -1,7 +1,8 @@
 """The signals that end a command, and handling them while a block of work runs.
 
 Ctrl-C sends SIGINT; ``kill``, ``timeout`` and batch schedulers send SIGTERM; a closed terminal
-sends SIGHUP. Every command treats them alike: what was finished is kept under its final name
+sends SIGHUP; a reader of the output that went away (``... | head``) ends a command quietly
+(:func:`closed_pipe`). Every command treats them alike: what was finished is kept under its final name
 and a line says so. Training finishes the update in flight and saves; other commands stop where
 they are (SIGTERM and SIGHUP raise :class:`Stopped`, which is a ``KeyboardInterrupt``, so they
 take the path Ctrl-C takes).
@@ -9,10 +10,13 @@ take the path Ctrl-C takes).
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program ended by SIGPIPE (`... | head -1`)
 
 
 class Stopped(KeyboardInterrupt):
@@ -41,3 +45,18 @@ def handled(signals, handler):
 def raise_stopped(signum, frame):
     """A handler that ends the command as Ctrl-C would, naming the signal."""
     raise Stopped(signal.Signals(signum).name)
+
+
+def close_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not fail on the closed pipe again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def closed_pipe() -> int:
+    """The reader of stdout went away: stdout is closed for good (:func:`close_stdout`), and the
+    status to end with is the one a shell gives a program that SIGPIPE ended."""
+    close_stdout()
+    return EXIT_CLOSED_PIPE

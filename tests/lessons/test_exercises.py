@@ -5,6 +5,7 @@ is "not written yet"; every known mistake, planted in the reference, fails with 
 shows the input, expected against got, where they differ and the mistake's hint; the command
 line grades a track and runs the capstone, which trains the copy task on the reference engine
 to its target."""
+import os
 import re
 import shutil
 import subprocess
@@ -172,6 +173,21 @@ def test_the_command_line(tmp_path):
     assert out.returncode == 0 and len(out.stdout.splitlines()) == len(EXERCISES) + 1, out.stdout
     for number, ex in EXERCISES.items():
         assert f"{number}  {ex.title}" in out.stdout and track.path(track.LEARNER, number).name in out.stdout
+    out = _run("99")
+    assert out.returncode == 2 and out.stderr == "error: no exercise 99: see python lessons/check.py --list\n", out
+
+
+def test_the_command_line_into_a_closed_pipe_ends_quietly_with_status_141():
+    """``check.py --list | head``: the reader gone, no traceback, the status a shell gives a
+    program SIGPIPE ended (the pipe has no reader at all here, so the write always fails)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        p = subprocess.run([sys.executable, str(LESSONS / "check.py"), "--list"], stdout=write, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert p.returncode == 141 and p.stderr == "", p.stderr
 
 
 def test_a_capstone_that_stops_is_reported_in_one_line(monkeypatch, capsys):
