@@ -4,15 +4,18 @@
     python examples/copy_task.py --d-model 128 --steps 3000 --run-dir runs/copy-big
 
 Writes to the run directory: summary.json (exact_match, token_accuracy, train_seconds, steps),
-metrics.jsonl, loss.png, attention.png and examples.txt.
+metrics.jsonl, loss.png, attention.png and examples.txt, replacing an earlier run's (a note says so).
+Ctrl-C (or SIGTERM, SIGHUP) stops training after the update in flight; the fresh sequences are
+still decoded and every file written, and the exit status is 130. A second Ctrl-C stops at once.
 """
 import argparse
 import json
+import sys
 
 from minitensor import blas
 
 from transformer.config import RANGES as MODEL_RANGES
-from transformer.copytask import RANGES, CopyTaskSettings, train_copy_task
+from transformer.copytask import OUTPUTS, RANGES, CopyTaskSettings, train_copy_task
 from transformer.flags import Parser, help_text
 from transformer.settings import model_with
 
@@ -72,9 +75,14 @@ def main(argv=None) -> dict:
     shown = {k: summary[k] for k in ("exact_match", "token_accuracy", "train_seconds", "steps", "parameters")}
     print(json.dumps(shown, indent=2))
     extra = " profile.json" if settings.profile else ""
-    print(f"outputs in {settings.run_dir}/: summary.json loss.png attention.png examples.txt metrics.jsonl{extra}")
+    print(f"outputs in {settings.run_dir}/: {' '.join(OUTPUTS)}{extra}")
     return summary
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        stopped_by = main()["stopped_by"]
+    except KeyboardInterrupt:  # a second Ctrl-C: stopped at once, as the line before said
+        print("interrupted", file=sys.stderr)
+        stopped_by = "interrupted"
+    sys.exit(130 if stopped_by == "interrupted" else 0)  # 130: what a shell reports after Ctrl-C

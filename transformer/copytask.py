@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
+
 import minitensor as mt
 
 from .config import TransformerConfig
@@ -22,9 +26,11 @@ from .progress import ProfiledUpdates, bar as progress_bar, finish
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
 from .settings import RANGES as TRAIN_RANGES
+from .signals import ENDING_SIGNALS, handled
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3
+OUTPUTS = ("summary.json", "loss.png", "attention.png", "examples.txt", "metrics.jsonl")  # a run's files
 
 
 def copy_model() -> TransformerConfig:
@@ -137,6 +143,10 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     s.check()
     run = Path(s.run_dir)
     run.mkdir(parents=True, exist_ok=True)
+    earlier = [name for name in OUTPUTS if (run / name).exists()]
+    if earlier:
+        print(f"note: {run} holds an earlier copy-task run ({', '.join(earlier)}): its files are replaced",
+              file=sys.stderr)
     mt.manual_seed(s.seed)
     rng = np.random.default_rng(s.seed)
     val = make_batch(np.random.default_rng(s.seed + 1), s.eval_size, s)
@@ -151,37 +161,52 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     step = 0
     stopped_by = "steps"
     profiled = ProfiledUpdates(s.profile, run)
-    for step in range(1, s.steps + 1):
-        with profiled.update(step):
-            src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
-            logits = model(mt.tensor(src, device=s.device), mt.tensor(tgt_in, device=s.device))
-            loss = label_smoothed_loss(logits, mt.tensor(tgt_out, device=s.device), PAD, s.smoothing)
-            opt.zero_grad()
-            loss.backward()
-            lr = sched.step()
-            opt.step()
-            loss_value = loss.item()
-        if not np.isfinite(loss_value):
-            raise FloatingPointError(f"loss became {loss_value} at step {step}; lower --lr-factor")
-        log["step"].append(step)
-        log["loss"].append(loss_value)
-        log["lr"].append(lr)
-        record = {"step": step, "loss": loss_value, "lr": lr}
-        if step % s.eval_every == 0 or step == s.steps:
-            exact, tok = evaluate(model, val, s)
-            log["eval"].append((step, exact, tok))
-            record.update(val_exact_match=exact, val_token_accuracy=tok)
-            bar.set_postfix(loss=f"{loss_value:.3f}", exact=f"{exact:.1%}", tokens=f"{tok:.1%}")
-            if not s.show_progress:
-                print(f"step {step:5d}  loss {loss_value:.4f}  val exact match {exact:.1%}  token accuracy {tok:.1%}",
-                      flush=True)
-        metrics.write(json.dumps(record, allow_nan=False) + "\n")
-        bar.update(1)
-        if s.stop_at is not None and log["eval"] and log["eval"][-1][0] == step and exact >= s.stop_at:
-            stopped_by = "target"
-            break
-    metrics.close()
-    finish(bar, _stop_line(s, step, exact, stopped_by))
+    asked = []  # the signal that asked for a stop after the update in flight
+
+    def ask_to_stop(signum, frame):
+        """The first SIGINT, SIGTERM or SIGHUP stops training after the update in flight (the fresh
+        sequences are still decoded and everything saved); a second one stops at once."""
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(signal.Signals(signum).name)
+        again = "press Ctrl-C again" if asked[0] == "SIGINT" else f"send {asked[0]} again"
+        tqdm.write(f"{asked[0]}: stopping after this update, then testing and saving; {again} to stop at once",
+                   file=sys.stderr)
+
+    with handled(ENDING_SIGNALS, ask_to_stop), metrics:  # the log is closed however training ends
+        for step in range(1, s.steps + 1):
+            with profiled.update(step):
+                src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
+                logits = model(mt.tensor(src, device=s.device), mt.tensor(tgt_in, device=s.device))
+                loss = label_smoothed_loss(logits, mt.tensor(tgt_out, device=s.device), PAD, s.smoothing)
+                opt.zero_grad()
+                loss.backward()
+                lr = sched.step()
+                opt.step()
+                loss_value = loss.item()
+            if not np.isfinite(loss_value):
+                raise FloatingPointError(f"loss became {loss_value} at step {step}; lower --lr-factor")
+            log["step"].append(step)
+            log["loss"].append(loss_value)
+            log["lr"].append(lr)
+            record = {"step": step, "loss": loss_value, "lr": lr}
+            if step % s.eval_every == 0 or step == s.steps:
+                exact, tok = evaluate(model, val, s)
+                log["eval"].append((step, exact, tok))
+                record.update(val_exact_match=exact, val_token_accuracy=tok)
+                bar.set_postfix(loss=f"{loss_value:.3f}", exact=f"{exact:.1%}", tokens=f"{tok:.1%}")
+                if not s.show_progress:
+                    print(f"step {step:5d}  loss {loss_value:.4f}  val exact match {exact:.1%}  token accuracy {tok:.1%}",
+                          flush=True)
+            metrics.write(json.dumps(record, allow_nan=False) + "\n")
+            bar.update(1)
+            if s.stop_at is not None and log["eval"] and log["eval"][-1][0] == step and exact >= s.stop_at:
+                stopped_by = "target"
+                break
+            if asked:
+                stopped_by = "interrupted"
+                break
+    finish(bar, _stop_line(s, step, log["eval"], stopped_by, asked))
     train_seconds = time.perf_counter() - t0
 
     # fresh sequences, never seen in training or validation
@@ -198,11 +223,16 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     return (summary, model) if return_model else summary
 
 
-def _stop_line(s: CopyTaskSettings, step: int, exact: float, stopped_by: str) -> str:
+def _stop_line(s: CopyTaskSettings, step: int, evals: list, stopped_by: str, asked: list) -> str:
     """Why training ended, in one line."""
+    exact = evals[-1][1] if evals else 0.0
     if stopped_by == "target":
         return (f"stopped at update {step} of {s.steps}: {exact:.1%} exact match on validation "
                 f"reached the target {s.stop_at:.0%}")
+    if stopped_by == "interrupted":
+        checked = (f"{exact:.1%} exact match on validation at update {evals[-1][0]}" if evals
+                   else "not validated yet")
+        return f"interrupted ({asked[0]}) after update {step} of {s.steps}: {checked}"
     target = "" if s.stop_at is None else f" (short of the target {s.stop_at:.0%})"
     return f"ran all {s.steps} updates: {exact:.1%} exact match on validation{target}"
 

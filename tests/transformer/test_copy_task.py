@@ -1,12 +1,17 @@
 """The copy task end to end: a reduced run converges, writes its files, and greedy decoding copies."""
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from transformer import TransformerConfig
-from transformer.copytask import CopyTaskSettings, make_batch, score, train_copy_task
+from transformer.copytask import OUTPUTS, CopyTaskSettings, make_batch, score, train_copy_task
 
-from ..helpers import strict_json
+from ..helpers import REPO, strict_json
 
 
 def small_model(d_model: int, d_ff: int) -> TransformerConfig:
@@ -86,3 +91,60 @@ def test_the_copy_tasks_profile_times_n_updates_after_the_first_and_saves_the_ta
     assert "profile of updates 2-3" in err and "Linear" in err
     unprofiled = train_copy_task(replace(s, profile=0, run_dir=str(tmp_path / "plain")))
     assert unprofiled["final_loss"] == summary["final_loss"]
+
+
+def test_a_second_run_into_the_same_folder_says_it_replaces_the_first(tmp_path, capsys):
+    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, model=small_model(16, 16), batch=8, steps=2,
+                         eval_every=2, eval_size=10, test_size=10, run_dir=str(tmp_path), show_progress=False)
+    train_copy_task(s)
+    assert "note:" not in capsys.readouterr().err
+    train_copy_task(s)
+    assert (f"note: {tmp_path} holds an earlier copy-task run (summary.json, loss.png, attention.png, examples.txt, "
+            "metrics.jsonl): its files are replaced") in capsys.readouterr().err
+
+
+def _copy_task_until(tmp_path, updates: int) -> subprocess.Popen:
+    """The quick start's command, with no target and no validation, once ``updates`` are logged."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, str(REPO / "examples" / "copy_task.py"), "--run-dir", str(run),
+                             "--steps", "100000", "--stop-at", "none", "--eval-every", "100000", "--test-size", "20",
+                             "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not ((run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= updates):
+        assert proc.poll() is None, proc.communicate()
+        assert time.time() < deadline, f"no {updates} updates within 120 s"
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_copy_task_stops_after_the_update_tests_saves_everything_and_exits_130(tmp_path, sig):
+    proc = _copy_task_until(tmp_path, 3)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    run = tmp_path / "run"
+    steps = [strict_json(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1))
+    again = "press Ctrl-C again" if sig == signal.SIGINT else "send SIGTERM again"
+    assert f"{sig.name}: stopping after this update, then testing and saving; {again} to stop at once" in err
+    assert f"interrupted ({sig.name}) after update {len(steps)} of 100000: not validated yet" in err
+    summary = strict_json((run / "summary.json").read_text())
+    assert summary["stopped_by"] == "interrupted" and summary["steps"] == len(steps)
+    assert "fresh sequences, never seen in training:" in out
+    for name in OUTPUTS:
+        assert (run / name).stat().st_size > 0, name
+
+
+def test_a_second_ctrl_c_stops_the_copy_task_at_once_with_its_log_whole(tmp_path):
+    proc = _copy_task_until(tmp_path, 3)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    # the second signal came during the update in flight ("interrupted"), or after training
+    # stopped, during the test or the plots (then the run said why it stopped first)
+    assert err.strip().splitlines()[-1] == "interrupted" or "interrupted (SIGINT) after update" in err, err
+    for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines():
+        strict_json(line)
