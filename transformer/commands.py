@@ -29,7 +29,8 @@ from .model import Transformer
 from .presets import DEFAULT_PRESET, PRESETS, plan_batches
 from .rundir import (FileWriteError, Loaded, RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh,
                      check_not_busy, check_run_dir, check_same_run, check_vocabulary, checkpoint_kind, leftovers,
-                     load_model, previous_run, record_run_id, resumable, run_file, run_id_of, runs_own, write_file)
+                     load_model, previous_run, record_run_id, refuse_copy_task_run, resumable, run_file, run_id_of,
+                     runs_own, write_file)
 from .settings import DATA_NAMES, DATA_SETTINGS, RANGES, SettingsError, TrainSettings, model_with, run_differences
 from .signals import Stopped, close_stdout
 from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall
@@ -339,6 +340,7 @@ def cmd_average(args) -> None:
     note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     found = runs_own(run, step_checkpoints(run, warn=note), note)[-args.last:]
     if not found:
+        refuse_copy_task_run(run)
         raise InputError(f"{run}: no checkpoints of its run to average")
     if len(found) < args.last:
         note(f"note: --last {args.last}, but {run} holds {len(found)} checkpoint(s) of its run: averaging those")
@@ -346,6 +348,9 @@ def cmd_average(args) -> None:
     if output.exists() and (differing := run_differences(read_meta(output), read_meta(found[-1]))):
         raise InputError(f"--output {output} is an average of another run ({differing[0]}): averaging would replace "
                          "it; choose another --output")
+    if output.exists():
+        note(f"note: {output} holds an earlier average of this run ({', '.join(read_meta(output).get('averaged', []))}): "
+             "it is replaced")
     ck = average_checkpoints(found)
     model = Transformer(model_config(ck["meta"], found[-1]))
     model.load_state_dict(ck["model"])
@@ -569,6 +574,9 @@ def cmd_evaluate(args) -> dict:
     check_decoding_args(args)
     if bool(args.src) != bool(args.ref):
         raise InputError("--src and --ref go together: a source file and its reference translations")
+    for flag, path in (("--src", args.src), ("--ref", args.ref)):
+        if path and not Path(path).exists():
+            raise InputError(f"{flag} {path}: no such file")
     run = Path(args.run_dir)
     loaded = load_model(run, args.checkpoint, args.average, args.device)
     model_languages(args, loaded.meta)

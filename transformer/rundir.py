@@ -313,23 +313,27 @@ class Loaded:
     meta: dict         # the (newest) checkpoint's metadata
 
 
-def _copy_task_run(run: Path) -> bool:
-    """Whether ``run`` holds what examples/copy_task.py writes (its summary scores exact copies)."""
+def refuse_copy_task_run(run: Path) -> None:
+    """Refuse, saying what it is, a folder that holds what examples/copy_task.py writes (its
+    summary scores exact copies) where a translation run is expected."""
     try:
-        return "exact_match" in json.loads((run / "summary.json").read_text())
+        copy_task = "exact_match" in json.loads((run / "summary.json").read_text())
     except (OSError, ValueError, TypeError):
-        return False
+        return
+    if copy_task:
+        raise InputError(f"{run}: a copy-task run (examples/copy_task.py), not a translation run: its results are in "
+                         f"{run / 'summary.json'} and {run / 'examples.txt'}; train a translator with "
+                         "python -m transformer train")
 
 
 def load_model(run: Path, checkpoint: str | None = None, average: int | None = None, device: str = "cpu") -> Loaded:
     """A run directory's model: a given checkpoint, the average of the last N, or the newest that loads.
     A checkpoint trained with another vocabulary than the run's ``spm.model`` is refused, naming both."""
     check_run_dir(run)
+    if not run.exists():
+        raise InputError(f"--run-dir {run}: no such directory; check --run-dir, or train first")
     if not (run / "spm.model").exists():
-        if _copy_task_run(run):
-            raise InputError(f"{run}: a copy-task run (examples/copy_task.py), not a translation run: its results are in "
-                             f"{run / 'summary.json'} and {run / 'examples.txt'}; train a translator with "
-                             "python -m transformer train")
+        refuse_copy_task_run(run)
         raise InputError(f"{run}: not a run directory of this tool (no spm.model in it); check --run-dir, or train first")
     tok = Tokenizer(run / "spm.model")
     note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
@@ -421,6 +425,7 @@ def resumable(run: Path, run_id: str | None) -> dict:
     ``--run-dir`` would otherwise start a new run from update 0)."""
     found = step_checkpoints(run)
     if not found:
+        refuse_copy_task_run(run)
         where = (f"{run} does not exist" if not run.exists() else f"{run} holds no checkpoint_<step>.npz")
         raise InputError(f"--resume: {where}, so there is no run to continue (check --run-dir; leave --resume out to "
                          "start a new run)")

@@ -39,6 +39,8 @@ pytestmark = needs_multi30k
     ("evaluate", ["--device", "cuda:x"], "error: --device: unknown device 'cuda:x'"),
     ("evaluate", ["--src", "x.en"], "error: --src and --ref go together"),
     ("evaluate", ["--ref", "x.de"], "error: --src and --ref go together"),
+    ("evaluate", ["--src", "missing.en", "--ref", "missing.de"], "error: --src missing.en: no such file"),
+    ("evaluate", ["--src", "README.md", "--ref", "missing.de"], "error: --ref missing.de: no such file"),
     ("average", ["--last", "0"], "error: --last must be a whole number in [1, 1000000], got 0"),
     ("average", ["--last", "-1"], "error: --last must be a whole number in [1, 1000000], got -1"),
 ])

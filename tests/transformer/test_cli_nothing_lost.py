@@ -135,9 +135,12 @@ def test_average_replaces_only_an_average_of_its_own_run(small_run, sibling_run,
     assert_clean(status, err, 2, f"error: --output {run / 'average.npz'} is an average of another run (")
     assert (run / "average.npz").read_bytes() == theirs.read_bytes()
     (run / "average.npz").unlink()
-    for _ in range(2):  # the run's own average is replaced by the next
+    for turn in range(2):  # the run's own average is replaced by the next, with a note
         status, _, err = cli("average", "--run-dir", run, "--last", "2")
         assert status == 0, err
+        replaced = f"note: {run / 'average.npz'} holds an earlier average of this run (checkpoint_4.npz, checkpoint_6.npz): " \
+                   "it is replaced"
+        assert (replaced in err) == (turn == 1), err
 
 
 # ---------------------------------------------------------------------------- 4. checkpoints of two runs are never mixed

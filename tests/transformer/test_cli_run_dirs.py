@@ -133,20 +133,30 @@ def test_a_file_as_run_dir_is_bad_usage(tmp_path, command):
 
 
 @pytest.mark.parametrize("command", ["translate", "evaluate"])
-def test_a_folder_train_did_not_write_is_named_and_a_copy_task_run_is_told_apart(tmp_path, command):
+def test_a_folder_train_did_not_write_is_named_and_a_missing_one_said_missing(tmp_path, command):
     empty = tmp_path / "empty"
     empty.mkdir()
     status, _, err = cli(command, "--run-dir", empty)
     assert_clean(status, err, 2, f"error: {empty}: not a run directory of this tool (no spm.model in it)")
+    assert list(empty.iterdir()) == []
+    status, _, err = cli(command, "--run-dir", tmp_path / "nope")
+    assert_clean(status, err, 2, f"error: --run-dir {tmp_path / 'nope'}: no such directory; check --run-dir, or train "
+                                 "first")
+    assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("command", [["translate"], ["evaluate"], ["average"], ["train", *SMALL, "--resume"]],
+                         ids=" ".join)
+def test_a_copy_task_run_is_told_apart_by_every_command_that_reads_a_run(tmp_path, command):
     copy = tmp_path / "copy"
     made = subprocess.run([sys.executable, "examples/copy_task.py", "--steps", "2", "--eval-every", "100",
                            "--eval-size", "2", "--test-size", "2", "--run-dir", str(copy), "--no-progress"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr[-2000:]
     files = sorted(p.name for p in copy.iterdir())
-    status, _, err = cli(command, "--run-dir", copy)
+    status, _, err = cli(command[0], "--run-dir", copy, *command[1:])
     assert_clean(status, err, 2, f"error: {copy}: a copy-task run (examples/copy_task.py), not a translation run")
-    assert list(empty.iterdir()) == [] and sorted(p.name for p in copy.iterdir()) == files   # nothing written
+    assert sorted(p.name for p in copy.iterdir()) == files   # nothing written
 
 
 def test_settings_json_records_the_model_as_built_with_the_tokenizers_vocabulary(small_run):
