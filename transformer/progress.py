@@ -18,6 +18,15 @@ def bar(total: int, desc: str, show: bool, initial: int = 0) -> tqdm:
     return tqdm(total=total, initial=initial, desc=desc, disable=not show, dynamic_ncols=True)
 
 
+def size_to_budget(progress: tqdm, done: int, seconds: float, minutes: float, most: int) -> None:
+    """Size ``progress`` to the updates a time budget of ``minutes`` allows at the pace so far
+    (``done`` updates in ``seconds``), at most ``most``: a bar over the step limit alone would
+    show a run that stops on its clock as hours from its end."""
+    if minutes > 0 and done > 0 and seconds > 0:
+        progress.total = max(done, min(most, round(done * 60 * minutes / seconds)))
+        progress.refresh()
+
+
 def finish(progress: tqdm, line: str, file=None) -> None:
     """Close ``progress`` and write the one line that says why the loop ended."""
     progress.close()

@@ -38,7 +38,7 @@ from .evaluate import bleu, translate
 from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
-from .progress import ProfiledUpdates, bar as progress_bar
+from .progress import ProfiledUpdates, bar as progress_bar, size_to_budget
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
 from .settings import PRECISIONS, SettingsError, TrainSettings, run_differences
@@ -426,7 +426,12 @@ class Trainer:
         why = {"max_steps": f"reached --max-steps {s.max_steps}",
                "max_minutes": f"the time budget (--max-minutes {s.max_minutes:g}) ran out",
                "max_epochs": f"reached --max-epochs {s.max_epochs}"}[reason]
-        best = f"; best validation NLL {self.best_valid:.3f}" if math.isfinite(self.best_valid) else ""
+        if math.isfinite(self.best_valid):
+            best = f"; best validation NLL {self.best_valid:.3f}"
+        elif self.valid_data is not None:  # a short run: say why best.npz and bleu.png are missing
+            best = f"; no validation yet (every {s.eval_every} updates, --eval-every), so no best.npz or bleu.png"
+        else:
+            best = ""
         return f"stopped at update {self.step} of {s.max_steps}: {why}{best}"
 
     def _fit(self) -> dict:
@@ -549,6 +554,7 @@ class Trainer:
             metrics.flush()
         self.history.append(record)
         bar.update(1)
+        size_to_budget(bar, self.step, self.train_seconds, self.s.max_minutes, self.s.max_steps)
         bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu") if record.get(k) is not None})
         if self.main and not self.s.progress and ("valid_nll" in record or record["step"] % 50 == 0):
             print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)

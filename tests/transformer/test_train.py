@@ -98,8 +98,11 @@ def test_resume_reproduces_the_uninterrupted_losses_exactly(small, tmp_path):
 def test_training_ends_with_one_line_that_says_why(small, tmp_path, capsys):
     """The bar alone would stop part-way (a time budget, an epoch limit); a line names the reason."""
     tok, train, valid = small
-    Trainer(tiny_settings(tmp_path / "steps", max_steps=3), tok, train, valid).fit()
-    assert "stopped at update 3 of 3: reached --max-steps 3" in capsys.readouterr().err
+    Trainer(tiny_settings(tmp_path / "steps", max_steps=3), tok, train, valid).fit()  # validates every 4
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "stopped at update 3 of 3: reached --max-steps 3; no validation yet (every 4 updates, --eval-every), so no " \
+        "best.npz or bleu.png"
+    assert not (tmp_path / "steps" / "best.npz").exists() and not (tmp_path / "steps" / "bleu.png").exists()
     summary = Trainer(tiny_settings(tmp_path / "epochs", max_steps=1000, max_epochs=1), tok, train, valid).fit()
     assert summary["stopped_by"] == "max_epochs"
     assert f"stopped at update {summary['steps']} of 1000: reached --max-epochs 1" in capsys.readouterr().err
@@ -232,3 +235,18 @@ def test_wmt_format_sample_runs_through_the_whole_pipeline(tmp_path):
           "--save-every", "2", "--bleu-sentences", "5", "--beam-size", "2", "--no-progress"])
     result = main(["evaluate", "--run-dir", str(run), "--src", str(test[0]), "--ref", str(test[1]), "--beam", "2"])
     assert result["sentences"] == 20
+
+
+def test_a_time_budget_sizes_the_bar_to_the_updates_it_allows_at_the_pace_so_far():
+    """A bar over --max-steps alone would show a run that stops on its clock as hours from its end."""
+    from transformer.progress import bar, size_to_budget
+    b = bar(100_000, "training", show=False)
+    b.update(10)
+    size_to_budget(b, 10, 20.0, 5.0, 100_000)  # 10 updates in 20 s, 5 minutes: 150 in all
+    assert b.total == 150
+    size_to_budget(b, 10, 20.0, 5.0, 120)  # the step limit comes first
+    assert b.total == 120
+    size_to_budget(b, 10, 3000.0, 5.0, 100_000)  # past the budget: never below the updates made
+    assert b.total == 10
+    size_to_budget(b, 10, 20.0, 0.0, 100_000)  # no budget: as it was
+    assert b.total == 10
