@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,7 @@ from .progress import ProfiledUpdates, bar as progress_bar, finish
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
 from .settings import RANGES as TRAIN_RANGES
-from .signals import ENDING_SIGNALS, handled
+from .signals import ENDING_SIGNALS, StopRequest, handled
 
 PAD, BOS, EOS = 0, 1, 2
 FIRST_SYMBOL = 3
@@ -161,19 +160,9 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     step = 0
     stopped_by = "steps"
     profiled = ProfiledUpdates(s.profile, run)
-    asked = []  # the signal that asked for a stop after the update in flight
-
-    def ask_to_stop(signum, frame):
-        """The first SIGINT, SIGTERM or SIGHUP stops training after the update in flight (the fresh
-        sequences are still decoded and everything saved); a second one stops at once."""
-        if asked:
-            raise KeyboardInterrupt
-        asked.append(signal.Signals(signum).name)
-        again = "press Ctrl-C again" if asked[0] == "SIGINT" else f"send {asked[0]} again"
-        tqdm.write(f"{asked[0]}: stopping after this update, then testing and saving; {again} to stop at once",
-                   file=sys.stderr)
-
-    with handled(ENDING_SIGNALS, ask_to_stop), metrics:  # the log is closed however training ends
+    stop = StopRequest(lambda name, again: tqdm.write(
+        f"{name}: stopping after this update, then testing and saving; {again} to stop at once", file=sys.stderr))
+    with handled(ENDING_SIGNALS, stop), metrics:  # the log is closed however training ends
         for step in range(1, s.steps + 1):
             with profiled.update(step):
                 src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
@@ -203,10 +192,10 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
             if s.stop_at is not None and log["eval"] and log["eval"][-1][0] == step and exact >= s.stop_at:
                 stopped_by = "target"
                 break
-            if asked:
+            if stop.name:
                 stopped_by = "interrupted"
                 break
-    finish(bar, _stop_line(s, step, log["eval"], stopped_by, asked))
+    finish(bar, _stop_line(s, step, log["eval"], stopped_by, stop.name))
     train_seconds = time.perf_counter() - t0
 
     # fresh sequences, never seen in training or validation
@@ -223,7 +212,7 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     return (summary, model) if return_model else summary
 
 
-def _stop_line(s: CopyTaskSettings, step: int, evals: list, stopped_by: str, asked: list) -> str:
+def _stop_line(s: CopyTaskSettings, step: int, evals: list, stopped_by: str, signal_name: str | None) -> str:
     """Why training ended, in one line."""
     exact = evals[-1][1] if evals else 0.0
     if stopped_by == "target":
@@ -232,7 +221,7 @@ def _stop_line(s: CopyTaskSettings, step: int, evals: list, stopped_by: str, ask
     if stopped_by == "interrupted":
         checked = (f"{exact:.1%} exact match on validation at update {evals[-1][0]}" if evals
                    else "not validated yet")
-        return f"interrupted ({asked[0]}) after update {step} of {s.steps}: {checked}"
+        return f"interrupted ({signal_name}) after update {step} of {s.steps}: {checked}"
     target = "" if s.stop_at is None else f" (short of the target {s.stop_at:.0%})"
     return f"ran all {s.steps} updates: {exact:.1%} exact match on validation{target}"
 

@@ -23,8 +23,7 @@ def size_to_budget(progress: tqdm, done: int, seconds: float, minutes: float, mo
     (``done`` updates in ``seconds``), at most ``most``: a bar over the step limit alone would
     show a run that stops on its clock as hours from its end."""
     if minutes > 0 and done > 0 and seconds > 0:
-        progress.total = max(done, min(most, round(done * 60 * minutes / seconds)))
-        progress.refresh()
+        progress.total = max(done, min(most, round(done * 60 * minutes / seconds)))  # shown at the next redraw
 
 
 def finish(progress: tqdm, line: str, file=None) -> None:

@@ -42,6 +42,22 @@ def handled(signals, handler):
             signal.signal(sig, old)
 
 
+class StopRequest:
+    """A handler for a loop that stops at its next safe point (after the update in flight): the
+    first SIGINT, SIGTERM or SIGHUP is kept in ``name`` for the loop to read, and
+    ``announce(name, again)`` says what will happen (``again``: how to stop at once); a second
+    one stops at once, as Ctrl-C usually does."""
+
+    def __init__(self, announce):
+        self.name, self.announce = None, announce
+
+    def __call__(self, signum, frame):
+        if self.name is not None:
+            raise KeyboardInterrupt
+        self.name = signal.Signals(signum).name
+        self.announce(self.name, "press Ctrl-C again" if self.name == "SIGINT" else f"send {self.name} again")
+
+
 def raise_stopped(signum, frame):
     """A handler that ends the command as Ctrl-C would, naming the signal."""
     raise Stopped(signal.Signals(signum).name)

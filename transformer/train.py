@@ -17,7 +17,6 @@ import functools
 import json
 import math
 import os
-import signal
 import sys
 import time
 from dataclasses import asdict
@@ -42,7 +41,7 @@ from .progress import ProfiledUpdates, bar as progress_bar, size_to_budget
 from .rundir import write_file
 from .schedule import NoamSchedule, paper_adam
 from .settings import PRECISIONS, SettingsError, TrainSettings, run_differences
-from .signals import ENDING_SIGNALS, handled
+from .signals import ENDING_SIGNALS, StopRequest, handled
 from .tokenizer import Tokenizer
 
 
@@ -150,7 +149,7 @@ class Trainer:
         self._loss = 0.0, 1.0  # the last update's loss sum (on the device) and 1 / its tokens
         self._batches: dict = {}  # epoch: its batches (see _epoch_batches)
         self._ahead = None, []  # (epoch, batch_in_epoch): the batches collated for that place
-        self.stop_requested = None  # the name of a signal that asked training to stop (see fit)
+        self._stop = StopRequest(self._announce_stop)  # a signal that asked training to stop (see fit)
         self.flags_sent = 0  # the update whose stop flags have gone to the other ranks
         self.on_gpu = mt.backend.normalize_device(settings.device) == "cuda"
         if self.on_gpu:
@@ -391,28 +390,29 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ the loop
-    def _ask_to_stop(self, signum, frame) -> None:
+    @property
+    def stop_requested(self) -> str | None:
+        """The name of the signal that asked training to stop, if one did."""
+        return self._stop.name
+
+    def _announce_stop(self, name: str, again: str) -> None:
         """While training, the first SIGINT, SIGTERM or SIGHUP asks for a stop after the current
-        update (which then saves a checkpoint); a second one stops at once, as Ctrl-C usually does."""
-        if self.stop_requested is not None:
-            raise KeyboardInterrupt
-        self.stop_requested = signal.Signals(signum).name
+        update (which then saves a checkpoint); a second one stops at once (:class:`StopRequest`)."""
         if not self.main:
             return
-        again = "press Ctrl-C again" if self.stop_requested == "SIGINT" else f"send {self.stop_requested} again"
         if self.comm.world_size == 1:  # the update in flight, unless it has read its stop flag already
             last = self.step + (2 if self.flags_sent == self.step + 1 else 1)
-            tqdm.write(f"{self.stop_requested}: stopping after update {last} and saving a checkpoint; "
-                       f"{again} to stop at once", file=sys.stderr)
+            tqdm.write(f"{name}: stopping after update {last} and saving a checkpoint; {again} to stop at once",
+                       file=sys.stderr)
         else:  # another rank may read its flag before or after this one: the exchange decides (_agreed_stop)
-            tqdm.write(f"{self.stop_requested}: stopping when the ranks next exchange their gradients, after that "
-                       f"update, and saving a checkpoint; {again} to stop at once", file=sys.stderr)
+            tqdm.write(f"{name}: stopping when the ranks next exchange their gradients, after that update, and "
+                       f"saving a checkpoint; {again} to stop at once", file=sys.stderr)
 
     def fit(self) -> dict:
         """Train until max_steps, max_epochs or max_minutes; returns the run summary. Raises
         :class:`Interrupted` (after saving) when a SIGINT or SIGTERM asked it to stop."""
-        self.stop_requested = None
-        with handled(ENDING_SIGNALS, self._ask_to_stop):
+        self._stop = StopRequest(self._announce_stop)
+        with handled(ENDING_SIGNALS, self._stop):
             summary = self._fit()
         if summary["stopped_by"] == "interrupted":
             raise Interrupted(self.step, self.run, main=self.main)
