@@ -586,19 +586,23 @@ def cmd_evaluate(args) -> dict:
     if args.src:
         src, ref = D.read_parallel(args.src, args.ref)
         name, scored = Path(args.src).stem, {"source": str(Path(args.src).resolve()), "reference": str(Path(args.ref).resolve())}
+        label = args.src
     elif args.data_dir and wmt14.is_prepared(args.data_dir):
         name = args.split or "test"
         files = wmt14.split_files(args.data_dir, name, args.src_lang, args.tgt_lang)
         src, ref = D.read_parallel(*files)
         scored = {"source": str(Path(files[0]).resolve()), "reference": str(Path(files[1]).resolve())}
+        label = f"WMT14 {name} in {args.data_dir}"
     else:
         name = args.split or "test_2016_flickr"
         src, ref = D.multi30k(name, args.src_lang, args.tgt_lang, args.data_dir)
         scored = {"source": f"multi30k {name}.{args.src_lang}", "reference": f"multi30k {name}.{args.tgt_lang}",
                   "data_dir": str(Path(args.data_dir).resolve()) if args.data_dir else None}
+        label = f"Multi30k {name}"
     first = args.limit is not None and args.limit < len(src)  # a part of the set, not all of it
     if first:
         src, ref = src[:args.limit], ref[:args.limit]
+    label = f"{label}, {'the first ' if first else ''}{len(src)} sentences, {loaded.name}, beam {args.beam}"  # what is scored
     folder = run / "evaluations"
     size = 2 * sum(len(x.encode()) + 1 for x in src) + (1 << 16)  # the hypotheses (about the source's size), the scores
     _check_writable(folder, size)
@@ -614,7 +618,7 @@ def cmd_evaluate(args) -> dict:
     unprinted = None  # stdout closed or full: the scores are saved all the same, then that is reported
     try:
         with _writing("stdout"):
-            print(f"BLEU {cased['score']:.2f}  ({cased['signature']})")
+            print(f"BLEU {cased['score']:.2f} on {label}  ({cased['signature']})")
             print(f"BLEU {lower['score']:.2f} lowercased  ({lower['signature']})", flush=True)
     except OSError as e:
         unprinted = e

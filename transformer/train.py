@@ -54,9 +54,24 @@ class Interrupted(Exception):
     """Training stopped on SIGINT, SIGTERM or SIGHUP after finishing an update and saving a
     checkpoint. ``main``: raised on rank 0 (the rank that reports it)."""
 
-    def __init__(self, step: int, run: Path, main: bool = True):
-        super().__init__(f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
+    def __init__(self, step: int, run: Path, main: bool = True, message: str | None = None):
+        super().__init__(message or f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
         self.step, self.main = step, main
+
+
+class StoppedAtOnce(Interrupted):
+    """A second signal stopped training where it was, ``step`` updates made: ``--resume`` goes on
+    from the newest checkpoint, made after update ``saved`` (None: none yet)."""
+
+    def __init__(self, step: int, saved: int | None, save_every: int, main: bool = True):
+        if saved is None:
+            where = f"no checkpoint was saved yet (every {save_every} updates, --save-every): start again with --overwrite"
+        elif saved == step:
+            where = "continue with --resume"
+        else:
+            where = f"continue with --resume, which goes on from checkpoint_{saved}.npz (updates after it are made again)"
+        super().__init__(step, Path(), main, f"stopped at once after update {step}; {where}")
+        self.saved = saved
 
 
 # a reason to stop, sent with the gradients of an update: rank 0 alone keeps time, and every rank
@@ -176,6 +191,7 @@ class Trainer:
         self.best_valid = math.inf
         self.train_seconds = 0.0
         self.history: list[dict] = []
+        self.saved_step: int | None = None  # the update of the newest checkpoint, this run's
         if resume:
             self.resume()
         if self.main:  # after resume() has compared the checkpoint with these settings
@@ -219,6 +235,7 @@ class Trainer:
             self.sched.load_state_dict(meta["schedule"])
             mt.set_rng_state(meta["rng"])
             self.step, self.epoch, self.batch_in_epoch = (_count(meta, k) for k in ("step", "epoch", "batch_in_epoch"))
+            self.saved_step = self.step
             best, self.train_seconds = meta["best_valid"], float(meta["train_seconds"])
             self.best_valid = math.inf if best is None else float(best)  # null when no validation had run
             if self.scaler.enabled and meta.get("loss_scaler"):
@@ -233,6 +250,7 @@ class Trainer:
         path = self.run / f"checkpoint_{self.step}.npz"
         self._move_aside(path)
         path = save_checkpoint(path, self.model, self.opt, self._meta())
+        self.saved_step = self.step
         prune_checkpoints(self.run, self.s.keep_last, ours=lambda meta: self._foreign(meta) is None)
         return path
 
@@ -413,7 +431,14 @@ class Trainer:
         :class:`Interrupted` (after saving) when a SIGINT or SIGTERM asked it to stop."""
         self._stop = StopRequest(self._announce_stop)
         with handled(ENDING_SIGNALS, self._stop):
-            summary = self._fit()
+            try:
+                summary = self._fit()
+            except KeyboardInterrupt:  # a second signal
+                self._summarise("stopped at once")
+                raise StoppedAtOnce(self.step, self.saved_step, self.s.save_every, main=self.main) from None
+            except Exception as e:
+                self._summarise("diverged" if isinstance(e, TrainingDiverged) else "failed", error=e)
+                raise
         if summary["stopped_by"] == "interrupted":
             raise Interrupted(self.step, self.run, main=self.main)
         if self.main:
@@ -560,17 +585,30 @@ class Trainer:
             print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
 
     def _finish(self, reason: str) -> dict:
-        # epochs completed, one whose last batch was the last update among them (as a resume that makes no update finds it)
-        ended = self.batch_in_epoch > 0 and self.batch_in_epoch >= len(self._epoch_batches(self.epoch))
-        summary = {"steps": self.step, "epochs": self.epoch + ended, "train_seconds": round(self.train_seconds, 1),
-                   "stopped_by": reason, "best_valid_nll": finite_or_none(self.best_valid),
-                   "world_size": self.comm.world_size}
         if self.main:
             found = step_checkpoints(self.run)
             if not found or found[-1].name != f"checkpoint_{self.step}.npz":
                 self.save()
             self.plot()
-            write_file(self.run / "train_summary.json", json.dumps(summary, indent=2, allow_nan=False))
+        return self._summarise(reason)
+
+    def _summarise(self, reason: str, error: Exception | None = None) -> dict:
+        """How the run ended, written to train_summary.json by rank 0 (so that the file never
+        describes an earlier stop): ``resumes_from`` is the newest checkpoint's update, which equals
+        ``steps`` after a clean stop; an error or a second signal may leave updates after it."""
+        # epochs completed, one whose last batch was the last update among them (as a resume that makes no update finds it)
+        ended = self.batch_in_epoch > 0 and self.batch_in_epoch >= len(self._epoch_batches(self.epoch))
+        summary = {"steps": self.step, "epochs": self.epoch + ended, "train_seconds": round(self.train_seconds, 1),
+                   "stopped_by": reason, "resumes_from": self.saved_step, "best_valid_nll": finite_or_none(self.best_valid),
+                   "world_size": self.comm.world_size}
+        if error is not None:
+            summary["error"] = f"{type(error).__name__}: {error}"
+        if self.main:
+            try:
+                write_file(self.run / "train_summary.json", json.dumps(summary, indent=2, allow_nan=False))
+            except OSError:
+                if error is None:
+                    raise  # (after an error, the error is what to report: a full disk may have caused both)
         return summary
 
     def plot(self) -> None:

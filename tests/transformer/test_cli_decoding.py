@@ -94,8 +94,11 @@ def evaluate(run, *flags):
 
 
 def test_evaluate_keeps_every_result_with_what_it_scored(small_run, tmp_path):
+    """Each evaluation's file, and its BLEU line, say what was scored: the set, how much of it,
+    the weights and the beam."""
     run = copy_run(small_run, tmp_path)
-    evaluate(run)  # the default test set, whole: the run's headline result
+    out, _ = evaluate(run)  # the default test set, whole: the run's headline result
+    assert out.startswith("BLEU ") and " on Multi30k test_2016_flickr, 4 sentences, checkpoint_6, beam 1  (nrefs:1" in out
     headline = json.loads((run / "evaluation.json").read_text())
     assert headline["split"] == "test_2016_flickr" and headline["sentences"] == 4
     assert headline["checkpoint"] == "checkpoint_6" and headline["checkpoint_files"] == [str(run / "checkpoint_6.npz")]
@@ -105,13 +108,16 @@ def test_evaluate_keeps_every_result_with_what_it_scored(small_run, tmp_path):
     assert len(first.with_suffix(".txt").read_text().splitlines()) == 4
     kept = {p.name: p.read_bytes() for p in [run / "evaluation.json", run / "hypotheses.txt", first]}
 
-    evaluate(run, "--split", "val", "--limit", "2")
+    out, _ = evaluate(run, "--split", "val", "--limit", "2")
+    assert " on Multi30k val, the first 2 sentences, checkpoint_6, beam 1  (" in out
     evaluate(run, "--split", "val", "--limit", "2")  # the same again: a second file, not a replacement
-    evaluate(run, "--average", "2")
+    out, _ = evaluate(run, "--average", "2")
+    assert " on Multi30k test_2016_flickr, 4 sentences, average2-checkpoint_6, beam 1  (" in out
     src, ref = tmp_path / "mine.en", tmp_path / "mine.de"
     src.write_text("A dog runs.\nTwo men sit.\n")
     ref.write_text("Ein Hund rennt.\nZwei Männer sitzen.\n")
-    evaluate(run, "--src", src, "--ref", ref)
+    out, _ = evaluate(run, "--src", src, "--ref", ref)
+    assert f" on {src}, 2 sentences, checkpoint_6, beam 1  (" in out
     names = sorted(p.name for p in (run / "evaluations").glob("*.json"))
     assert names == ["mine_checkpoint_6_beam1.json", "test_2016_flickr_average2-checkpoint_6_beam1.json",
                      "test_2016_flickr_checkpoint_6_beam1.json", "val_checkpoint_6_beam1_first2.json",

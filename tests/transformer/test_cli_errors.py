@@ -195,15 +195,19 @@ def test_a_signal_finishes_the_update_saves_and_exits_130_then_resume_continues(
     assert [json.loads(x)["step"] for x in metrics.read_text().splitlines()] == list(range(1, step + 3))
 
 
-def test_a_second_ctrl_c_stops_at_once_and_the_last_checkpoint_is_on_disk(tmp_path):
+def test_a_second_ctrl_c_stops_at_once_says_where_resume_goes_on_and_the_summary_says_so(tmp_path):
+    """The run first ends cleanly (its summary says max_steps), then a resumed part is stopped by
+    two quick Ctrl-Cs: the last line and train_summary.json describe that stop, not the earlier one."""
     run = tmp_path / "run"
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "2", "--save-every", "2")
+    assert status == 0 and json.loads((run / "train_summary.json").read_text())["stopped_by"] == "max_steps", err
     cmd = [sys.executable, "-m", "transformer", "train", "--run-dir", str(run), *SMALL, "--max-steps", "100000",
-           "--save-every", "2"]
+           "--save-every", "2", "--resume"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while len(step_checkpoints(run)) < 2 if run.exists() else True:
+    while not (run / "checkpoint_4.npz").exists():
         assert proc.poll() is None, proc.stderr.read()
-        assert time.time() < deadline, "no second checkpoint within 120 s"
+        assert time.time() < deadline, "no checkpoint_4 within 120 s"
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.02)
@@ -211,7 +215,18 @@ def test_a_second_ctrl_c_stops_at_once_and_the_last_checkpoint_is_on_disk(tmp_pa
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] in ("interrupted",) or err.strip().splitlines()[-1].startswith("stopped at")
+    newest = step_checkpoints(run)[-1]
+    saved = load_checkpoint(newest)["meta"]["step"]
+    summary = strict_json((run / "train_summary.json").read_text())
+    last = err.strip().splitlines()[-1]
+    if last.startswith("stopped at update"):  # the second signal came after the first stop was complete
+        assert summary["stopped_by"] == "interrupted" and summary["steps"] == summary["resumes_from"] == saved
+    else:
+        assert summary["stopped_by"] == "stopped at once" and summary["resumes_from"] == saved, summary
+        assert summary["steps"] >= saved
+        assert last.startswith(f"stopped at once after update {summary['steps']}; continue with --resume"), err
+        if summary["steps"] > saved:
+            assert f"goes on from {newest.name}" in last, err
     for p in step_checkpoints(run):
         load_checkpoint(p)
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "100000", "--max-minutes", "0.001",
@@ -246,5 +261,8 @@ def test_a_full_disk_stops_with_a_clear_error_and_leaves_the_checkpoints_intact(
     assert not list(run.glob(".*.tmp.npz"))  # the partial file is gone
     for p in step_checkpoints(run):
         load_checkpoint(p)
+    summary = strict_json((run / "train_summary.json").read_text())  # how this run ended, written all the same
+    assert summary["stopped_by"] == "failed" and summary["resumes_from"] == 4, summary
+    assert summary["error"].startswith("CheckpointWriteError: could not write the checkpoint"), summary
     status, out, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "6", "--save-every", "2", "--resume")
     assert status == 0 and "starting at update 4" in err, err

@@ -496,6 +496,9 @@ def test_a_run_that_diverges_before_its_first_checkpoint_says_so_and_the_retry_a
                          code=loss_at_2("nan"))
     assert_clean(status, err, 2, "error: loss is nan at update 2; stopping. No checkpoint was saved yet.")
     assert "resume" not in err.split("error:")[1]
+    summary = json.loads((run / "train_summary.json").read_text())
+    assert summary["stopped_by"] == "diverged" and summary["resumes_from"] is None, summary
+    assert summary["error"].startswith("TrainingDiverged: loss is nan at update 2"), summary
     status, _, err = cli("train", "--run-dir", run, *SMALL, "--max-steps", "2")
     assert status == 0, err
     assert f"note: {run} held the files of a start that saved no checkpoint (metrics.jsonl" in err

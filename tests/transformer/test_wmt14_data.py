@@ -326,8 +326,9 @@ def test_train_reads_a_prepared_folder_and_evaluate_scores_its_test_set(server, 
     assert status == 0, err
     assert "kept 700 of 700 pairs" in err
     assert (run / "checkpoint_3.npz").exists()
-    status, err = run_cli(["evaluate", "--run-dir", str(run), "--data-dir", str(out), "--beam", "1", "--limit", "5"],
-                          capsys)
-    assert status == 0, err
+    status = cli.run(["evaluate", "--run-dir", str(run), "--data-dir", str(out), "--beam", "1", "--limit", "5"])
+    printed = capsys.readouterr()
+    assert status == 0, printed.err
+    assert f" on WMT14 test in {out}, the first 5 sentences, checkpoint_3, beam 1  (" in printed.out
     result = json.loads((run / "evaluations" / "test_checkpoint_3_beam1_first5.json").read_text())
     assert result["sentences"] == 5 and result["split"] == "test"
