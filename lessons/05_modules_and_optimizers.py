@@ -97,7 +97,7 @@ for name, (make, rates) in optimisers.items():
             opt.step()
             losses.append(loss.item())
         acc = (net(X).numpy().argmax(-1) == labels).mean()
-        print(f"{name}, lr {lr}: loss {losses[0]:.3f} -> {losses[-1]:.3f}, accuracy {acc:.1%}")
+        print(f"{name}, lr {lr}: loss {losses[0]:.3g} -> {losses[-1]:.3g}, accuracy {acc:.1%}")
         if best is None or losses[-1] < best[1][-1]:
             best = (lr, losses, acc, net)
     lr, losses, acc, net = best

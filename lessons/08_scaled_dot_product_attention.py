@@ -9,8 +9,9 @@
 #
 # Why divide by $\sqrt{d_k}$? Footnote 4 of the paper works out that for random $q$ and $k$
 # with independent entries of mean 0 and variance 1, $q \cdot k = \sum_i q_i k_i$ has
-# variance $d_k$. Section 3.2.1 draws the consequence: for large $d_k$ the dot products grow
-# large, "pushing the softmax function into regions where it has extremely small gradients".
+# variance $d_k$. Section 3.2.1 offers the consequence as a suspicion, not a measurement: for
+# large $d_k$ the dot products grow large, "pushing the softmax function into regions where it
+# has extremely small gradients".
 # Dividing by $\sqrt{d_k}$ brings the variance back to 1. We measure it.
 #
 # **Teaches:** `F.scaled_dot_product_attention`, `return_weights`, `causal_mask`,

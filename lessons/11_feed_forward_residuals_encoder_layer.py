@@ -18,8 +18,8 @@
 # the warm-up a post-norm model needs, and lesson 16 puts that to the test.
 #
 # **Teaches:** `PositionwiseFeedForward`, `Residual`, `EncoderLayer`, `Encoder`,
-# `TransformerConfig`, `norm_first`; the feed-forward sub-layer, residual dropout, the encoder
-# layer, pre-norm, influence maps.
+# `TransformerConfig`, `norm_first`, `named_modules`; the feed-forward sub-layer, residual
+# dropout, the encoder layer, pre-norm, influence maps.
 #
 # **Uses:** multi-head attention, masks, padding, layer normalisation, residual blocks,
 # dropout, gradient checking.
@@ -54,6 +54,8 @@ for norm_first in (False, True):
 # %% [markdown]
 # Where the layer's dropouts are: one in each `Residual`, on the sub-layer's output. (The
 # FFN's own dropout, on its inner activations, is not in the paper and defaults to 0.)
+# `named_modules()` walks a module and everything inside it, each with its dotted name, as
+# `named_parameters()` (lesson 5) walks the weights.
 
 # %%
 layer = EncoderLayer(8, 2, 32, dropout=0.1)
@@ -69,8 +71,12 @@ checks.agree(sorted(drops) == ["sub1.dropout", "sub2.dropout"], True, "the activ
 # ## Who influences whom
 #
 # In a 2-layer encoder (`Encoder`, a stack of `EncoderLayer`s built from a `TransformerConfig`),
-# every output position can depend on every real input position (attention mixes them), and
-# on no padded one (the mask removes pad keys). We measure the influence map
+# every output position can depend on every real input position (attention mixes them). No
+# real output depends on a padded input: the mask removes pad keys, so attention never reads
+# them, and the FFN works on each position alone. A pad position still has an output, and that
+# output depends on its own input, carried along the residual path, as well as on the real
+# inputs its query attends to; it never reaches a real position, and every later attention
+# masks it as a key too. We measure the influence map
 # $|\partial\, \mathrm{out}_t / \partial\, \mathrm{in}_s|$ with one backward per output position.
 
 # %%
@@ -83,8 +89,14 @@ mask = padding_mask(ids, 0)
 influence = checks.influence(lambda h: enc(h, mask), rng.standard_normal((1, T, 16)))
 print(np.round(influence, 3))
 real = np.arange(T) < 4
-checks.sees_only(influence[:4], np.broadcast_to(real, (4, T)), "encoder")  # every real input, no pad input
-results["influence_of_pads"] = float(influence[:, ~real].max())
+# a real output: every real input, no pad input; a pad's output: every real input and its own
+checks.sees_only(influence, real[None, :] | np.eye(T, dtype=bool), "encoder")
+results["pads_on_real_outputs"] = float(influence[real][:, ~real].max())
+results["pad_on_its_own_output"] = float(np.diag(influence)[~real].min())
+results.finding(f"A 2-layer encoder, 4 real tokens and 2 pads: each real output depends on all 4 real inputs and on "
+                f"neither pad (largest influence of a pad on a real output: {results['pads_on_real_outputs']:g}); a "
+                f"pad's output depends on the real inputs and on its own input (influence at least "
+                f"{results['pad_on_its_own_output']:.3g}, carried by the residual path).")
 
 # %% tags=["fold"]
 fig, ax = plt.subplots(figsize=(4, 3.5))

@@ -39,8 +39,8 @@ print("decoder layer passes gradcheck (target and memory masks in place)")
 # ## Who influences whom
 #
 # A stack of 2 decoder layers (`Decoder`) over 7 target positions and a memory of 5. The
-# influence map of lesson 11, $|\partial\, \mathrm{out}_s / \partial\, \mathrm{in}_t|$: output
-# $s$ must depend on the inputs $t \le s$, every one of them, and on nothing later.
+# influence map of lesson 11, $|\partial\, \mathrm{out}_t / \partial\, \mathrm{in}_s|$: output
+# $t$ must depend on the inputs $s \le t$, every one of them, and on nothing later.
 
 # %%
 T, S, D = 7, 5, 16
@@ -56,9 +56,9 @@ results["largest_influence_of_a_later_position"] = float(np.triu(influence, 1).m
 # %% tags=["fold"]
 fig, ax = plt.subplots(figsize=(4, 3.5))
 im = ax.imshow(influence, cmap="Greys")
-fig.colorbar(im, ax=ax, label="|d out_s / d in_t|")
-ax.set_xlabel("input position t")
-ax.set_ylabel("output position s")
+fig.colorbar(im, ax=ax, label="|d out_t / d in_s|")
+ax.set_xlabel("input position s")
+ax.set_ylabel("output position t")
 ax.set_title("causality of the decoder")
 show(fig, "12", "decoder_causality.png")
 

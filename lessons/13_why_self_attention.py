@@ -2,7 +2,8 @@
 # # Lesson 13 — Why self-attention: Table 1, measured (Section 4)
 #
 # Section 4 compares a self-attention layer with a recurrent and a convolutional one that map
-# $n$ vectors of width $d$ to $n$ vectors of width $d$, on three counts (Table 1):
+# $n$ vectors of width $d$ to $n$ vectors of width $d$, on three counts (Table 1; the
+# contiguous kernels' $O(n/k)$ is from Section 4's text, the table gives the dilated case):
 #
 # | layer | complexity per layer | sequential operations | maximum path length |
 # |---|---|---|---|
@@ -71,7 +72,7 @@ class Convolution(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """The Transformer's multi-head self-attention (lesson 8), 4 heads."""
+    """The Transformer's multi-head self-attention (lesson 9), 4 heads."""
 
     def __init__(self, d):
         super().__init__()
@@ -168,7 +169,7 @@ checks.between(below, 0, 1, "attention's own products / the recurrent layer's, f
 checks.between(above, 1, np.inf, "attention's own products / the recurrent layer's, for n > d")
 results.finding(f"counted in the graph at d = {d}: the attention's own products (n²·d for the scores, n²·d for the "
                 f"weighted sum) cost {core_ratio[0]:.2f}× the recurrent layer's multiply-adds at n = {count_lengths[0]} "
-                f"and {core_ratio[-1]:.2f}× at n = {count_lengths[-1]}, crossing 1 near n = d as Table 1 says; with its "
+                f"and {core_ratio[-1]:.2f}× at n = {count_lengths[-1]}, crossing 1 near n = d, as Section 4 says; with its "
                 f"four projections the whole self-attention layer costs {whole_ratio[0]:.2f}× to {whole_ratio[-1]:.2f}×.")
 
 # %% [markdown]
@@ -287,21 +288,24 @@ for name, t in times.items():
     results[f"median_ms_on_this_machine/{name}"] = dict(zip(time_lengths, [round(s * 1e3, 3) for s in t]))
 
 # %% tags=["fold"]
+# one colour per kind of layer in all three panels; the self-attention layer's projections dashed
+colour = {"self-attention": "C0", "recurrent": "C1", "convolution, k = 3": "C2", "dilated convolution, k = 3": "C3"}
+style = lambda name: {"color": colour[name.split(":")[0]], "linestyle": "--" if "projections" in name else "-"}  # noqa: E731
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.2))
 for name, c in counted.items():
-    axes[0].loglog(count_lengths, c, marker="o", label=name)
+    axes[0].loglog(count_lengths, c, marker="o", label=name, **style(name))
 axes[0].set_xlabel("sequence length n (d = 32)")
 axes[0].set_ylabel("multiply-adds, counted")
 axes[0].legend(fontsize=7)
 axes[0].grid(alpha=0.3)
 for name, h in hops.items():
-    axes[1].plot(path_lengths, h, marker="o", label=name)
+    axes[1].plot(path_lengths, h, marker="o", label=name, **style(name))
 axes[1].set_xlabel("n")
 axes[1].set_ylabel("layers until position n−1 sees 0")
 axes[1].legend(fontsize=7)
 axes[1].grid(alpha=0.3)
 for name, t in times.items():
-    axes[2].loglog(time_lengths, np.array(t) * 1e3, marker="o", label=name)
+    axes[2].loglog(time_lengths, np.array(t) * 1e3, marker="o", label=name, **style(name))
 axes[2].set_xticks(time_lengths, [str(n) for n in time_lengths])
 axes[2].minorticks_off()
 axes[2].set_xlabel("sequence length n (d = 64)")

@@ -140,25 +140,85 @@ def render_block(records: list[dict]) -> str:
 def varying(record: dict) -> str:
     """The lesson's numbers that differ between its recorded runs beyond round-off (integers
     that differ at all, other numbers by more than 1% and above 1e-9: errors at round-off's
-    scale are not findings), each with its range under each BLAS
-    setting: "updates 450 (unset), 250 (haswell)"; "" when every run agreed."""
+    scale are not findings), each with its values under each BLAS setting: "`updates` 450
+    (unset), 250 (haswell)". Numbers nested in dicts are named by their path; a list of numbers
+    (a lesson's per-seed values) is shown as the findings show it, mean (min–max); a list of
+    text (what a lesson called) by the items that not every run printed. "" when every run agreed."""
     runs, parts = record["runs"], []
     for key in runs[0]["numbers"]:
-        if not _differ([r["numbers"].get(key) for r in runs]):
-            continue
-        by = {}
-        for r in runs:
-            by.setdefault(r["blas"], []).append(r["numbers"][key])
-        span = lambda v: _num(v[0]) if min(v) == max(v) else f"{_num(min(v))}–{_num(max(v))}"   # noqa: E731
-        shown = ", ".join(f"{span(v)} ({blas})" for blas, v in by.items())
-        parts.append(f"`{key}` {shown}")
+        found = [dict(_series(r["numbers"].get(key), key)) for r in runs]
+        for path in dict.fromkeys(p for f in found for p in f):
+            values = [f.get(path) for f in found]
+            if not _moved(values):
+                continue
+            if all(isinstance(v, list) and v and all(isinstance(x, str) for x in v) for v in values):
+                only = {}
+                for r, v in zip(runs, values):
+                    for item in v:
+                        only.setdefault(item, []).append(r["blas"])
+                shown = "; ".join(f"“{item}” in {_which(b, runs)}" for item, b in only.items() if len(b) < len(runs))
+                parts.append(f"`{path}`: {shown}")
+                continue
+            by = {}
+            for r, v in zip(runs, values):
+                by.setdefault(r["blas"], []).append(v)
+            parts.append(f"`{path}` " + ", ".join(f"{_shown(v)} ({blas})" for blas, v in by.items()))
     return "; ".join(parts)
+
+
+def _series(value, path: str):
+    """(path, value) for each number, list of numbers and list of text in a lesson's nested numbers."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _series(v, f"{path}.{k}")
+    elif isinstance(value, list) and not (_numbers(value) or all(isinstance(v, str) for v in value)):
+        for i, v in enumerate(value):
+            yield from _series(v, f"{path}[{i}]")
+    else:
+        yield path, value
+
+
+def _numbers(values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _moved(values: list) -> bool:
+    """Whether one series differs between runs: numbers beyond round-off (:func:`_differ`), a
+    list of numbers in any place or its length, anything else (text, None) at all."""
+    if _numbers(values):
+        return _differ(values)
+    if all(isinstance(v, list) and _numbers(v) for v in values) and len({len(v) for v in values}) == 1:
+        return any(_differ(list(column)) for column in zip(*values))
+    return any(v != values[0] for v in values)
+
+
+def _shown(values: list) -> str:
+    """One BLAS setting's values of a series: a number's range over its runs, or each distinct
+    list of numbers as mean (min–max)."""
+    if _numbers(values):
+        return _num(values[0]) if min(values) == max(values) else f"{_num(min(values))}–{_num(max(values))}"
+    def one(v):
+        if isinstance(v, list) and v and _numbers(v):
+            return f"{_num(sum(v) / len(v))} ({_num(min(v))}–{_num(max(v))})"
+        return str(v)
+    return " / ".join(dict.fromkeys(one(v) for v in values))
+
+
+def _which(having: list, runs: list) -> str:
+    """Which runs printed an item, ``having`` their BLAS settings: "the unset runs only", or
+    "some haswell runs only" where the runs of a setting disagree."""
+    total = {}
+    for r in runs:
+        total[r["blas"]] = total.get(r["blas"], 0) + 1
+    named = [blas if having.count(blas) == n else f"some {blas}" for blas, n in total.items() if blas in having]
+    return f"{' and '.join(named)} runs only" if named[0] == "some" or named[0].startswith("some ") else \
+        f"the {' and '.join(named)} runs only"
 
 
 def _differ(values: list) -> bool:
     """Whether numbers differ beyond round-off: integers at all, other numbers by more than 1%
     and above 1e-9 (anything not a number is not compared)."""
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if not _numbers(values):
         return False
     low, high = min(values), max(values)
     if low == high:

@@ -269,6 +269,25 @@ def test_a_number_that_differs_between_recorded_runs_is_flagged_beside_the_findi
     assert run_all.varying({**record, "runs": record["runs"][:1]}) == ""
 
 
+def test_per_seed_lists_and_called_differences_that_differ_between_runs_are_flagged_too():
+    """Most findings are per-seed lists (nested in dicts) and the differences a lesson called:
+    a list that another run gave differently is shown as mean (min–max) per BLAS setting, as the
+    finding shows it, and a call that only some runs made is named with the runs that made it.
+    Per-seed lists that agree to round-off are not flagged."""
+    def run(blas, heads, called):
+        return {"blas": blas, "kernels": "k", "seconds": 1.0, "checks": {},
+                "numbers": {"base": {"loss": heads, "params": 100}, "same": [1.0, 2.0], "called": called}}
+    record = {"lesson": "19", "file": "19_table3_replay.py", "seconds": 1.0, "findings": ["(A) 8 heads worse."],
+              "runs": [run("unset", [1.0, 2.0, 3.0], ["(A) worse", "(C) better"]),
+                       run("haswell", [1.0, 2.0, 6.0], ["(C) better"]),
+                       run("haswell", [1.0, 2.0000001, 6.0], ["(C) better", "(D) better"])]}
+    assert run_all.varying(record) == (
+        "`base.loss` 2 (1–3) (unset), 3 (1–6) (haswell); "
+        "`called`: “(A) worse” in the unset runs only; “(D) better” in some haswell runs only")
+    agreeing = {**record, "runs": [run("unset", [1.0, 2.0], ["x"]), run("haswell", [1.0, 2.0000001], ["x"])]}
+    assert run_all.varying(agreeing) == ""
+
+
 def test_a_full_run_that_prints_other_numbers_than_its_recorded_runs_names_what_moved():
     """The engine's round-off moves with the code: a full run compares itself with the recorded
     runs of its BLAS kernels, so a change that moves what lessons/README.md shows is seen (nested
