@@ -68,8 +68,10 @@ def check(directory: Path, number: str, draw: bool = True) -> tuple[bool, str]:
 
 
 def earlier_failing(directory: Path, number: str) -> list:
-    """The earlier exercises of the track that fail their fixed cases (enough to say which to fix first)."""
-    return [n for n in EXERCISES if n < number and not check(directory, n, draw=False)[0]]
+    """The earlier exercises that exercise ``number`` builds on (imports, directly or not) and
+    that fail their fixed cases: enough to say which to fix first."""
+    return [n for n in track.builds_on(directory, number, EXERCISES[number].reaches)
+            if n in EXERCISES and not check(directory, n, draw=False)[0]]
 
 
 def main(argv=None) -> int:

@@ -92,6 +92,7 @@ class Exercise:
     make_cases: Callable        # () -> list of Case, smallest first
     mistakes: tuple = field(default=())
     drawn: Callable | None = None   # () -> a hypothesis strategy of Cases, tried once the fixed cases pass
+    reaches: tuple = ()         # earlier exercises the cases call into (a Tensor, a Transformer) that the file does not import
 
     def cases(self) -> list:
         if self.number not in _CASES:

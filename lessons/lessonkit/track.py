@@ -9,6 +9,7 @@ the other track's: a module keeps the objects it imported, so the two never mix.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import sys
@@ -56,6 +57,28 @@ def path(directory: Path, number: str) -> Path | None:
     """The file of exercise ``number`` in ``directory`` (None if there is none)."""
     found = sorted(Path(directory).glob(f"ex{number}_*.py"))
     return found[0] if found else None
+
+
+def builds_on(directory: Path, number: str, reaches=()) -> list[str]:
+    """The earlier exercises that exercise ``number`` of the track in ``directory`` imports,
+    directly or through one another, read from the files' import statements (a file that does
+    not parse adds none of its own); ``reaches``: those its grader calls into besides, with
+    what they import."""
+    found, todo = set(reaches), [number, *reaches]
+    while todo:
+        file = path(directory, todo.pop())
+        try:
+            tree = ast.parse(file.read_text(encoding="utf-8")) if file else None
+        except (SyntaxError, ValueError, OSError):
+            tree = None
+        names = [] if tree is None else \
+            [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names] + \
+            [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module and not n.level]
+        for name in names:
+            if (m := NAME.match(name.split(".")[0])) and m.group(1) not in found and m.group(1) < number:
+                found.add(m.group(1))
+                todo.append(m.group(1))
+    return sorted(found)
 
 
 def load(directory: Path, number: str):

@@ -60,6 +60,18 @@ def test_the_reference_passes_every_case(number):
 
 
 @pytest.mark.parametrize("number", sorted(EXERCISES))
+def test_the_reference_passes_with_only_the_exercises_it_builds_on_written(number, tmp_path):
+    """A failing exercise's note names the earlier ones to fix first from ``track.builds_on``
+    (the files' imports, and the exercises the cases call into): with every other exercise left
+    a stub, the reference still passes, so that list leaves none out."""
+    needs = set(track.builds_on(SOLUTIONS, number, EXERCISES[number].reaches)) | {number}
+    for n in EXERCISES:
+        shutil.copy(track.path(SOLUTIONS if n in needs else track.LEARNER, n), tmp_path)
+    ok, report = grader.grade(EXERCISES[number], track.load(tmp_path, number))
+    assert ok, report
+
+
+@pytest.mark.parametrize("number", sorted(EXERCISES))
 def test_the_stub_in_the_solved_track_is_not_written_yet(number, tmp_path):
     for p in SOLUTIONS.glob("ex*.py"):
         shutil.copy(p, tmp_path)
@@ -153,13 +165,29 @@ def _run(*args, cwd=None):
     return subprocess.run([sys.executable, str(LESSONS / "check.py"), *args], capture_output=True, text=True, cwd=cwd)
 
 
+def test_the_exercises_an_exercise_builds_on_are_the_ones_it_imports_directly_or_not(tmp_path):
+    """What the grader tells a learner to fix first: exercise 14 imports 05, 08, 10, 11 and 12,
+    which import 01-04 and the rest; exercises 20 and 24 import none, so none is named."""
+    assert track.builds_on(SOLUTIONS, "14") == [f"{n:02d}" for n in range(1, 13) if n not in (3, 4)]
+    assert track.builds_on(SOLUTIONS, "20") == track.builds_on(SOLUTIONS, "24") == []
+    assert track.builds_on(SOLUTIONS, "01") == []
+    for p in SOLUTIONS.glob("ex*.py"):
+        shutil.copy(p, tmp_path)
+    (tmp_path / track.path(SOLUTIONS, "08").name).write_text("import ex04_cross_entropy\nthis does not parse(\n")
+    assert track.builds_on(tmp_path, "09") == track.builds_on(SOLUTIONS, "09") and "08" in track.builds_on(tmp_path, "09")
+
+
 def test_the_command_line(tmp_path):
     out = _run("all", "--dir", str(SOLUTIONS))
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count(": PASS\n") == len(EXERCISES) and "FAIL" not in out.stdout, out.stdout
     out = _run("16")       # the stubs as shipped
     assert out.returncode == 1 and ": FAIL\n" in out.stdout and "not written yet" in out.stdout, out.stdout
-    assert "note: exercise 16 uses your earlier exercises, and 01, 02" in out.stdout, out.stdout
+    out = _run("09")       # the stubs as shipped: 09 imports 08, 06 and 05, which import 02 and 01
+    assert "note: exercise 09 uses your earlier exercises, and 01, 02, 05, 06, 08 fail their own check" in out.stdout, \
+        out.stdout
+    out = _run("20")       # BLEU in plain Python: it builds on no earlier exercise, so none is named
+    assert out.returncode == 1 and "not written yet" in out.stdout and "note:" not in out.stdout, out.stdout
     out = _run("capstone")
     assert out.returncode == 1, out.stdout
     assert "the capstone needs exercises 01–16 to pass; these do not yet: 01, 02" in out.stdout, out.stdout
