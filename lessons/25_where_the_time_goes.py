@@ -68,10 +68,13 @@ print(prof.table())
 # onto the vocabulary), forward and backward; `Linears` is the projections of one input made in
 # one product, Q, K and V in self-attention and K and V of the encoder's output. The `GFLOP/s`
 # column is what those products achieved inside the update; `BLAS alone` is what the same shapes
-# reach when timed alone, one after the other, with nothing else running. The rows below them
-# do no matrix products: LayerNorm,
-# dropout, the softmax inside attention, the loss. `Adam.step` is the optimizer and
-# `(autograd engine)` the graph walk; `(between ops)` is the Python in between.
+# reach when timed alone, one after the other, with nothing else running.
+# `ScaledDotProductAttention` is attention's own two products (the scores and the weighted
+# sum) with the mask and the softmax between them, in one op, so its rate is not the products'
+# alone. The other ops do no matrix products: LayerNorm, dropout, the loss, the reshapes;
+# `Output` passes the gradients of an op with several outputs back to it. Three rows are not
+# ops, so their time (`ms`) has no forward and backward: `Adam.step` is the optimizer,
+# `(autograd engine)` the graph walk of `backward()`, and `(between ops)` the Python in between.
 #
 # Times are shown here, never checked: they are your machine's. The rows add up to the wall
 # time by construction (the project's tests check that no time is counted twice).
@@ -90,8 +93,11 @@ results["between_ops_share"] = share[profiler.BETWEEN]
 top = [r for r in rows if r["op"] != profiler.BETWEEN][:8][::-1]
 fig, ax = plt.subplots(figsize=(6, 3.2))
 names = [r["op"] for r in top]
-ax.barh(names, [r["forward_ms"] / 3 for r in top], label="forward")
-ax.barh(names, [r["backward_ms"] / 3 for r in top], left=[r["forward_ms"] / 3 for r in top], label="backward")
+ops = [0 if r["region"] else 1 for r in top]  # a region (the optimizer, the graph walk) has no forward and backward
+ax.barh(names, [r["forward_ms"] / 3 * o for r, o in zip(top, ops)], label="forward")
+ax.barh(names, [r["backward_ms"] / 3 * o for r, o in zip(top, ops)], left=[r["forward_ms"] / 3 * o for r, o in zip(top, ops)],
+        label="backward")
+ax.barh(names, [r["ms"] / 3 * (1 - o) for r, o in zip(top, ops)], color="0.6", label="not an op")
 ax.set_xlabel("ms per update")
 ax.set_title(f"one update, d_model {cfg.d_model}, {B}×{T} tokens")
 ax.legend()

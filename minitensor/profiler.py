@@ -13,7 +13,8 @@ gradients) as a region of its own; the optimizer's step is a region too. Every t
 *exclusive*: a region's row holds its time less that of the ops timed inside it. What is left
 of the wall time inside ``with`` (Python between the ops: modules, tensors, the loss's
 ``item()``, and the profiler's own bookkeeping) is the row ``(between ops)``, so the rows add
-up to the wall time.
+up to the wall time. The table gives each row's time in ``ms``, and splits an op's into its
+forward and backward; a region's has no such split.
 
 The products of the ops that multiply matrices (the (batch, m, k, n) of each forward and
 backward product, read from the ops' formulas) are in one table, :mod:`minitensor.flops`, so the table shows their
@@ -52,6 +53,7 @@ class Row:
     backward_s: float = 0.0
     backward_calls: int = 0
     products: Counter = field(default_factory=Counter)  # (batch, m, k, n, (dtype, xp)) -> times computed
+    region: bool = False  # a timed block that is not an op (the optimizer's step, the graph walk): no fwd/bwd split
 
     @property
     def flops(self) -> float | None:
@@ -149,9 +151,9 @@ class Profile:
             yield
         finally:
             seconds = self._end(start, xp)
-            row = self.rows.setdefault(name, Row())
+            row = self.rows.setdefault(name, Row(region=True))
             row.calls += 1
-            row.forward_s += seconds
+            row.forward_s += seconds  # (a region's time, kept where an op keeps its forward's)
 
     # ------------------------------------------------------------------ reading
     def recorded_s(self) -> float:
@@ -179,13 +181,14 @@ class Profile:
         for name, r in sorted(self.rows.items(), key=lambda kv: -(kv[1].forward_s + kv[1].backward_s)):
             seconds = r.forward_s + r.backward_s
             flops = r.flops
-            out.append({"op": name, "calls": r.calls, "backward_calls": r.backward_calls,
-                        "forward_ms": r.forward_s * 1e3, "backward_ms": r.backward_s * 1e3,
+            out.append({"op": name, "region": r.region, "calls": r.calls, "backward_calls": r.backward_calls,
+                        "ms": seconds * 1e3, "forward_ms": r.forward_s * 1e3, "backward_ms": r.backward_s * 1e3,
                         "share": seconds / self.wall_s if self.wall_s else 0.0, "gflop": None if flops is None else flops / 1e9,
                         "gflop_per_s": None if flops is None or seconds == 0 else flops / seconds / 1e9,
                         "blas_gflop_per_s": rates.get(name)})
         rest = max(self.wall_s - self.recorded_s(), 0.0)
-        out.append({"op": BETWEEN, "calls": None, "backward_calls": None, "forward_ms": rest * 1e3, "backward_ms": 0.0,
+        out.append({"op": BETWEEN, "region": True, "calls": None, "backward_calls": None, "ms": rest * 1e3,
+                    "forward_ms": rest * 1e3, "backward_ms": 0.0,
                     "share": rest / self.wall_s if self.wall_s else 0.0, "gflop": None, "gflop_per_s": None,
                     "blas_gflop_per_s": None})
         return out
@@ -194,7 +197,8 @@ class Profile:
         """The summary as a text table; times divided by ``per`` (e.g. the number of updates
         profiled: default, the number of times the profile was opened)."""
         per = per or max(self.opened, 1)
-        head = f"{'op':<28} {'calls':>7} {'fwd ms':>9} {'bwd ms':>9} {'share':>6} {'GFLOP':>8} {'GFLOP/s':>8} {'BLAS alone':>10}"
+        head = (f"{'op':<28} {'calls':>7} {'ms':>9} {'fwd ms':>9} {'bwd ms':>9} {'share':>6} {'GFLOP':>8} {'GFLOP/s':>8} "
+                f"{'BLAS alone':>10}")
         lines = [f"wall time {self.wall_s * 1e3 / per:.1f} ms per {'update' if per > 1 or self.opened else 'run'}"
                  f" ({per} profiled)", head, "-" * len(head)]
 
@@ -203,7 +207,9 @@ class Profile:
 
         for r in self.summary(blas):
             calls = None if r["calls"] is None else r["calls"] / per
-            lines.append(f"{r['op'][:28]:<28} {num(calls, '7.0f')} {r['forward_ms'] / per:9.2f} {r['backward_ms'] / per:9.2f} "
+            split = (None, None) if r["region"] else (r["forward_ms"] / per, r["backward_ms"] / per)  # an op's passes
+            lines.append(f"{r['op'][:28]:<28} {num(calls, '7.0f')} {r['ms'] / per:9.2f} {num(split[0], '9.2f')} "
+                         f"{num(split[1], '9.2f')} "
                          f"{r['share']:6.1%} {num(None if r['gflop'] is None else r['gflop'] / per, '8.3f')} "
                          f"{num(r['gflop_per_s'], '8.1f')} {num(r['blas_gflop_per_s'], '10.1f')}")
         return "\n".join(lines)

@@ -128,6 +128,12 @@ def test_a_transformer_update_is_accounted_for_and_the_table_and_json_report_it(
     assert rows["LayerNorm"]["gflop"] is None
     text = prof.table()
     assert "Linear" in text and "(between ops)" in text and "per update (3 profiled)" in text
+    # an op's time is split into its passes; a region's (the optimizer, the graph walk) is not
+    assert not rows["Linear"]["region"] and rows["Adam.step"]["region"] and rows["(autograd engine)"]["region"]
+    lines = {line.split("  ")[0].strip(): line.split()[1:] for line in text.splitlines()[3:]}
+    ms, fwd, bwd = (float(x) for x in lines["Linear"][1:4])
+    assert abs(ms - fwd - bwd) <= 0.011 and fwd > 0 and bwd > 0
+    assert float(lines["Adam.step"][1]) > 0 and lines["Adam.step"][2].endswith("%"), lines["Adam.step"]  # ms, then share
     prof.save(tmp_path / "p.json")
     saved = json.loads((tmp_path / "p.json").read_text())
     assert saved["opened"] == 3 and [r["op"] for r in saved["rows"]] == [r["op"] for r in prof.summary()]
