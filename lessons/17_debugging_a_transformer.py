@@ -228,7 +228,7 @@ axes[1].barh(y - 0.2, [max(buggy_norms[n], 1e-12) for n in names], height=0.4, l
 axes[1].set_yticks(y, [n.removeprefix("encoder.layers.0.") for n in names], fontsize=6)
 axes[1].set_xscale("log")
 axes[1].set_xlabel("gradient norm, encoder layer 0 (none drawn at 1e-12)")
-axes[1].legend(fontsize=7)
+axes[1].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # below: the bars fill the panel
 fig.tight_layout()
 show(fig, "17", "debugging.png")
 

@@ -29,8 +29,9 @@ results = Results("18")
 #
 # The copy task, trained on lengths 4–10 only and tested at length 20, once with sinusoidal
 # positions and once with learned ones (`TransformerConfig(positional="learned")`). Both
-# kinds of position get a table of 64 rows, so positions 11–20 exist; the learned rows there
-# were simply never trained.
+# kinds of position get a table of 64 rows, so the positions past training exist: counting
+# from 0, as the rest of this lesson does, training reaches position 9 of a source and the
+# test runs to 19. The learned rows there were simply never trained.
 #
 # How to score extrapolation is the whole question. Decoded freely, a model trained on
 # lengths ≤ 10 has learned to *stop* after about 10 symbols: its accuracy at length 20 would
@@ -128,6 +129,7 @@ for kind, color in (("sinusoidal", "tab:blue"), ("learned", "tab:orange")):
     ax.plot(range(L), acc[kind].mean(0), marker="o", ms=3, color=color, label=f"{kind} (mean, min–max)")
 ax.axvspan(-0.5, 9.5, color="grey", alpha=0.12, label="positions seen in training")
 ax.axhline(0.1, color="k", lw=0.8, ls=":", label="guessing")
+ax.set_xticks(range(0, L, 2 if L <= 30 else 5))
 ax.set_xlabel(f"target position (sequences of length {L})")
 ax.set_ylabel("teacher-forced accuracy")
 ax.legend(fontsize=7)

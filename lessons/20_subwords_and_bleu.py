@@ -50,12 +50,14 @@ results.finding(f"BPE trained on {n:,} Multi30k pairs: a German sentence is {avg
 # %% [markdown]
 # ## BLEU, and why its settings matter
 #
-# The paper's BLEU scores (Tables 2 and 3) are *tokenized* BLEU: computed on tokenized text
-# with a script of its own (Post, 2018, "A Call for Clarity in Reporting BLEU Scores", uses
-# them as the example), not on detokenized output with a standard tool. We report sacreBLEU, which
-# scores detokenized output with one fixed tokenizer and prints a signature of every
-# setting, so that two numbers are comparable when their signatures are. The two are not the
-# same measurement; tokenized scores usually come out higher. Case is another setting:
+# The paper reports BLEU (Tables 2 and 3) without saying how it was computed: on which
+# tokenization of the text, with which script. BLEU counts matching n-grams, so the same
+# translations score differently when the text is split into tokens differently; Post (2018),
+# "A Call for Clarity in Reporting BLEU Scores", measured how far apart such scores fall and
+# proposed sacreBLEU. We report sacreBLEU, which scores detokenized output with one fixed
+# tokenizer and prints a signature of every setting, so that two numbers are comparable when
+# their signatures are, and a score without one is a neighbour, not a match. Case is another
+# setting:
 
 # %%
 ref = ["Ein Mann fährt mit dem Fahrrad durch den Park."]

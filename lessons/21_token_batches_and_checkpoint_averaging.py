@@ -71,7 +71,8 @@ pad = {"by length (token_batches)": padding_share(by_length), "at random": paddi
 src_tokens = [int(ls[b].sum()) for b in by_length]
 tgt_tokens = [int(lt[b].sum()) for b in by_length]
 print(f"{len(by_length)} batches of at most {max_tokens} tokens a side; {per_batch} sentences each on average")
-print(f"real tokens per batch: source {spread(src_tokens)}, target {spread(tgt_tokens)}")
+counts = lambda c: f"{np.mean(c):,.0f} ({min(c):,}–{max(c):,})"   # noqa: E731
+print(f"real tokens per batch, mean (min–max): source {counts(src_tokens)}, target {counts(tgt_tokens)}")
 for name, share in pad.items():
     print(f"padding, batches {name}: {share:.1%} of the padded arrays")
 results["padding_share"] = pad

@@ -4,7 +4,8 @@
 # The real pipeline, in the order `python -m transformer train` runs it: read the parallel
 # text (checking it), filter bad pairs, train a joint BPE model, encode (cached), batch by
 # tokens, and train with label smoothing, dropout and the warm-up schedule while validating,
-# saving checkpoints as it goes. Here we give a small model 240 updates, about a minute on
+# saving a checkpoint every `save_every` updates and at the end (here only at the end). Here
+# we give a small model 240 updates, about a minute on
 # two cores; the `multi30k-cpu` preset trains a larger one for 28 minutes (its measured BLEU
 # on test2016 is in the project's README).
 #
@@ -66,6 +67,17 @@ ax.set_ylabel("loss per target token")
 ax.legend()
 ax.grid(alpha=0.3)
 show(fig, "22", "training.png")
+
+# %% [markdown]
+# The two curves do not measure the same thing. The training loss is the label-smoothed loss
+# (ε = 0.1, lesson 4: it cannot reach 0, and it charges the smoothing's share) of batches run
+# with dropout on; the validation NLL is the plain negative log-likelihood of the reference,
+# with dropout off. So the validation curve can sit below the training curve without anything
+# being wrong; each is read against its own past. (`fit` logs the reason it stopped in
+# command-line words, `--max-steps`, since `TrainSettings` holds the same settings the command
+# line sets.)
+#
+# Three validation sentences, translated by the model as training left it:
 
 # %%
 for s, h in zip(ven[:3], translate(trainer.model, tok, ven[:3], beam_size=4, progress=False)):

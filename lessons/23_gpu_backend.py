@@ -15,10 +15,10 @@
 # `layer_norm_reference`, `masked_softmax_reference`, `amp`, `autocast`, `LossScaler`; devices,
 # GPU kernels, the CUDA emulator, online softmax, mixed precision, loss scaling.
 #
-# **Uses:** the whole model, layer normalisation, attention, masks, softmax, cross-entropy,
-# gradient checking.
+# **Uses:** the whole model, layer normalisation, attention, masks, softmax, cross-entropy.
 
 # %%
+import textwrap
 import time
 from pathlib import Path
 
@@ -73,7 +73,9 @@ else:
 # A GPU runs thousands of threads in groups of 32 (a *warp*) that execute in lockstep.
 # `layer_norm.cu` gives each row to one warp: lane `l` holds columns `l, l+32, l+64, …` in
 # registers, so the row is read from memory once, and the mean and variance are sums across
-# the warp done with `__shfl_xor_sync` (five butterfly steps). LayerNorm moves bytes rather
+# the warp: `warp_sum`, from the kernels' shared header `minitensor/cuda/common.cuh` (printed
+# after the kernel), adds with `__shfl_xor_sync` in five butterfly steps, 16, 8, 4, 2, 1 lanes
+# apart, after which every lane holds the whole sum. LayerNorm moves bytes rather
 # than doing arithmetic, so "fast" means "close to the memory bandwidth". The backward writes
 # dγ and dβ through a two-stage reduction in a fixed order, so it is deterministic.
 
@@ -81,6 +83,9 @@ else:
 source = (Path(mt.cuda.__file__).parent / "layer_norm.cu").read_text()
 start = source.index("// One warp normalises one row")
 print(source[start:source.index("// Stage 1", start)])
+common = (Path(mt.cuda.__file__).parent / "common.cuh").read_text()
+start = common.index("template <typename A>\n__device__ __forceinline__ A warp_sum")
+print(common[start:common.index("}\n", start) + 2])
 
 # %% [markdown]
 # `F.layer_norm` decides which implementation runs (`minitensor/ops/norm.py`): on CuPy arrays,
@@ -152,7 +157,7 @@ if EMULATOR:
               shared_mem=2 * 4 * 48 * 4)
         raise AssertionError("the race went unnoticed")
     except emulator.EmulatorError as e:
-        print("without its barrier:", str(e)[:150], "...")
+        print("without its barrier:\n  " + "\n  ".join(textwrap.wrap(str(e), 96)))
 else:
     print("(no C++ compiler here, so the emulator is skipped:", why_not, ")")
 
@@ -203,6 +208,8 @@ lengths = np.array([128, 256, 512, 1024, 2048, 4096])
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.loglog(lengths, 8 * 64 * lengths**2 * 4 / 2**20, marker="o", label="weights (8 heads x 64 sentences)")
 ax.loglog(lengths, 8 * 64 * lengths * 4 / 2**20, marker="s", label="log-sum-exp (flash)")
+ax.set_xticks(lengths, [str(n) for n in lengths])
+ax.minorticks_off()
 ax.set_xlabel("sequence length")
 ax.set_ylabel("MiB per layer")
 ax.legend(fontsize=7)
