@@ -143,9 +143,13 @@ def varying(record: dict) -> str:
     scale are not findings), each with its values under each BLAS setting: "`updates` 450
     (unset), 250 (haswell)". Numbers nested in dicts are named by their path; a list of numbers
     (a lesson's per-seed values) is shown as the findings show it, mean (min–max); a list of
-    text (what a lesson called) by the items that not every run printed. "" when every run agreed."""
+    text (what a lesson called) by the items that not every run printed. A time a lesson names
+    ``..._on_this_machine`` differs from run to run by nature, and is left out. "" when every
+    run agreed."""
     runs, parts = record["runs"], []
     for key in runs[0]["numbers"]:
+        if MACHINE in key:
+            continue
         found = [dict(_series(r["numbers"].get(key), key)) for r in runs]
         for path in dict.fromkeys(p for f in found for p in f):
             values = [f.get(path) for f in found]
@@ -239,6 +243,7 @@ def _leaves(value, path: str = ""):
         yield path, value
 
 
+MACHINE = "_on_this_machine"   # in the name of a number that measures the machine (a time), not the lesson's idea
 _MISSING = object()   # a number the recorded runs do not have (the lesson prints new ones)
 
 
@@ -246,7 +251,8 @@ def drift(record: dict, recorded_: dict | None) -> str:
     """Which of a full-mode run's numbers differ from the recorded runs with the same BLAS kernels
     (beyond round-off, as :func:`varying` counts it), each top-level number with how many of its
     values moved: "`held_out_loss` 12 of 15 values; …". A number those recorded runs already
-    disagreed on (a time, a share of one) is not compared. "" when nothing moved, or when no
+    disagreed on (a time, a share of one), or a time named ``..._on_this_machine``, is not
+    compared. "" when nothing moved, or when no
     recorded run used these kernels."""
     same = [dict(_leaves(r["numbers"])) for r in (recorded_ or {}).get("runs", []) if r["kernels"] == record["kernels"]]
     if not same:
@@ -254,6 +260,8 @@ def drift(record: dict, recorded_: dict | None) -> str:
     moved, total = {}, {}
     for path, now in _leaves(record["numbers"]):
         key = path.split(".")[0].split("[")[0]
+        if MACHINE in key:
+            continue                                   # a time of the machine's: never the same twice
         total[key] = total.get(key, 0) + 1
         recorded_values = [before.get(path, _MISSING) for before in same]
         if _MISSING not in recorded_values and _differ(recorded_values):
