@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -150,7 +151,7 @@ def varying(record: dict) -> str:
     for key in runs[0]["numbers"]:
         if MACHINE in key:
             continue
-        found = [dict(_series(r["numbers"].get(key), key)) for r in runs]
+        found = [dict(_leaves(r["numbers"].get(key), key, whole_lists=True)) for r in runs]
         for path in dict.fromkeys(p for f in found for p in f):
             values = [f.get(path) for f in found]
             if not _moved(values):
@@ -168,18 +169,6 @@ def varying(record: dict) -> str:
                 by.setdefault(r["blas"], []).append(v)
             parts.append(f"`{path}` " + ", ".join(f"{_shown(v)} ({blas})" for blas, v in by.items()))
     return "; ".join(parts)
-
-
-def _series(value, path: str):
-    """(path, value) for each number, list of numbers and list of text in a lesson's nested numbers."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _series(v, f"{path}.{k}")
-    elif isinstance(value, list) and not (_numbers(value) or all(isinstance(v, str) for v in value)):
-        for i, v in enumerate(value):
-            yield from _series(v, f"{path}[{i}]")
-    else:
-        yield path, value
 
 
 def _numbers(values) -> bool:
@@ -211,12 +200,9 @@ def _shown(values: list) -> str:
 def _which(having: list, runs: list) -> str:
     """Which runs printed an item, ``having`` their BLAS settings: "the unset runs only", or
     "some haswell runs only" where the runs of a setting disagree."""
-    total = {}
-    for r in runs:
-        total[r["blas"]] = total.get(r["blas"], 0) + 1
+    total = Counter(r["blas"] for r in runs)
     named = [blas if having.count(blas) == n else f"some {blas}" for blas, n in total.items() if blas in having]
-    return f"{' and '.join(named)} runs only" if named[0] == "some" or named[0].startswith("some ") else \
-        f"the {' and '.join(named)} runs only"
+    return f"{'' if named[0].startswith('some ') else 'the '}{' and '.join(named)} runs only"
 
 
 def _differ(values: list) -> bool:
@@ -231,14 +217,15 @@ def _differ(values: list) -> bool:
     return isinstance(values[0], int) or high - low > 0.01 * scale and scale >= 1e-9
 
 
-def _leaves(value, path: str = ""):
-    """(path, number) for every number in a lesson's nested numbers (dicts and lists)."""
+def _leaves(value, path: str = "", whole_lists: bool = False):
+    """(path, number) for every number in a lesson's nested numbers (dicts and lists);
+    ``whole_lists``: a list of numbers (per-seed values) or of text is one leaf."""
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from _leaves(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(value, list):
+            yield from _leaves(v, f"{path}.{k}" if path else str(k), whole_lists)
+    elif isinstance(value, list) and not (whole_lists and (_numbers(value) or all(isinstance(v, str) for v in value))):
         for i, v in enumerate(value):
-            yield from _leaves(v, f"{path}[{i}]")
+            yield from _leaves(v, f"{path}[{i}]", whole_lists)
     else:
         yield path, value
 

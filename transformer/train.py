@@ -54,8 +54,8 @@ class Interrupted(Exception):
     """Training stopped on SIGINT, SIGTERM or SIGHUP after finishing an update and saving a
     checkpoint. ``main``: raised on rank 0 (the rank that reports it)."""
 
-    def __init__(self, step: int, run: Path, main: bool = True, message: str | None = None):
-        super().__init__(message or f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
+    def __init__(self, step: int, run: Path, main: bool = True):
+        super().__init__(f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
         self.step, self.main = step, main
 
 
@@ -70,8 +70,8 @@ class StoppedAtOnce(Interrupted):
             where = "continue with --resume"
         else:
             where = f"continue with --resume, which goes on from checkpoint_{saved}.npz (updates after it are made again)"
-        super().__init__(step, Path(), main, f"stopped at once after update {step}; {where}")
-        self.saved = saved
+        Exception.__init__(self, f"stopped at once after update {step}; {where}")
+        self.step, self.main, self.saved = step, main, saved
 
 
 # a reason to stop, sent with the gradients of an update: rank 0 alone keeps time, and every rank
