@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from minitensor import blas
+from minitensor import blas, environment
 
 from transformer.config import RANGES as MODEL_RANGES
 from transformer.copytask import OUTPUTS, RANGES, CopyTaskSettings, train_copy_task
@@ -57,6 +57,7 @@ def parse_args(argv=None) -> CopyTaskSettings:
     p.add_argument("--no-progress", action="store_true", help="print plain lines instead of a progress bar")
     a = p.parse_args(argv)
     try:
+        environment.check()  # every variable the project reads, before any work
         model = model_with(model, d_model=a.d_model, n_heads=a.n_heads, d_ff=a.d_ff, n_encoder_layers=a.layers,
                            n_decoder_layers=a.layers, dropout=a.dropout)  # heads that do not divide: named by flag
         settings = CopyTaskSettings(model=model, show_progress=not a.no_progress, **{n: getattr(a, n) for n in RANGES})

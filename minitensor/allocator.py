@@ -23,6 +23,8 @@ import ctypes
 import ctypes.util
 import os
 
+from . import environment
+
 M_TRIM_THRESHOLD = -1   # from glibc's malloc.h
 M_MMAP_THRESHOLD = -3
 
@@ -67,7 +69,11 @@ def status() -> dict:
 
 
 def _on_import() -> None:
-    if os.environ.get("MINITENSOR_KEEP_FREED_MEMORY", "1") == "0":
+    try:
+        keep = environment.switch("MINITENSOR_KEEP_FREED_MEMORY")
+    except environment.VariableError:  # (import goes on; the command line names the bad value before any work)
+        keep = True
+    if not keep:
         _state.update(applied=False, why="MINITENSOR_KEEP_FREED_MEMORY=0")
         return
     keep_freed_memory()

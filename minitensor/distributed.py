@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from . import backend, blas, threads
+from . import backend, blas, environment, threads
 from .tensor import from_array
 
 
@@ -40,7 +40,7 @@ class DistributedError(RuntimeError):
 
 
 def default_timeout() -> float:
-    return float(os.environ.get("MINITENSOR_DIST_TIMEOUT", "600"))
+    return environment.value("MINITENSOR_DIST_TIMEOUT")
 
 
 WAIT_NOTE_SECONDS = 60.0  # a collective that waits this long says so (once)
@@ -242,8 +242,9 @@ def share_unique_id(comm: Communicator, make_id) -> bytes:
 
 def launched_under_mpi() -> bool:
     """True when an MPI launcher started this process as one of several."""
-    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):
-        if int(os.environ.get(var, "1")) > 1:
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"):  # (the launchers' own)
+        size = os.environ.get(var, "").strip()
+        if size.isdigit() and int(size) > 1:
             return True
     return False
 

@@ -16,6 +16,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from . import environment
+
 PIECE = 1 << 16  # elements per piece: 256 KiB of float32 per array, so a piece's arrays fit in cache
 
 _pool: ThreadPoolExecutor | None = None
@@ -42,14 +44,8 @@ def limit(n: int | None) -> None:
 
 def count() -> int:
     """How many threads share the work (``MINITENSOR_THREADS``, else the usable cores)."""
-    env = os.environ.get("MINITENSOR_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"MINITENSOR_THREADS must be a whole number >= 1, got {env!r}")
+    n = environment.value("MINITENSOR_THREADS")  # (a bad value raises VariableError, naming it)
+    if n is not None:
         return n
     return _limit or cores()
 

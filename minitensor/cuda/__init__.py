@@ -25,15 +25,15 @@ tracker and AddressSanitizer; ``MINITENSOR_EMULATOR_CHECK`` sets them from the e
 from __future__ import annotations
 
 import importlib
-import os
 from contextlib import ContextDecorator
 
 import numpy as np
 
+from .. import environment
 from ..backend import cuda_available, cupy
 from .memory import PeakMemory, memory_stats
 
-ATTENTION_MODES = ("auto", "flash", "fused")
+ATTENTION_MODES = environment.VARIABLES["MINITENSOR_ATTENTION"].kind.names  # auto, flash, fused
 # "auto" takes the flash kernel from this many keys on. Below it cuBLAS's products plus the
 # fused softmax win: our flash kernels run on the CUDA cores (see flash_attention.cu). On an
 # H200 the fused path took half flash's time up to 2048 keys and about the same at 4096, where
@@ -49,25 +49,28 @@ FLASH_MIN_KEYS = 4096
 FLASH_TC_SHORT_KEYS = 512
 FLASH_TC_MIN_KEYS = 0
 
-EMULATOR_CHECKS = (None, "race", "memory")
+EMULATOR_CHECKS = (None, *environment.VARIABLES["MINITENSOR_EMULATOR_CHECK"].kind.names)  # off, race, memory
 
-_settings = {
-    "kernels": os.environ.get("MINITENSOR_KERNELS", "1") != "0",
-    "attention": os.environ.get("MINITENSOR_ATTENTION", "auto"),
-    "emulate": os.environ.get("MINITENSOR_CUDA", "") == "emulate",
-    "check": os.environ.get("MINITENSOR_EMULATOR_CHECK") or None,
-    "wgmma": os.environ.get("MINITENSOR_WGMMA", "0") == "1",
-    "one_pass": os.environ.get("MINITENSOR_ONE_PASS_BACKWARD", "0") == "1",
-}
-if _settings["attention"] not in ATTENTION_MODES:
-    raise ValueError(f"MINITENSOR_ATTENTION must be one of {ATTENTION_MODES}, got {_settings['attention']!r}")
-for _switch in ("MINITENSOR_WGMMA", "MINITENSOR_ONE_PASS_BACKWARD"):
-    if os.environ.get(_switch, "0") not in ("0", "1"):
-        raise ValueError(f"{_switch} must be 0 or 1, got {os.environ[_switch]!r}")
-if os.environ.get("MINITENSOR_CUDA", "") not in ("", "emulate"):
-    raise ValueError(f"MINITENSOR_CUDA must be 'emulate' or unset, got {os.environ['MINITENSOR_CUDA']!r}")
-if _settings["check"] not in EMULATOR_CHECKS:
-    raise ValueError(f"MINITENSOR_EMULATOR_CHECK must be 'race' or 'memory', got {_settings['check']!r}")
+class _Settings(dict):
+    """The kernel switches. Each is read from its environment variable where it is first used (a
+    bad value raises :class:`minitensor.environment.VariableError` there, naming the variable, and
+    never at import), then held here; ``set_kernels`` and the others change them."""
+
+    FROM_ENVIRONMENT = {
+        "kernels": lambda: environment.switch("MINITENSOR_KERNELS"),
+        "attention": lambda: environment.value("MINITENSOR_ATTENTION"),
+        "emulate": lambda: environment.value("MINITENSOR_CUDA") == "emulate",
+        "check": lambda: environment.value("MINITENSOR_EMULATOR_CHECK"),
+        "wgmma": lambda: environment.switch("MINITENSOR_WGMMA"),
+        "one_pass": lambda: environment.switch("MINITENSOR_ONE_PASS_BACKWARD"),
+    }
+
+    def __missing__(self, key):
+        self[key] = self.FROM_ENVIRONMENT[key]()
+        return self[key]
+
+
+_settings = _Settings()
 
 
 def is_available() -> bool:

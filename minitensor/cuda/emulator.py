@@ -77,7 +77,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import threads
+from .. import environment, threads
 from . import sources
 
 HEADER = Path(__file__).resolve().parent / "emulator.h"
@@ -179,8 +179,8 @@ def _flags(check: str | None) -> list[str]:
 def cache_dir() -> Path:
     """Where compiled kernels are kept: ``$MINITENSOR_EMULATOR_CACHE``, else
     ``$XDG_CACHE_HOME/minitensor/emulator`` (``~/.cache/minitensor/emulator``)."""
-    if os.environ.get("MINITENSOR_EMULATOR_CACHE"):
-        return Path(os.environ["MINITENSOR_EMULATOR_CACHE"])
+    if (folder := environment.value("MINITENSOR_EMULATOR_CACHE")) is not None:
+        return Path(folder)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "minitensor" / "emulator"
 

@@ -80,7 +80,8 @@ def test_the_cycle_finder_finds_a_planted_circle():
 # the like are the engine's inside)
 PUBLIC_MODULES = {"minitensor", "minitensor.functional", "minitensor.nn", "minitensor.optim", "minitensor.amp",
                   "minitensor.cuda", "minitensor.distributed", "minitensor.profiler", "minitensor.backend",
-                  "minitensor.blas", "minitensor.threads", "minitensor.allocator"}
+                  "minitensor.blas", "minitensor.threads", "minitensor.allocator", "minitensor.environment",
+                  "minitensor.kinds"}
 
 
 def private_uses(path: Path) -> list[str]:
