@@ -78,7 +78,7 @@ def synthesise(folder: Path, pairs: int, multi30k: Path, seed: int = 0) -> dict:
         for lang in ("en", "de"):
             (folder / f"{split}.{lang}").write_text("\n".join(_read(multi30k / f"{name}.{lang}.gz")) + "\n",
                                                    encoding="utf-8")
-    from transformer.download import sha256_of  # noqa: PLC0415
+    from transformer.files import sha256_of  # noqa: PLC0415
 
     files = {}
     for split in ("train", "valid", "test"):

@@ -35,6 +35,8 @@ def pytest_addoption(parser):
     parser.addoption("--fuzz-examples", type=int, default=None,
                      help="examples each command-line fuzzer tries (tests/transformer/test_cli_fuzz.py; default: "
                           "the bounded number CI runs)")
+    parser.addoption("--fuzz-scale", type=int, default=1,
+                     help="each command-line fuzzer tries this many times the examples CI runs")
 
 
 # Fixtures too costly to make on every worker that runs a test needing them: the tests that use

@@ -13,7 +13,7 @@ run's ``checkpoint_<step>.npz`` files by the step stored in them, and leaves out
 that name that is not a training checkpoint. Writes go to a temporary file in the same directory that is then
 renamed over the target, so a crash never leaves a half-written checkpoint under a checkpoint's
 name. A process killed mid-write (SIGKILL, power loss) can leave its temporary file behind;
-:func:`remove_partial_checkpoints` deletes those, and resuming a run calls it. A failed write
+:func:`transformer.files.remove_stale` deletes those, and resuming a run calls it. A failed write
 (a full disk, a read-only folder) removes its temporary file and leaves the checkpoints
 already there as they were.
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import tokenize
 import zipfile
@@ -39,6 +38,7 @@ import numpy as np
 from minitensor import backend
 
 from .config import TransformerConfig
+from .files import Output
 
 
 class CheckpointError(ValueError):
@@ -63,13 +63,25 @@ KINDS = ("training", "best", "average", "weights")
 
 
 def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None = None, kind: str | None = None) -> Path:
-    """Write model (and optimizer) state plus ``meta`` to ``path`` atomically. ``kind`` (one of
-    :data:`KINDS`) defaults to "training" with an optimizer and "weights" without."""
+    """Write model (and optimizer) state plus ``meta`` to ``path`` atomically
+    (:class:`transformer.files.Output`). ``kind`` (one of :data:`KINDS`) defaults to "training"
+    with an optimizer and "weights" without."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with Output(path, binary=True) as f:
+            write_checkpoint(f, model, optimizer, meta, kind)
+    except OSError as e:
+        raise CheckpointWriteError(f"could not write the checkpoint {path}: {e.strerror or e}; the checkpoints "
+                                   f"already in {path.parent} are unchanged") from e
+    return path
+
+
+def write_checkpoint(f, model, optimizer=None, meta: dict | None = None, kind: str | None = None) -> None:
+    """The checkpoint of ``model`` (and ``optimizer``) and ``meta``, written to the open binary file ``f``."""
     kind = kind or ("training" if optimizer is not None else "weights")
     if kind not in KINDS:
         raise ValueError(f"save_checkpoint: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays, aliases, seen = {}, {}, {}
     for name, t in model.state_dict().items():
         key = id(t.data)
@@ -89,50 +101,7 @@ def save_checkpoint(path: str | Path, model, optimizer=None, meta: dict | None =
                 arrays[f"optim/{i}/{k}"] = v
     info["sha256"] = arrays_sha256(arrays)
     arrays["meta"] = np.array(json.dumps(info, allow_nan=False))
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{_PARTIAL_SUFFIX}")
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        raise CheckpointWriteError(f"could not write the checkpoint {path}: {e.strerror or e}; the checkpoints "
-                                   f"already in {path.parent} are unchanged") from e
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
-_PARTIAL_SUFFIX = ".tmp.npz"
-_PARTIAL = re.compile(r"^\.(.+\.npz)\.(\d+)" + re.escape(_PARTIAL_SUFFIX) + "$")
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        pass
-    return True
-
-
-def remove_partial_checkpoints(folder: str | Path) -> list[Path]:
-    """Delete temporary files that a writer killed mid-save left in ``folder``; returns them.
-
-    A temporary file names its writer's process id; files whose writer is still running (a
-    save in progress) are left alone.
-    """
-    removed = []
-    for p in Path(folder).glob(f".*{_PARTIAL_SUFFIX}"):
-        m = _PARTIAL.match(p.name)
-        if m and not process_alive(int(m.group(2))):
-            p.unlink(missing_ok=True)
-            removed.append(p)
-    return removed
+    np.savez(f, **arrays)
 
 
 def _checkpoint_file(path: str | Path) -> Path:

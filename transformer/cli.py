@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 import signal
 import sys
 import traceback
 
 from tqdm import tqdm
+
+from minitensor import environment
 
 from . import wmt14
 from .checkpoint import CheckpointWriteError
@@ -35,7 +36,7 @@ from .decoding import MAX_BEAM
 from .download import DownloadError
 from .evaluate import DECODE_MEMORY_GIB, LONG_LINES
 from .flags import Boolean, Choice, InputError, Parser, Real, Text, Whole, help_text, usage_error
-from .rundir import FileWriteError
+from .files import FileWriteError
 from .settings import DATA_SETTINGS, HELP, RANGES
 from .signals import Stopped, closed_pipe, handled, raise_stopped
 from .train import Interrupted, TrainingDiverged
@@ -256,9 +257,11 @@ def _close_progress_bars() -> None:
 def run(argv=None) -> int:
     """The command line: :func:`main` with errors as one ``error:`` line and an exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    debug = "--debug" in argv or os.environ.get("MINITENSOR_DEBUG", "") not in ("", "0")
+    debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
     try:
+        environment.check()  # every variable the project reads, before any work
+        debug = debug or environment.switch("MINITENSOR_DEBUG")
         with handled((signal.SIGTERM, signal.SIGHUP), raise_stopped):  # as Ctrl-C: training catches them itself
             main(argv)
         sys.stdout.flush()
@@ -268,7 +271,7 @@ def run(argv=None) -> int:
     if isinstance(error, BrokenPipeError):  # the reader of the output has all it wanted (`| head`)
         return closed_pipe()
     if isinstance(error, (Interrupted, TranslationStopped)):
-        status, message = EXIT_INTERRUPTED, str(error)
+        status, message = getattr(error, "status", EXIT_INTERRUPTED), str(error)
     elif isinstance(error, KeyboardInterrupt):
         status, message = EXIT_INTERRUPTED, (f"interrupted ({error.signal_name})" if isinstance(error, Stopped)
                                              else "interrupted")
@@ -283,7 +286,8 @@ def run(argv=None) -> int:
         return status
     if debug:
         traceback.print_exception(error)
-    print(f"error: {message}" if status != EXIT_INTERRUPTED else message, file=sys.stderr)
+    stopped = isinstance(error, (Interrupted, TranslationStopped, KeyboardInterrupt))  # a stop, not an error
+    print(message if stopped else f"error: {message}", file=sys.stderr)
     if not debug and status == EXIT_FAILURE and not _own_words(error):
         print("(run again with --debug for the traceback)", file=sys.stderr)
     return status

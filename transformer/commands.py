@@ -9,7 +9,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -18,19 +17,21 @@ from typing import Iterator
 from tqdm import tqdm
 
 from minitensor import DeviceError, backend, blas, distributed, threads
+from minitensor.environment import VariableError
 
 from . import data as D
 from . import presets, wmt14
-from .checkpoint import CheckpointError, average_checkpoints, model_config, read_meta, save_checkpoint, step_checkpoints
+from .checkpoint import CheckpointError, model_config, read_meta, step_checkpoints, write_checkpoint
 from .corpus import prepare
 from .evaluate import DecodingTooLarge, LongLineError, bleu, translate
 from .flags import FlagError, InputError
 from .model import Transformer
+from .files import (Busy, FileWriteError, LockUnwritable, Output, WriterBusy, claim, output_target, whole_lines,
+                    write_file, write_new)
 from .presets import DEFAULT_PRESET, PRESETS, plan_batches
-from .rundir import (FileWriteError, Loaded, RunDirBusy, RunDirInUse, RunDirUnwritable, RunLock, archive, check_fresh,
-                     check_not_busy, check_run_dir, check_same_run, check_vocabulary, checkpoint_kind, leftovers,
-                     load_model, previous_run, record_run_id, refuse_copy_task_run, resumable, run_file, run_id_of,
-                     runs_own, write_file)
+from .rundir import (Loaded, RunDirInUse, RunLock, archive, average_of, check_fresh, check_not_busy, check_run_dir,
+                     check_vocabulary, checkpoint_kind, leftovers, load_model, previous_run, record_run_id,
+                     refuse_copy_task_run, resumable, run_file, run_id_of)
 from .settings import DATA_NAMES, DATA_SETTINGS, RANGES, SettingsError, TrainSettings, model_with, run_differences
 from .signals import Stopped, close_stdout
 from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall
@@ -40,8 +41,8 @@ from .train import RunFileError, Trainer, TrainingDiverged, read_metrics
 # what the user can mend: reported with exit status 2 (anything else is a failure, status 1)
 INPUT_ERRORS = (InputError, SettingsError, FlagError, D.DataError, CheckpointError, RunFileError, TrainingDiverged,
                 TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall, FileNotFoundError, NotADirectoryError,
-                IsADirectoryError, UnicodeDecodeError, RunDirBusy, RunDirInUse, RunDirUnwritable, DeviceError,
-                LongLineError, DecodingTooLarge)
+                IsADirectoryError, UnicodeDecodeError, Busy, RunDirInUse, LockUnwritable, WriterBusy, DeviceError,
+                LongLineError, DecodingTooLarge, VariableError)
 
 
 def check_data_args(args) -> None:
@@ -206,7 +207,9 @@ def cmd_train(args) -> dict:
     check_run_dir(run)
     if args.resume and args.overwrite:
         raise InputError("--resume continues the run in --run-dir and --overwrite archives it: give one of them")
-    run_id = run_id_of(run) if args.resume else None
+    if not (args.resume or args.overwrite):  # (--overwrite archives it, as any run in the way)
+        refuse_copy_task_run(run, "train into another --run-dir, or add --overwrite to archive it first")
+    run_id = run_id_of(run, lambda msg: print(msg, file=sys.stderr)) if args.resume else None
     saved = resumable(run, run_id) if args.resume else {}
     saved_data = saved.get("data") if isinstance(saved.get("data"), dict) else {}
     preset = args.preset or saved_data.get("preset") or DEFAULT_PRESET
@@ -326,48 +329,65 @@ def cmd_average(args) -> None:
     if not run.is_dir():
         raise InputError(f"--run-dir {run}: no such directory")
     output = Path(args.output) if args.output else run / "average.npz"
-    check_output(output, "--output")
-    if TRAINING_NAME.match(output.name):
+    target = check_output(output, "--output")
+    if TRAINING_NAME.match(target.name):
         raise InputError(f"--output {output}: checkpoint_<step>.npz is how train names its training checkpoints; "
                          "choose another name (average.npz, say)")
-    if output.exists():  # an earlier average of this run may be replaced; a training checkpoint or another file may not
-        kind = checkpoint_kind(output)
-        if kind != "average":
-            what = f"a {kind} checkpoint" if kind else "not an average this tool wrote"
-            raise InputError(f"--output {output} exists and is {what}: averaging would replace it; choose another "
-                             "--output")
-    check_not_busy(output.parent)  # a training run writing there owns its directory
+    check_not_busy(target.parent)  # a training run writing there owns its directory
+    if (run / "spm.model").is_file():
+        Tokenizer(run / "spm.model")  # a damaged vocabulary is named as such, not taken for another run's
     note = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
-    found = runs_own(run, step_checkpoints(run, warn=note), note)[-args.last:]
-    if not found:
-        refuse_copy_task_run(run)
-        raise InputError(f"{run}: no checkpoints of its run to average")
-    if len(found) < args.last:
-        note(f"note: --last {args.last}, but {run} holds {len(found)} checkpoint(s) of its run: averaging those")
-    check_same_run(found)
-    if output.exists() and (differing := run_differences(read_meta(output), read_meta(found[-1]))):
-        raise InputError(f"--output {output} is an average of another run ({differing[0]}): averaging would replace "
-                         "it; choose another --output")
-    if output.exists():
-        note(f"note: {output} holds an earlier average of this run ({', '.join(read_meta(output).get('averaged', []))}): "
-             "it is replaced")
-    ck = average_checkpoints(found)
-    model = Transformer(model_config(ck["meta"], found[-1]))
-    model.load_state_dict(ck["model"])
-    out = save_checkpoint(output, model, None, {**ck["meta"], "averaged": [p.name for p in found]}, kind="average")
-    print(f"averaged {', '.join(p.name for p in found)} -> {out}")
+    out = Output(output, binary=True, flag="--output")
+    with out as f:  # the claim on --output: the check of what is there and the write are one writer's
+        earlier = _replaceable(output, target) if not out.through else None
+        ck, found = average_of(run, args.last, "--last", note)
+        if earlier is not None and (differing := run_differences(earlier, read_meta(found[-1]))):
+            raise InputError(f"--output {output} is an average of another run ({differing[0]}): averaging would "
+                             "replace it; choose another --output")
+        if earlier is not None:
+            note(f"note: {output} holds an earlier average of this run ({', '.join(earlier.get('averaged', []))}): "
+                 "it is replaced")
+        model = Transformer(model_config(ck["meta"], found[-1]))
+        model.load_state_dict(ck["model"])
+        try:
+            write_checkpoint(f, model, None, {**ck["meta"], "averaged": [p.name for p in found]}, kind="average")
+        except OSError as e:
+            raise FileWriteError(f"could not write {output}: {e.strerror or e}", e.errno) from None
+    print(f"averaged {', '.join(p.name for p in found)} -> {output}")
 
 
-def check_output(path: Path, flag: str) -> None:
-    """An output file must be writable where it is asked for: checked before any work."""
-    if path.is_dir():
-        raise InputError(f"{flag} {path}: a directory, not a file")
-    if not path.parent.is_dir():
-        raise InputError(f"{flag} {path}: the folder {path.parent} does not exist")
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+def _replaceable(output: Path, target: Path) -> dict | None:
+    """The metadata of the average at ``output`` that averaging may replace (None: nothing is
+    there); a training checkpoint or any other file is refused."""
+    if not target.exists():
+        return None
+    kind = checkpoint_kind(target)
+    if kind != "average":
+        what = f"a {kind} checkpoint" if kind else "not an average this tool wrote"
+        raise InputError(f"--output {output} exists and is {what}: averaging would replace it; choose another --output")
+    return read_meta(target)
+
+
+def check_output(path: Path, flag: str) -> Path:
+    """An output file must be writable where it is asked for: checked before any work. Returns
+    the file that will be written (the one a symlink leads to; see :mod:`transformer.files`)."""
+    try:
+        target, through = output_target(path)
+    except IsADirectoryError:
+        raise InputError(f"{flag} {path}: a directory, not a file") from None
+    except OSError as e:  # a symlink loop, a path through a file
+        raise InputError(f"{flag} {path}: {e.strerror or e}") from None
+    if through:  # a device, a FIFO, a terminal: written through, as `> NAME` would
+        if not os.access(target, os.W_OK):
+            raise InputError(f"{flag} {path}: not writable")
+        return target
+    if not target.parent.is_dir():
+        raise InputError(f"{flag} {path}: the folder {target.parent} does not exist")
+    if not os.access(target.parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise InputError(f"{flag} {path}: not writable")
-    if len(path.name.encode()) + 20 > _name_max(path.parent):  # + room for the hidden temporary name
+    if len(target.name.encode()) + 24 > _name_max(target.parent):  # + room for the temporary name
         raise InputError(f"{flag} {path}: the file name is too long for its folder's file system")
+    return target
 
 
 def _name_max(folder: Path) -> int:
@@ -450,25 +470,24 @@ def cmd_translate(args) -> None:
     output = Path(args.output) if args.output else None
     source = check_input(args.input)
     if output:
-        check_output(output, "--output")
-        if run_file(output) or (output.is_file() and checkpoint_kind(output)):
+        target = check_output(output, "--output")
+        if run_file(target) or (target.is_file() and checkpoint_kind(target)):
             raise InputError(f"--output {output} is a run's own file (a checkpoint, its BPE model, its logs): "
                              "translations would replace it; choose another --output")
-        if source and output.exists() and os.path.samefile(source, output):
+        if source and target.is_file() and os.path.samefile(source, target):
             raise InputError(f"--output {output} is the --input file: translating it in place would replace the "
                              "source; choose another --output")
-    loaded = load_model(Path(args.run_dir), args.checkpoint, args.average, args.device)
-    options = _translate_options(args, loaded)
-    total = count_lines(source)
-    show = not args.no_progress and (output is not None or not sys.stdout.isatty())
-    typed = source is None and sys.stdin.isatty()
-    chunk = 1 if typed else TRANSLATE_CHUNK  # typed lines come back at once
-    partial = output.with_name(f".{output.name}.partial") if output else None
-    sink = open(partial, "w", encoding="utf-8") if output else sys.stdout
-    written = output or "stdout"
+    out = Output(output, flag="--output") if output else None
+    sink = out.open() if out else sys.stdout  # the claim on --output: a second translate into it refuses
+    written, done = output or "stdout", 0
     try:
+        loaded = load_model(Path(args.run_dir), args.checkpoint, args.average, args.device)
+        options = _translate_options(args, loaded)
+        total = count_lines(source)
+        show = not args.no_progress and (output is not None or not sys.stdout.isatty())
+        typed = source is None and sys.stdin.isatty()
+        chunk = 1 if typed else TRANSLATE_CHUNK  # typed lines come back at once
         with tqdm(total=total, desc="translating", unit="line", disable=not show, file=sys.stderr) as bar:
-            done = 0
             for lines in batched(input_lines(source), chunk):
                 text = "".join(line + "\n" for line in translate(loaded.model, loaded.tokenizer, lines, progress=False,
                                                                  first_line=done + 1, **options))
@@ -477,21 +496,18 @@ def cmd_translate(args) -> None:
                     sink.flush()
                 done += len(lines)
                 bar.update(len(lines))
-        if output:
-            with _writing(written):
-                sink.close()
+        if out:
+            out.commit()
     except BaseException as e:  # the lines finished so far are kept, whatever stopped the rest
-        kept = _keep_partial(sink, partial, output) if output else None
+        kept = _keep_partial(out, done) if out else None
         if isinstance(e, KeyboardInterrupt):
             why = f"interrupted ({e.signal_name})" if isinstance(e, Stopped) else "interrupted"
             raise TranslationStopped(f"{why}: {kept}" if output else why) from None
         if isinstance(e, FileWriteError):
             raise FileWriteError(f"{e}; {kept}" if kept else str(e), e.errno) from None
-        if kept:
+        if kept and done:
             print(f"note: {kept}", file=sys.stderr)
         raise
-    if output:
-        os.replace(partial, output)
 
 
 @contextlib.contextmanager
@@ -506,20 +522,27 @@ def _writing(name):
         raise FileWriteError(f"could not write {name}: {e.strerror or e}", e.errno) from None
 
 
-def _keep_partial(sink, partial: Path, output: Path) -> str | None:
-    """Close the partial output; if it holds finished lines, move it to ``output`` and say how
-    many (counted in the file: an interrupt may fall between two writes, or inside one)."""
-    with contextlib.suppress(OSError):  # a full disk: what reached the file is kept all the same
-        sink.close()
-    text = partial.read_bytes()
-    text = text[:text.rfind(b"\n") + 1]  # a line cut off mid-write is dropped
-    os.truncate(partial, len(text))  # (in place: rewriting could fail on the full disk that stopped the writes)
-    n = text.count(b"\n")
-    if n == 0:
-        partial.unlink(missing_ok=True)
-        return f"no line was finished; {output} was not written"
-    os.replace(partial, output)
-    return f"the {n} line(s) translated so far are in {output}"
+def _keep_partial(out: Output, done: int) -> str | None:
+    """Keep the finished lines of ``out`` under its name and say how many: counted in the file
+    (an interrupt may fall between two writes, or inside one; a line cut off mid-write is dropped).
+    Written through (a device, a FIFO), they are there already."""
+    if out.file is None:  # finished already (its rename failed): nothing left to keep
+        return None
+    if out.through:
+        out.discard()
+        return f"the {done} line(s) translated so far were written to {out.path}"
+    counted = []
+
+    def finished(data: bytes) -> int | None:
+        keep = whole_lines(data)
+        counted.append(data[:keep or 0].count(b"\n"))
+        return keep
+    try:
+        kept = out.commit(keep=finished)
+    except FileWriteError as e:
+        return f"no line could be kept ({e})"
+    return f"the {counted[0]} line(s) translated so far are in {out.path}" if kept else \
+        f"no line was finished; {out.path} was not written"
 
 
 TRANSLATE_CHUNK = 256  # lines translated (and written) together: batched by length inside, in order outside
@@ -537,12 +560,24 @@ def batched(items, n: int) -> Iterator[list]:
         yield group
 
 
-def _unique(folder: Path, stem: str) -> Path:
-    """``folder/stem.json``, or ``stem_2.json``, ``stem_3.json``, ... : never a file already there."""
-    path, n = folder / f"{stem}.json", 2
-    while path.exists():
-        path, n = folder / f"{stem}_{n}.json", n + 1
-    return path
+def _headline(run: Path, hypotheses: str, record: str, saved: Path) -> None:
+    """The run's headline result, ``hypotheses.txt`` and ``evaluation.json``, written as one
+    writer's pair (under the claim on evaluation.json); while another evaluate writes them, this
+    one leaves them to it, with a note."""
+    out = Output(run / "evaluation.json")
+    try:
+        f = out.open()
+    except WriterBusy:
+        print(f"note: another evaluate is writing {run / 'evaluation.json'} now: these results are in {saved} only",
+              file=sys.stderr)
+        return
+    try:
+        write_file(run / "hypotheses.txt", hypotheses)
+        f.write(record)
+    except BaseException:
+        out.discard()
+        raise
+    out.commit()
 
 
 def _check_writable(folder: Path, size: int) -> None:
@@ -554,7 +589,7 @@ def _check_writable(folder: Path, size: int) -> None:
     where = folder if folder.is_dir() else folder.parent
     probe = None
     try:
-        fd, probe = tempfile.mkstemp(dir=where, prefix=".probe-")
+        probe, fd = claim(where / "evaluation")  # (a probe left by a killed process goes with the next one)
         with os.fdopen(fd, "wb") as f:
             for start in range(0, size, 1 << 20):
                 f.write(bytes(min(1 << 20, size - start)))
@@ -629,15 +664,16 @@ def cmd_evaluate(args) -> dict:
               **scored, "split": None if args.src else name, "limit": args.limit,
               "empty_hypotheses": sum(1 for h, s in zip(hyps, src) if s.strip() and not h.strip())}
     text = "\n".join(hyps) + "\n"
+
+    def files_named(name: str) -> dict:  # the record names its hypotheses file
+        return {".txt": text, ".json": json.dumps({**result, "hypotheses": f"{name}.txt"}, indent=2, allow_nan=False)}
     try:
         folder.mkdir(exist_ok=True)
-        path = _unique(folder, stem)
+        taken = write_new(folder, stem, files_named)  # never replaces an evaluation
+        path = taken.with_name(f"{taken.name}.json")  # (a stem may hold a dot: _alpha0.7)
         result["hypotheses"] = path.with_suffix(".txt").name
-        write_file(path.with_suffix(".txt"), text)
-        write_file(path, json.dumps(result, indent=2, allow_nan=False))
         if headline:
-            write_file(run / "hypotheses.txt", text)
-            write_file(run / "evaluation.json", json.dumps(result, indent=2, allow_nan=False))
+            _headline(run, text, json.dumps(result, indent=2, allow_nan=False), path)
     except OSError as e:  # the space probed for went to something else meanwhile
         raise FileWriteError(f"{e if isinstance(e, FileWriteError) else f'could not write in {folder}: {e.strerror}'}; "
                              "the scores above were not saved: free some space and evaluate again", e.errno) from None

@@ -22,7 +22,8 @@ from .loss import label_smoothed_loss
 from .model import Transformer
 from .plots import plot_attention, plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar, finish
-from .rundir import write_file
+from .rundir import holds_translation_run
+from .files import Output, write_file
 from .schedule import NoamSchedule, paper_adam
 from .settings import RANGES as TRAIN_RANGES
 from .signals import ENDING_SIGNALS, StopRequest, handled
@@ -76,6 +77,9 @@ class CopyTaskSettings:
             raise ValueError(f"--device: {e}") from None
         if Path(self.run_dir).exists() and not Path(self.run_dir).is_dir():
             raise ValueError(f"--run-dir {self.run_dir}: a file, not a directory")
+        if holds_translation_run(Path(self.run_dir)):
+            raise ValueError(f"--run-dir {self.run_dir} holds a translation run (python -m transformer train): the copy "
+                             "task would replace its metrics.jsonl and loss.png; choose another --run-dir")
         if self.min_length > self.max_length:
             raise ValueError(f"--min-length ({self.min_length}) must be at most --max-length ({self.max_length})")
 
@@ -153,7 +157,8 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     opt = paper_adam(model.parameters())
     sched = NoamSchedule(opt, s.model.d_model, s.warmup, s.lr_factor)
     log = {"step": [], "loss": [], "lr": [], "eval": []}
-    metrics = (run / "metrics.jsonl").open("w")
+    # replaces the earlier run's log once this run's is whole (or stopped at once: its lines so far)
+    metrics = Output(run / "metrics.jsonl", lines_on_interrupt=True)
     t0 = time.perf_counter()
     bar = progress_bar(s.steps, "copy task", s.show_progress)
     exact = tok = 0.0
@@ -162,7 +167,7 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
     profiled = ProfiledUpdates(s.profile, run)
     stop = StopRequest(lambda name, again: tqdm.write(
         f"{name}: stopping after this update, then testing and saving; {again} to stop at once", file=sys.stderr))
-    with handled(ENDING_SIGNALS, stop), metrics:  # the log is closed however training ends
+    with handled(ENDING_SIGNALS, stop), metrics as log_file:
         for step in range(1, s.steps + 1):
             with profiled.update(step):
                 src, tgt_in, tgt_out = make_batch(rng, s.batch, s)
@@ -187,7 +192,7 @@ def train_copy_task(s: CopyTaskSettings, return_model: bool = False):
                 if not s.show_progress:
                     print(f"step {step:5d}  loss {loss_value:.4f}  val exact match {exact:.1%}  token accuracy {tok:.1%}",
                           flush=True)
-            metrics.write(json.dumps(record, allow_nan=False) + "\n")
+            log_file.write(json.dumps(record, allow_nan=False) + "\n")
             bar.update(1)
             if s.stop_at is not None and log["eval"] and log["eval"][-1][0] == step and exact >= s.stop_at:
                 stopped_by = "target"

@@ -38,12 +38,12 @@ from . import data as D
 from . import wmt14
 from .checkpoint import UNREADABLE
 from .data import FilterReport, iter_parallel, pair_fault
-from .download import sha256_of
+from .files import STAMPS, sha256_of
 from .flags import InputError
 from .tokenizer import IdFile, Tokenizer, TokenIds, encode_cached
 
 CHUNK = 20_000  # pairs encoded at a time: enough for sentencepiece's threads, little text held
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: key.json holds each file's SHA-256
 
 
 @dataclass(frozen=True)
@@ -137,10 +137,12 @@ def _skip(rng: random.Random, w: float) -> int:
 
 # ---------------------------------------------------------------------------- 2. encoding, 3. the cache
 def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, cache: str | Path,
-                  progress: bool = False, text_sha256: str | None = None) -> tuple[TokenIds, TokenIds, FilterReport]:
+                  progress: bool = False, text_sha256: str | None = None,
+                  warn=None) -> tuple[TokenIds, TokenIds, FilterReport]:
     """The ids of the kept pairs' two sides, from ``cache`` when it holds this tokenizer, text
     and filter, else encoded and cached there. ``text_sha256``: the text's fingerprint, when the
-    caller has just computed it (a large corpus takes seconds to hash).
+    caller has just computed it (a large corpus takes seconds to hash). ``warn`` hears why a cache
+    there is not used (:func:`load_cache`).
 
     The kept pairs are encoded ``CHUNK`` at a time; sentencepiece encodes a chunk's sentences
     on every core (its own threads), and each side's ids are appended to its file.
@@ -149,7 +151,7 @@ def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, ca
     text_sha256 = text_sha256 or text.fingerprint()
     key = hashlib.sha256(json.dumps([CACHE_VERSION, tokenizer.fingerprint(), text_sha256, asdict(keep)])
                          .encode()).hexdigest()
-    found = load_cache(cache, key)
+    found = load_cache(cache, key, warn)
     if found is not None:
         return found
     partial = cache.with_name(cache.name + ".partial")
@@ -158,13 +160,15 @@ def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, ca
     report = FilterReport()
     kept = keep.kept(text, report)
     chunks = iter(lambda: tuple(zip(*itertools.islice(kept, CHUNK))), ())
+    hashes = {"src.ids": hashlib.sha256(), "tgt.ids": hashlib.sha256()}  # of the bytes as they are written
     with open(partial / "src.ids", "wb") as src_out, open(partial / "tgt.ids", "wb") as tgt_out, \
             tqdm(desc="encoding", unit=" pairs", unit_scale=True, disable=not progress, leave=False, delay=1.0) as bar:
         lengths = ([], [])
         for chunk in chunks:
-            for lines, out, lens in zip(chunk, (src_out, tgt_out), lengths):
+            for lines, out, lens, h in zip(chunk, (src_out, tgt_out), lengths, hashes.values()):
                 ids = TokenIds.from_lists(tokenizer.encode(list(lines)))
                 ids.flat.tofile(out)
+                h.update(ids.flat.data)
                 lens.append(ids.lengths)
             bar.update(len(chunk[0]))
     for side, lens in zip(("src", "tgt"), lengths):
@@ -172,15 +176,18 @@ def encode_corpus(tokenizer: Tokenizer, text: ParallelText, keep: PairFilter, ca
         if lens:
             np.cumsum(np.concatenate(lens), dtype=np.int64, out=offsets[1:])
         np.save(partial / f"{side}.offsets.npy", offsets)
-    (partial / "key.json").write_text(json.dumps({"key": key, "report": _report_dict(report)}))
+    sha256 = {name: h.hexdigest() for name, h in hashes.items()}
+    sha256.update({f"{side}.offsets.npy": sha256_of(partial / f"{side}.offsets.npy") for side in ("src", "tgt")})
+    (partial / "key.json").write_text(json.dumps({"key": key, "report": _report_dict(report), "sha256": sha256}))
     shutil.rmtree(cache, ignore_errors=True)
     os.replace(partial, cache)
     return (*_load_sides(cache), report)
 
 
-def load_cache(cache: str | Path, key: str) -> tuple[TokenIds, TokenIds, FilterReport] | None:
+def load_cache(cache: str | Path, key: str, warn=None) -> tuple[TokenIds, TokenIds, FilterReport] | None:
     """The cached ids (left in their files) and report when ``cache`` holds them for ``key``, else
-    None: also when the cache is damaged (it is only derived data, so it is made again)."""
+    None: also when the cache is damaged (it is only derived data, so it is made again), which
+    ``warn`` hears of when a file no longer has the SHA-256 recorded for it (altered in place)."""
     path = Path(cache) / "key.json"
     if not path.exists():
         return None
@@ -188,6 +195,12 @@ def load_cache(cache: str | Path, key: str) -> tuple[TokenIds, TokenIds, FilterR
         meta = json.loads(path.read_text())
         if meta.get("key") != key:
             return None
+        for name, sha256 in meta["sha256"].items():
+            if sha256_of(Path(cache) / name, stamps=Path(cache) / STAMPS) != sha256:
+                if warn is not None:
+                    warn(f"note: {Path(cache) / name} is not the file the cache recorded (its SHA-256 differs from "
+                         f"{path}'s): the token id cache is damaged, so the text is encoded again")
+                return None
         src, tgt = _load_sides(Path(cache))
         if not (_whole(src) and _whole(tgt) and len(src) == len(tgt)):
             return None
@@ -285,7 +298,8 @@ def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: b
         del src, tgt
     with _stage(timings, "encode and cache"):
         src, tgt, report = encode_corpus(tok, corpora["train"], keep, run / "cache" / "train",
-                                         progress=not (quiet or args.no_progress), text_sha256=text_sha256)
+                                         progress=not (quiet or args.no_progress), text_sha256=text_sha256,
+                                         warn=None if quiet else lambda msg: print(msg, file=sys.stderr))
         if len(src) == 0:
             raise D.DataError(f"no training pair is left to learn from ({report}); raise --max-words or --max-ratio, or "
                               "check the training files")

@@ -8,13 +8,15 @@ from __future__ import annotations
 import gzip
 import html
 import itertools
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
-from .download import download, sha256_of
+from minitensor import environment
+
+from .download import download
+from .files import sha256_of
 
 
 class DataError(ValueError):
@@ -144,7 +146,7 @@ MULTI30K_SHA256 = {
 
 def default_cache_dir() -> Path:
     """``$MINITENSOR_CACHE`` or ``~/.cache/minitensor``."""
-    return Path(os.environ.get("MINITENSOR_CACHE", Path.home() / ".cache" / "minitensor"))
+    return Path(environment.value("MINITENSOR_CACHE") or Path.home() / ".cache" / "minitensor")
 
 
 def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> Path:
@@ -155,7 +157,7 @@ def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> P
     downloaded on first use from the dataset's public repository into
     ``default_cache_dir()/multi30k``, where the command line and the lessons both read them.
     """
-    root = root if root is not None else os.environ.get("MULTI30K_DIR") or None
+    root = root if root is not None else environment.value("MULTI30K_DIR")
     local = root is not None
     folder = Path(root) if local else default_cache_dir() / "multi30k"
     for name, digest in MULTI30K_SHA256.items():

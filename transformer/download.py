@@ -15,7 +15,6 @@ server trickling a byte a second would otherwise never time out, each read being
 from __future__ import annotations
 
 import errno
-import hashlib
 import http.client
 import os
 import time
@@ -25,21 +24,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from .files import sha256_of
+
 CHUNK = 1 << 16
 STALL_BYTES = 1 << 10  # fewer bytes than this in ``timeout`` seconds: the transfer has stalled
 
 
 class DownloadError(OSError):
     """A file could not be fetched, or what came was not the file expected."""
-
-
-def sha256_of(path: str | Path) -> str:
-    """The SHA-256 of a file, read in 1 MiB pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def part_path(dest: str | Path) -> Path:

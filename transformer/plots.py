@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .rundir import write_file
+from .files import write_file
 
 
 def _figure(**kwargs):

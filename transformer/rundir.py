@@ -2,21 +2,13 @@
 fresh ``train`` never mixes its files with an old run's.
 
 ``train`` (and ``average`` when it writes into a run directory) holds :class:`RunLock` for as
-long as it writes. The lock is the kernel's (``flock`` on the file ``.lock``), so it is taken
-atomically, and it is released by the kernel when its holder ends in any way (SIGKILL, a
-crash): a lock file left behind is taken over at once, with a note, whatever pid it names and
-whatever it holds (nothing, after a full disk; garbage). The file holds the holder's process
-id, host and command, only to name the holder when a second writer refuses. A lock file that
-names another host is never taken over: ``flock`` may not reach across a network filesystem.
+long as it writes: :class:`transformer.files.Lock` on the run directory, whose holder a second
+writer names when it refuses.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
 import shutil
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -24,175 +16,34 @@ from pathlib import Path
 
 from .checkpoint import (CheckpointError, average_checkpoints, kind_of, load_checkpoint, model_config, newest_loadable,
                          read_meta, step_checkpoints)
-from .download import sha256_of
+from .files import LOCK_NAME, Busy, Lock, holder_of, sha256_of, write_file
 from .flags import InputError
 from .model import Transformer
 from .settings import SettingsError, TrainSettings, run_differences
 from .tokenizer import Tokenizer, fingerprint
 
-LOCK_NAME = ".lock"
 # files that say a run has trained in the directory (spm.model and cache/ alone are only prepared data)
 RUN_FILES = ("metrics.jsonl", "best.npz", "train_summary.json")
-
-
-class RunDirBusy(Exception):
-    """Another process holds the run directory's lock."""
 
 
 class RunDirInUse(Exception):
     """A fresh ``train`` was pointed at a directory that holds another run."""
 
 
-class FileWriteError(OSError):
-    """A file could not be written (a full disk, a quota, a file-size limit, a read-only folder);
-    the message names the file and the reason, and nothing was left under its name half-written."""
-
-    def __init__(self, message: str, errno: int | None = None):
-        super().__init__(message)
-        self.errno = errno  # the failed call's, so that callers can tell a full disk from a read-only folder
-
-
-class RunDirUnwritable(Exception):
-    """The run directory's lock file cannot be written (a read-only folder, a full disk)."""
-
-
-def _describe(holder: dict) -> str:
-    return (f"process {holder.get('pid')} on {holder.get('host')} ({holder.get('command', '?')}, "
-            f"since {holder.get('since', '?')})")
-
-
-def _holder(text: str) -> dict | None:
-    """What a lock file says of its holder, or None when it says nothing usable."""
-    try:
-        holder = json.loads(text)
-    except ValueError:
-        return None
-    return holder if isinstance(holder, dict) and "pid" in holder and "host" in holder else None
-
-
-def _read(fd: int) -> str:
-    os.lseek(fd, 0, os.SEEK_SET)
-    return os.read(fd, 1 << 16).decode("utf-8", "replace")
-
-
-def _open_lock(path: Path, flags: int) -> int:
-    try:
-        if path.is_dir():  # (opened for reading, a directory would not fail here, but at its first read)
-            raise IsADirectoryError(path)
-        return os.open(path, flags, 0o644)
-    except IsADirectoryError:
-        raise RunDirBusy(f"{path} is a directory, not a lock file: remove it (rmdir {path})") from None
-    except (PermissionError, OSError) as e:
-        if isinstance(e, (FileNotFoundError, FileExistsError)):
-            raise
-        raise RunDirUnwritable(f"{path.parent}: cannot take its lock file {path.name} ({e.strerror or e})") from None
-
-
-class RunLock:
-    """``with RunLock(run_dir):`` holds the directory's lock; raises :class:`RunDirBusy` if a live
-    process holds it. Released (the file removed) when the block ends, whatever ends it."""
+class RunLock(Lock):
+    """``with RunLock(run_dir):`` holds the run directory's lock; raises
+    :class:`transformer.files.Busy` if a live process holds it."""
 
     def __init__(self, run: str | Path, command: str | None = None):
-        self.run = Path(run)
-        self.path = self.run / LOCK_NAME
-        self.command = command or " ".join(["python -m transformer", *sys.argv[1:]])[:200]
-        self.fd: int | None = None
-
-    @property
-    def held(self) -> bool:
-        return self.fd is not None
-
-    def acquire(self) -> None:
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command,
-              "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        while True:
-            try:  # created here, or there before (and then left by someone, unless its holder still runs)
-                fd, existed = _open_lock(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL), False
-            except FileExistsError:
-                try:
-                    fd, existed = _open_lock(self.path, os.O_RDWR), True
-                except FileNotFoundError:  # released meanwhile
-                    continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                text = _read(fd)
-                os.close(fd)
-                holder = _holder(text)
-                who = _describe(holder) if holder else "another process (its lock file does not say which)"
-                raise RunDirBusy(f"{self.run} is in use by {who}; wait for it to finish or use another --run-dir "
-                                 f"(if that process is gone for sure, delete {self.path})") from None
-            try:
-                if os.fstat(fd).st_ino != os.stat(self.path).st_ino:
-                    os.close(fd)  # its holder removed the file between our open and our lock: open afresh
-                    continue
-            except FileNotFoundError:
-                os.close(fd)
-                continue
-            break
-        text = _read(fd)
-        holder = _holder(text)
-        if holder and holder.get("host") != me["host"]:
-            os.close(fd)  # the file is theirs: left as it is
-            raise RunDirBusy(f"{self.run} is in use by {_describe(holder)}; a lock from another host cannot be "
-                             f"checked from here (if that process is gone for sure, delete {self.path})")
-        try:
-            if existed:
-                left = (_describe(holder) if holder else "a process that left it unreadable" if text.strip()
-                        else "a process that left it empty")
-                print(f"note: {self.path} was left by {left}, which no longer holds it; taking it over", file=sys.stderr)
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, json.dumps(me).encode())
-        except BaseException as e:  # a full disk, say: no empty or half-written lock file is left
-            _remove_and_close(self.path, fd)
-            if isinstance(e, OSError):
-                raise RunDirUnwritable(f"{self.run}: cannot write its lock file {self.path.name} "
-                                       f"({e.strerror or e}); nothing was left behind") from None
-            raise
-        self.fd = fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            _remove_and_close(self.path, self.fd)
-            self.fd = None
-
-    def __enter__(self) -> RunLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
-def _remove_and_close(path: Path, fd: int) -> None:
-    """Remove the lock file while still holding it (so no one can have locked it meanwhile), then let go."""
-    with contextlib.suppress(FileNotFoundError):  # removed by hand
-        os.unlink(path)
-    os.close(fd)
+        super().__init__(run, "wait for it to finish or use another --run-dir", command)
+        self.run = self.folder
 
 
 def check_not_busy(folder: str | Path) -> None:
-    """Raise :class:`RunDirBusy` if a live process holds ``folder``'s lock (for writers that only
-    add one file, such as ``average --output``)."""
-    path = Path(folder) / LOCK_NAME
-    try:
-        fd = _open_lock(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        text = _read(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(text)
-            who = _describe(holder) if holder else "another process"
-            raise RunDirBusy(f"{folder} is in use by {who}; write elsewhere or wait for it to finish") from None
-        holder = _holder(text)
-        if holder and holder.get("host") != socket.gethostname():
-            raise RunDirBusy(f"{folder} is in use by {_describe(holder)}; write elsewhere or wait for it to finish")
-    finally:
-        os.close(fd)
+    """Raise :class:`transformer.files.Busy` if a live process holds ``folder``'s lock (for
+    writers that only add one file, such as ``average --output``)."""
+    if who := holder_of(folder):
+        raise Busy(f"{folder} is in use by {who}; write elsewhere or wait for it to finish")
 
 
 def previous_run(run: str | Path) -> list[Path]:
@@ -204,8 +55,8 @@ def previous_run(run: str | Path) -> list[Path]:
 RUN_RECORD = "run.json"  # the run's id, given at its start: every checkpoint the run saves carries it
 
 
-def run_id_of(run: str | Path) -> str | None:
-    """The id of the run in ``run`` (from its ``run.json``), or None where there is none to read."""
+def recorded_run_id(run: str | Path) -> str | None:
+    """The id in ``run``'s ``run.json``, or None where there is none to read (missing, garbled)."""
     try:
         run_id = json.loads((Path(run) / RUN_RECORD).read_text()).get("run_id")
     except (OSError, ValueError, AttributeError):
@@ -213,10 +64,39 @@ def run_id_of(run: str | Path) -> str | None:
     return run_id if isinstance(run_id, str) and run_id else None
 
 
+def run_id_of(run: str | Path, note=None) -> str | None:
+    """The id of the run in ``run``: its ``run.json``'s; where that is missing or garbled, the id
+    its training checkpoints carry, when they agree (said through ``note``). None only where no
+    checkpoint carries one (a run from before run ids). Checkpoints that disagree are refused,
+    naming them: an unknown id must not let another run's checkpoint pass for this run's."""
+    run = Path(run)
+    if (recorded := recorded_run_id(run)) is not None:
+        return recorded
+    ids: dict[str | None, list[str]] = {}
+    for path in step_checkpoints(run):
+        try:
+            meta = read_meta(path)
+        except CheckpointError:
+            continue  # (damaged: named by whichever command reads it)
+        theirs = meta.get("run_id")
+        ids.setdefault(theirs if isinstance(theirs, str) and theirs else None, []).append(path.name)
+    state = "missing" if not (run / RUN_RECORD).exists() else "unreadable"
+    if len(ids) > 1:
+        groups = "; ".join(f"{', '.join(names)}: {f'run {rid[:12]}...' if rid else 'no run id'}"
+                           for rid, names in ids.items())
+        raise InputError(f"{run / RUN_RECORD} is {state}, and the checkpoints in {run} are not of one run ({groups}): "
+                         "move the other run's checkpoints out, or put the run's run.json back")
+    found = next(iter(ids), None)
+    if found is not None and note is not None:
+        note(f"note: {run / RUN_RECORD} is {state}: the run's id is taken from its "
+             f"{len(ids[found])} checkpoint(s), which agree")
+    return found
+
+
 def record_run_id(run: str | Path, run_id: str) -> str:
     """Write the id of the run in ``run`` to its ``run.json`` (left as it is when it holds that id
     already, so that its ``since`` stays the run's start); returns it."""
-    if run_id_of(run) == run_id:
+    if recorded_run_id(run) == run_id:
         return run_id
     write_file(Path(run) / RUN_RECORD, json.dumps({"run_id": run_id, "since": time.strftime("%Y-%m-%d %H:%M:%S")},
                                                   indent=2) + "\n")
@@ -280,25 +160,6 @@ def archive(run: str | Path, entries: list[Path] | None = None) -> Path | None:
     return dest
 
 
-def write_file(path: str | Path, data: str | bytes) -> Path:
-    """Write ``data`` to a hidden temporary name beside ``path``, then rename it to ``path``: a
-    reader, or a crash, never meets half a file under the final name. A failed write raises
-    :class:`FileWriteError` naming ``path``; what was there before is unchanged."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    try:
-        if isinstance(data, str):
-            tmp.write_text(data, encoding="utf-8")
-        else:
-            tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise FileWriteError(f"could not write {path}: {e.strerror or e}", e.errno) from e
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
 # ---------------------------------------------------------------------------- a run's model and identity
 
 
@@ -313,7 +174,7 @@ class Loaded:
     meta: dict         # the (newest) checkpoint's metadata
 
 
-def refuse_copy_task_run(run: Path) -> None:
+def refuse_copy_task_run(run: Path, advice: str = "train a translator with python -m transformer train") -> None:
     """Refuse, saying what it is, a folder that holds what examples/copy_task.py writes (its
     summary scores exact copies) where a translation run is expected."""
     try:
@@ -322,8 +183,14 @@ def refuse_copy_task_run(run: Path) -> None:
         return
     if copy_task:
         raise InputError(f"{run}: a copy-task run (examples/copy_task.py), not a translation run: its results are in "
-                         f"{run / 'summary.json'} and {run / 'examples.txt'}; train a translator with "
-                         "python -m transformer train")
+                         f"{run / 'summary.json'} and {run / 'examples.txt'}; {advice}")
+
+
+def holds_translation_run(folder: Path) -> bool:
+    """Whether ``folder`` holds what ``train`` writes (its BPE model, run record, checkpoints or logs)."""
+    return folder.is_dir() and (any((folder / name).exists() for name in ("spm.model", RUN_RECORD, "settings.json",
+                                                                        "train_summary.json", "data.json"))
+                                or bool(step_checkpoints(folder)))
 
 
 def load_model(run: Path, checkpoint: str | None = None, average: int | None = None, device: str = "cpu") -> Loaded:
@@ -348,15 +215,10 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
         if not found:
             raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
         if average and average > 1:
-            files = runs_own(run, found, note)[-average:]
-            if not files:
-                raise InputError(f"--average {average}: none of the checkpoints in {run} is the run's own (see above)")
-            if len(files) < average:
-                note(f"note: --average {average}, but {run} holds {len(files)} checkpoint(s) of its run: averaging those")
-            check_same_run(files)
-            ck, name = average_checkpoints(files), f"average{len(files)}-{files[-1].stem}"
+            ck, files = average_of(run, average, "--average", note)
+            name = f"average{len(files)}-{files[-1].stem}"
         else:  # the newest that loads, saying which were skipped and why
-            ours = not_the_runs(run)
+            ours = not_the_runs(run, note)
             ck, path = newest_loadable(found, warn=note, refuse=lambda ck: ours(ck["meta"]))
             files, name = [path], path.stem
     model = Transformer(model_config(ck["meta"], files[-1]))
@@ -364,12 +226,42 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
     return Loaded(model.to(device).eval(), tok, name, [str(f) for f in files], ck["meta"])
 
 
-def not_the_runs(run: Path):
+def average_of(run: Path, last: int, flag: str, note) -> tuple[dict, list[Path]]:
+    """(the average of the run's last ``last`` checkpoints in ``run``, their paths): only the run's
+    own (:func:`runs_own`), of one run (:func:`check_same_run`), fewer with a note when fewer are
+    there. A training run in the directory deletes all but its last ``--keep-last``: a
+    checkpoint it deletes while this reads it is passed over for the newest ones again, with a
+    note that says so."""
+    quiet = lambda msg: None  # noqa: E731 (a second look names nothing twice)
+    for attempt in range(4):
+        say = note if attempt == 0 else quiet
+        files = runs_own(run, step_checkpoints(run, warn=say), say)[-last:]
+        if not files:
+            refuse_copy_task_run(run)
+            raise InputError(f"{flag} {last}: none of the checkpoints in {run} is the run's own"
+                             f"{' (see above)' if attempt == 0 else ''}")
+        try:
+            check_same_run(files)
+            ck = average_checkpoints(files)
+        except FileNotFoundError:
+            gone = ", ".join(p.name for p in files if not p.exists())
+            note(f"note: {gone} was deleted while it was read (a train running in {run} keeps only its last "
+                 f"--keep-last checkpoints): averaging the newest {last} again")
+            continue
+        if len(files) < last:
+            note(f"note: {flag} {last}, but {run} holds {len(files)} checkpoint(s) of its run: averaging those")
+        return ck, files
+    raise InputError(f"{flag} {last}: the checkpoints in {run} were deleted faster than they could be read (a train "
+                     "running there keeps only its last --keep-last): average once it stops, or fewer of them")
+
+
+def not_the_runs(run: Path, note=None):
     """A function of a checkpoint's metadata: why it is not the run in ``run``'s (trained with
-    another vocabulary than its ``spm.model``, or given another run id), or None."""
+    another vocabulary than its ``spm.model``, or given another run id), or None. ``note`` hears
+    where the run's id came from, when not from its run.json (:func:`run_id_of`)."""
     model = run / "spm.model"
     vocabulary = fingerprint(model) if model.is_file() else None
-    run_id = run_id_of(run)
+    run_id = run_id_of(run, note)
 
     def why(meta: dict) -> str | None:
         if vocabulary and meta.get("vocab_sha256") not in (None, vocabulary):
@@ -381,7 +273,7 @@ def not_the_runs(run: Path):
 def runs_own(run: Path, found: list[Path], warn) -> list[Path]:
     """The checkpoints of ``found`` that are the run's own; each other run's is named through
     ``warn`` and left out (a damaged one stays in, for its reader to name)."""
-    why, ours = not_the_runs(run), []
+    why, ours = not_the_runs(run, warn), []
     for path in found:
         try:
             reason = why(read_meta(path))

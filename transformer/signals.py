@@ -2,7 +2,7 @@
 
 Ctrl-C sends SIGINT; ``kill``, ``timeout`` and batch schedulers send SIGTERM; a closed terminal
 sends SIGHUP; a reader of the output that went away (``... | head``) ends a command quietly
-(:func:`closed_pipe`). Every command treats them alike: what was finished is kept under its final name
+(:func:`closed_pipe`; training stops as a signal stops it, :data:`CLOSED_STDOUT`). Every command treats them alike: what was finished is kept under its final name
 and a line says so. Training finishes the update in flight and saves; other commands stop where
 they are (SIGTERM and SIGHUP raise :class:`Stopped`, which is a ``KeyboardInterrupt``, so they
 take the path Ctrl-C takes).
@@ -54,8 +54,17 @@ class StopRequest:
     def __call__(self, signum, frame):
         if self.name is not None:
             raise KeyboardInterrupt
-        self.name = signal.Signals(signum).name
-        self.announce(self.name, "press Ctrl-C again" if self.name == "SIGINT" else f"send {self.name} again")
+        self.request(signal.Signals(signum).name)
+
+    def request(self, name: str) -> None:
+        """Ask for a stop for a reason other than a signal (:data:`CLOSED_STDOUT`); the first reason stands."""
+        if self.name is not None:
+            return
+        self.name = name
+        self.announce(name, {"SIGINT": "press Ctrl-C again", CLOSED_STDOUT: "press Ctrl-C"}.get(name, f"send {name} again"))
+
+
+CLOSED_STDOUT = "stdout closed"  # the reader of the output went away: a stop, as a signal asks for
 
 
 def raise_stopped(signum, frame):

@@ -7,17 +7,18 @@ defaults, so a model built with ``vocab_size = tokenizer.vocab_size`` agrees wit
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import os
 import re
-import tempfile
 from pathlib import Path
 from collections.abc import Sequence
 
 import numpy as np
 import sentencepiece as spm
 
-from .checkpoint import UNREADABLE
+from .checkpoint import UNREADABLE, arrays_sha256
+from .files import Output, write_file
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
@@ -54,23 +55,23 @@ class Tokenizer:
     @classmethod
     def train(cls, texts: Sequence[str], model_prefix: str | Path, vocab_size: int = 8000,
               character_coverage: float = 1.0, max_sentences: int = 2_000_000, seed: int = 0) -> "Tokenizer":
-        """Train a BPE model on ``texts`` (both languages together) -> ``<model_prefix>.model``.
+        """Train a BPE model on ``texts`` (both languages together) -> ``<model_prefix>.model``, and
+        its pieces and scores as text in ``<model_prefix>.vocab``.
 
-        ``max_sentences`` caps how many lines sentencepiece samples (WMT is large).
+        ``max_sentences`` caps how many lines sentencepiece samples (WMT is large). The lines go
+        to sentencepiece from memory and the model comes back in memory, so nothing is left in a
+        temporary folder if the process is killed, and both files are written whole
+        (:func:`transformer.files.write_file`), the model last.
         """
         prefix = Path(model_prefix)
         prefix.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", delete=False) as f:
-            for line in texts:
-                if line.strip():
-                    f.write(line.replace("\n", " ") + "\n")
-            corpus = f.name
         if hasattr(spm, "set_random_generator_seed"):
             spm.set_random_generator_seed(seed)  # the sentence sampling is reproducible
+        model = io.BytesIO()
         try:
             spm.SentencePieceTrainer.train(
-                input=corpus, model_prefix=str(prefix), vocab_size=vocab_size, model_type="bpe",
-                pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+                sentence_iterator=(line.replace("\n", " ") for line in texts if line.strip()), model_writer=model,
+                vocab_size=vocab_size, model_type="bpe", pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
                 character_coverage=character_coverage, input_sentence_size=max_sentences,
                 shuffle_input_sentence=True, num_threads=os.cpu_count() or 1,
                 minloglevel=2,
@@ -88,8 +89,11 @@ class Tokenizer:
                     f"character and the special pieces), not {least.group(1)}; use --vocab-size {least.group(2)} "
                     "or more") from None
             raise
-        finally:
-            os.remove(corpus)
+        sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+        # (the file sentencepiece writes beside a model: each piece and its score, as C++ prints a float)
+        write_file(f"{prefix}.vocab", "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n"
+                                              for i in range(sp.get_piece_size())))
+        write_file(f"{prefix}.model", model.getvalue())
         return cls(str(prefix) + ".model")
 
     @property
@@ -213,8 +217,9 @@ class TokenIds(Sequence):
 def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | Path) -> TokenIds:
     """Token ids of ``lines``, cached in an ``.npz`` keyed by the tokenizer and the text.
 
-    The cache holds the flat int32 array and the offsets of :class:`TokenIds`, so it loads with
-    ``allow_pickle=False``; a cache made by another tokenizer or other text is rebuilt. (For a
+    The cache holds the flat int32 array and the offsets of :class:`TokenIds` and their hash, so
+    it loads with ``allow_pickle=False``; a cache made by another tokenizer or other text, or whose
+    arrays no longer match their hash (altered in place), is rebuilt. (For a
     whole training corpus, :func:`transformer.corpus.encode_corpus` streams the text, encodes it
     on every core and leaves its cache on disk.)
     """
@@ -228,12 +233,14 @@ def encode_cached(tokenizer: Tokenizer, lines: Sequence[str], cache_path: str | 
         try:
             with np.load(cache_path, allow_pickle=False) as z:
                 if str(z["key"]) == key:
-                    return TokenIds(z["flat"], z["offsets"])
+                    ids = TokenIds(z["flat"], z["offsets"])
+                    if arrays_sha256({"flat": ids.flat, "offsets": ids.offsets}) == str(z["sha256"]):
+                        return ids  # (an array altered in place no longer has its hash: made again below)
         except (*UNREADABLE, IndexError):
             pass  # a damaged cache is only derived data: made again below
     ids = TokenIds.from_lists(tokenizer.encode(list(lines)))
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_path.with_name(cache_path.name + ".tmp.npz")
-    np.savez(tmp, key=np.array(key), flat=ids.flat, offsets=ids.offsets)
-    os.replace(tmp, cache_path)
+    with Output(cache_path, binary=True) as f:
+        np.savez(f, key=np.array(key), flat=ids.flat, offsets=ids.offsets,
+                 sha256=np.array(arrays_sha256({"flat": ids.flat, "offsets": ids.offsets})))
     return ids

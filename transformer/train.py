@@ -32,16 +32,16 @@ from minitensor.distributed import Communicator, SingleProcess
 from .batching import Batch, collate, lengths, token_batches
 from .corpus import ParallelData
 from .checkpoint import (CheckpointError, kind_of, load_checkpoint, model_config, newest_loadable, prune_checkpoints,
-                         remove_partial_checkpoints, save_checkpoint, step_checkpoints)
+                         save_checkpoint, step_checkpoints)
 from .evaluate import bleu, translate
 from .loss import batch_loss
 from .model import Transformer
 from .plots import plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar, size_to_budget
-from .rundir import write_file
+from .files import remove_stale, write_file
 from .schedule import NoamSchedule, paper_adam
 from .settings import PRECISIONS, SettingsError, TrainSettings, run_differences
-from .signals import ENDING_SIGNALS, StopRequest, handled
+from .signals import CLOSED_STDOUT, ENDING_SIGNALS, EXIT_CLOSED_PIPE, StopRequest, close_stdout, handled
 from .tokenizer import Tokenizer
 
 
@@ -51,12 +51,15 @@ def finite_or_none(x: float) -> float | None:
 
 
 class Interrupted(Exception):
-    """Training stopped on SIGINT, SIGTERM or SIGHUP after finishing an update and saving a
-    checkpoint. ``main``: raised on rank 0 (the rank that reports it)."""
+    """Training stopped on SIGINT, SIGTERM or SIGHUP, or because its stdout was closed, after
+    finishing an update and saving a checkpoint. ``main``: raised on rank 0 (the rank that reports
+    it); ``status``: the exit status (130 for a signal, 141 for a closed stdout, as for SIGPIPE)."""
 
-    def __init__(self, step: int, run: Path, main: bool = True):
-        super().__init__(f"stopped at update {step}; continue with --resume (the checkpoint is in {run})")
+    def __init__(self, step: int, run: Path, main: bool = True, closed_stdout: bool = False):
+        why = "stdout was closed (its reader went away): " if closed_stdout else ""
+        super().__init__(f"{why}stopped at update {step}; continue with --resume (the checkpoint is in {run})")
         self.step, self.main = step, main
+        self.status = EXIT_CLOSED_PIPE if closed_stdout else 130
 
 
 class StoppedAtOnce(Interrupted):
@@ -95,10 +98,20 @@ class RunFileError(ValueError):
     """A file of the run directory (its metrics log, say) is damaged; the message names file and line."""
 
 
+# the numbers of a metrics record that the plots read: each update's loss (null for a skipped
+# fp16 update) and learning rate, and at validation steps what validation measured
+RECORD_NUMBERS = ("loss", "lr", "valid_nll", "valid_ppl", "valid_bleu")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def read_metrics(path: Path, warn=None) -> list[dict]:
     """The records of a run's ``metrics.jsonl``. An unfinished last line (a crash during an
     append leaves one) is dropped, saying so through ``warn``; any other line that is not a
-    record with a step raises :class:`RunFileError` naming the file and the line."""
+    record with a step, a loss and a learning rate (and numbers for what validation measured)
+    raises :class:`RunFileError` naming the file and the line."""
     text = path.read_text(encoding="utf-8", errors="replace")
     lines = text.split("\n")
     records = []
@@ -109,6 +122,9 @@ def read_metrics(path: Path, warn=None) -> list[dict]:
             record = json.loads(line)
             if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
                 raise ValueError("not a record with a step")
+            if wrong := [k for k in RECORD_NUMBERS if (k in record or k in ("loss", "lr")) and not (
+                    k in record and (_number(record[k]) or (k == "loss" and record[k] is None)))]:
+                raise ValueError(f"{', '.join(wrong)}: not a number")
         except ValueError as e:
             if number == len(lines):  # no line ending after it: the write was cut off
                 if warn is not None:
@@ -277,13 +293,17 @@ class Trainer:
         note = (lambda msg: print(msg, file=sys.stderr)) if self.main else None
         found = step_checkpoints(self.run, warn=note) if self.run.exists() else []
         if self.main and self.run.exists():
-            remove_partial_checkpoints(self.run)  # left by a run killed while it saved
+            remove_stale(self.run)  # the temporary files of a run killed while it wrote
         if not found:
             return False
         newest_loadable(found, warn=note, refuse=lambda ck: self._foreign(ck["meta"]) or self._restore(ck))
         metrics = self.run / "metrics.jsonl"
-        if metrics.exists():  # forget log lines written after that checkpoint
-            self.history = [r for r in read_metrics(metrics, warn=note) if r["step"] <= self.step]
+        if metrics.exists():  # forget log lines written after that checkpoint; one record per update, in order
+            records = [r for r in read_metrics(metrics, warn=note) if r["step"] <= self.step]
+            self.history = sorted({r["step"]: r for r in records}.values(), key=lambda r: r["step"])
+            if self.main and [r["step"] for r in records] != [r["step"] for r in self.history]:
+                note(f"note: {metrics} held updates out of order or more than once: kept the last record of each, "
+                     "in order")
             if self.main:
                 write_file(metrics, "".join(json.dumps(r) + "\n" for r in self.history))
                 if missing := sorted(set(range(1, self.step + 1)) - {r["step"] for r in self.history}):
@@ -440,7 +460,7 @@ class Trainer:
                 self._summarise("diverged" if isinstance(e, TrainingDiverged) else "failed", error=e)
                 raise
         if summary["stopped_by"] == "interrupted":
-            raise Interrupted(self.step, self.run, main=self.main)
+            raise Interrupted(self.step, self.run, main=self.main, closed_stdout=self.stop_requested == CLOSED_STDOUT)
         if self.main:
             print(self._stop_line(summary["stopped_by"]), file=sys.stderr, flush=True)
         return summary
@@ -582,7 +602,16 @@ class Trainer:
         size_to_budget(bar, self.step, self.train_seconds, self.s.max_minutes, self.s.max_steps)
         bar.set_postfix({k: f"{record[k]:.3g}" for k in ("loss", "valid_nll", "valid_bleu") if record.get(k) is not None})
         if self.main and not self.s.progress and ("valid_nll" in record or record["step"] % 50 == 0):
-            print(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()), flush=True)
+            self._say(" ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()))
+
+    def _say(self, line: str) -> None:
+        """A log line on stdout. A closed stdout (its reader went away: ``train ... | head``) asks
+        training to stop after this update and save, as a signal does; stdout is closed for good."""
+        try:
+            print(line, flush=True)
+        except BrokenPipeError:
+            close_stdout()
+            self._stop.request(CLOSED_STDOUT)
 
     def _finish(self, reason: str) -> dict:
         if self.main:

@@ -19,7 +19,10 @@ and writes into one folder::
 
 ``python -m transformer train --preset wmt14-base --data-dir FOLDER`` then needs nothing else.
 Everything is written under temporary names and renamed at the end, the manifest last, so an
-interrupted or failed run (a full disk, say) leaves no partial file under a final name.
+interrupted or failed run (a full disk, say) leaves no partial file under a final name. One
+``data wmt14`` at a time prepares a folder (a second refuses, naming the first), files under
+its names that it did not write are refused rather than replaced, and a prepared folder's files
+are checked against the manifest's SHA-256s whenever the folder is read (a changed one is named).
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .data import DataError, read_sgm
-from .download import DownloadError, download, sha256_of
+from .download import DownloadError, download
+from .files import STAMPS, Lock, sha256_of
 
 # SHA-256 and sizes as published by TensorFlow Datasets (tensorflow_datasets/url_checksums/
 # wmt14_translate.txt, github.com/tensorflow/datasets), which fetches the same four archives.
@@ -97,7 +101,9 @@ class PreparationError(OSError):
 
 # ---------------------------------------------------------------------------- reading a prepared folder
 def read_manifest(folder: str | Path) -> dict:
-    """The manifest of a folder :func:`prepare` wrote, its files checked to be there (by size)."""
+    """The manifest of a folder :func:`prepare` wrote, its files checked against it: there, of
+    their size and of their SHA-256 (remembered in the folder's ``.sha256.json`` beside each
+    file's size and times, so that an unchanged folder is not read again at every start)."""
     folder = Path(folder)
     path = folder / MANIFEST
     if not path.exists():
@@ -105,14 +111,18 @@ def read_manifest(folder: str | Path) -> dict:
                         f"--out {folder}")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-        files = {name: int(info["bytes"]) for name, info in manifest["files"].items()}
+        files = {name: (int(info["bytes"]), str(info["sha256"])) for name, info in manifest["files"].items()}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise DataError(f"{path} is not a manifest that `data wmt14` wrote ({type(e).__name__}: {e}); prepare the folder "
                         f"again: python -m transformer data wmt14 --out {folder}") from None
-    for name, size in files.items():
+    again = f"prepare it again: python -m transformer data wmt14 --out {folder} (the archives are reused)"
+    for name, (size, sha256) in files.items():
         f = folder / name
-        if not f.exists() or f.stat().st_size != size:
-            raise DataError(f"{f}: missing or changed since {path} was written; prepare the folder again")
+        if not f.is_file() or f.stat().st_size != size:
+            raise DataError(f"{f}: missing or changed since {path} was written; {again}")
+        if (got := sha256_of(f, stamps=folder / STAMPS)) != sha256:
+            raise DataError(f"{f}: changed since {path} was written (its SHA-256 is {got[:12]}..., the manifest's "
+                            f"{sha256[:12]}...); {again}")
     return manifest
 
 
@@ -146,11 +156,7 @@ def prepare(out: str | Path, from_dir: str | Path | None = None, url_base: str |
     log = log or (lambda msg: print(msg, file=sys.stderr))
     say = log if progress else (lambda msg: None)  # what is under way: only beside the progress bars
     out = Path(out)
-    if is_prepared(out):
-        manifest = read_manifest(out)
-        pairs = manifest["files"].get("train.en", {}).get("lines")
-        log(f"{out} is already prepared ({f'{pairs:,}' if isinstance(pairs, int) else 'its'} training pairs); "
-            f"delete {out / MANIFEST} to prepare it again")
+    if (manifest := _prepared(out, log)) is not None:
         return manifest
     if from_dir is not None:
         missing = [name for name in archives if not (Path(from_dir) / name).is_file()]
@@ -158,18 +164,74 @@ def prepare(out: str | Path, from_dir: str | Path | None = None, url_base: str |
             raise DataError(f"--from {from_dir}: missing {', '.join(missing)} (download "
                             + ", ".join(archives[name].url for name in missing) + ")")
     out.mkdir(parents=True, exist_ok=True)
-    paths = {name: _archive(out, name, a, from_dir, url_base, progress, timeout, retries, log, say)
-             for name, a in archives.items()}
+    with Lock(out, "wait for it to finish, or prepare another --out"):  # one `data wmt14` at a time in a folder
+        if (manifest := _prepared(out, log)) is not None:  # by the one that held the lock before
+            return manifest
+        if theirs := _not_ours(out):
+            raise DataError(f"--out {out} holds {', '.join(theirs)}, which `data wmt14` did not write (there is no "
+                            f"{MANIFEST} that lists them): move them away, or prepare another --out")
+        paths = {name: _archive(out, name, a, from_dir, url_base, progress, timeout, retries, log, say)
+                 for name, a in archives.items()}
+        manifest = _write(out, paths, archives, corpora, progress, say)
+    train = manifest["files"]["train.en"]["lines"]
+    log(f"prepared {out}: {train:,} training pairs, {manifest['files']['valid.en']['lines']:,} valid, "
+        f"{manifest['files']['test.en']['lines']:,} test")
+    return manifest
+
+
+def _prepared(out: Path, log) -> dict | None:
+    """The manifest of ``out`` when it is prepared and its files are as the manifest says (a note
+    says so); None when it is not prepared, or its files have changed since (a note says they
+    are prepared again)."""
+    if not is_prepared(out):
+        return None
+    try:
+        manifest = read_manifest(out)
+    except DataError as e:
+        log(f"note: {str(e).split('; ')[0]}: preparing it again")
+        return None
+    pairs = manifest["files"].get("train.en", {}).get("lines")
+    log(f"{out} is already prepared ({f'{pairs:,}' if isinstance(pairs, int) else 'its'} training pairs); "
+        f"delete {out / MANIFEST} to prepare it again")
+    return manifest
+
+
+def _not_ours(out: Path) -> list[str]:
+    """The files under the names ``data wmt14`` writes in ``out`` that it did not write: those
+    that no manifest lists (the folder's own, whose files may have changed; or the one an
+    interrupted run left in ``.partial``, by content)."""
+    listed, leftover = _listed(out / MANIFEST), _listed(out / ".partial" / MANIFEST)
+    theirs = []
+    for name in _output_names():
+        path = out / name
+        if not (path.exists() or path.is_symlink()) or name in listed:
+            continue
+        if not (name in leftover and path.is_file() and not path.is_symlink()
+                and sha256_of(path) == leftover[name].get("sha256")):
+            theirs.append(name)
+    return theirs
+
+
+def _listed(manifest: Path) -> dict:
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return {k: v for k, v in files.items() if isinstance(v, dict)} if isinstance(files, dict) else {}
+
+
+def _write(out: Path, paths: dict, archives: dict, corpora: tuple, progress: bool, say) -> dict:
+    """Unpack into ``out/.partial``, then rename into place: the manifest is written first (it
+    names what the renames put in place, for a run interrupted among them) and renamed last."""
     partial = out / ".partial"
     try:
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
         manifest = _build(partial, paths, archives, corpora, progress, say)
+        (partial / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         for name in manifest["files"]:
             os.replace(partial / name, out / name)
-        tmp = partial / MANIFEST
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-        os.replace(tmp, out / MANIFEST)
+        os.replace(partial / MANIFEST, out / MANIFEST)
     except OSError as e:
         for name in _output_names():
             if not (out / MANIFEST).exists():
@@ -178,9 +240,6 @@ def prepare(out: str | Path, from_dir: str | Path | None = None, url_base: str |
                                f"final names in {out} (the archives are kept); free some space and run again") from None
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    train = manifest["files"]["train.en"]["lines"]
-    log(f"prepared {out}: {train:,} training pairs, {manifest['files']['valid.en']['lines']:,} valid, "
-        f"{manifest['files']['test.en']['lines']:,} test")
     return manifest
 
 

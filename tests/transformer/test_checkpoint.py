@@ -1,17 +1,14 @@
 """Checkpoints: exact round trips without pickle, atomic writes, averaging, pruning, clean-up."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import minitensor as mt
 from transformer import Transformer, TransformerConfig, paper_adam
-from transformer.checkpoint import (
-    CheckpointError, average_checkpoints, load_checkpoint, prune_checkpoints, remove_partial_checkpoints, save_checkpoint,
-    step_checkpoints,
-)
+from transformer.checkpoint import (CheckpointError, average_checkpoints, load_checkpoint, prune_checkpoints,
+                                   save_checkpoint, step_checkpoints)
+from transformer.files import claim, remove_stale
 
 
 def trained_model(seed=0):
@@ -117,18 +114,13 @@ def test_any_flipped_byte_of_an_array_header_is_named_as_damage(tmp_path):
     assert {"TokenError", "SyntaxError"} & kinds, kinds  # the header parser's own errors were among them
 
 
-def dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    return child.pid
-
-
 def test_partial_files_of_dead_writers_are_removed_and_a_live_writers_are_kept(tmp_path):
-    dead = tmp_path / f".checkpoint_6.npz.{dead_pid()}.tmp.npz"
-    live = tmp_path / f".checkpoint_8.npz.{os.getpid()}.tmp.npz"
+    """A temporary file whose claim (its flock) no process holds was left by a writer that died."""
+    dead = tmp_path / ".checkpoint_6.npz.999999.0.partial"  # written, never locked: as a SIGKILL leaves it
+    live, fd = claim(tmp_path / "checkpoint_8.npz")  # held by this process while it writes
     model, opt = trained_model()
     done = save_checkpoint(tmp_path / "checkpoint_4.npz", model, opt)
-    for p in (dead, live):
-        p.write_bytes(b"PK\x03\x04 half a zip")
-    assert remove_partial_checkpoints(tmp_path) == [dead]
+    dead.write_bytes(b"PK\x03\x04 half a zip")
+    assert remove_stale(tmp_path) == [dead]
+    os.close(fd)
     assert not dead.exists() and live.exists() and done.exists()

@@ -6,25 +6,43 @@ before a user meets it.
    malformed. Every run either succeeds, or ends with one ``error:`` line and exit status 2
    (never a traceback, never status 1) and writes nothing.
 2. **Damaged run directories.** Checkpoints truncated, altered, renamed, missing, replaced by
-   other files, or another run's (of another vocabulary, or of the same vocabulary and model); the metrics log, the lock, ``settings.json``, ``data.json``, the
-   BPE model and the id cache damaged or missing. ``train --resume``, ``translate``,
-   ``evaluate`` and ``average`` either work or name the problem in one ``error:`` line with
-   status 2, and lose nothing: every checkpoint that was there is still there, byte for byte,
-   and a resumed run's log holds each update once.
+   other files, or another run's (of another vocabulary, or of the same vocabulary and model); the
+   metrics log, the lock, ``settings.json``, ``data.json``, ``run.json`` (missing, garbled, another
+   run's), the BPE model and the id cache damaged or missing; any file of the run directory altered
+   in place at its own size. ``train --resume``, ``translate``, ``evaluate`` and ``average``
+   either work or name the problem in one ``error:`` line with status 2, and lose nothing: every
+   checkpoint that was there is still there, byte for byte, a resumed run's log holds each update
+   once, a resumed run keeps the identity of the checkpoint it went on from, and ids altered in
+   their cache are never trained on without a note.
+3. **Outputs of every kind.** ``--output`` naming a device, a symlink to one, a FIFO with a reader,
+   a symlink to a regular file, a hard link to a checkpoint or a directory: a device, a FIFO and a
+   symlink stay what they were, and the checkpoint keeps its bytes.
+4. **Environment variables.** Every declared variable set to a value its kind refuses: one
+   ``error:`` line naming it, status 2, nothing written.
+5. **Two commands racing on one name** (in subprocesses, so fewer cases): the first is paused
+   (SIGSTOP) at one of its writes of the name while the second runs, then let go; each ends with
+   status 0 or one ``error:`` line and status 2, the name holds one command's whole result (the
+   last to finish of those that wrote), and no temporary file is left.
 
 The commands run in this process (:func:`transformer.cli.run`): a refusal takes milliseconds,
-so many cases fit in CI. ``--fuzz-examples N`` searches longer::
+so many cases fit in CI. ``--fuzz-scale K`` tries K times CI's counts, ``--fuzz-examples N``
+N examples in each::
 
-    pytest tests/transformer/test_cli_fuzz.py --fuzz-examples 2000
+    pytest tests/transformer/test_cli_fuzz.py --fuzz-scale 5
 """
 import argparse
 import contextlib
 import io
 import json
 import os
+import re
+import select
 import shutil
 import socket
+import stat
+import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -36,17 +54,18 @@ from hypothesis import strategies as st
 from transformer import cli, wmt14
 from transformer.flags import Boolean, Choice, Kind, Real, Whole
 
-from ..helpers import MULTI30K, SMALL, needs_multi30k
+from ..helpers import MULTI30K, REPO, SMALL, needs_multi30k
 from .test_wmt14_data import small_archives
 
 pytestmark = [needs_multi30k, pytest.mark.slow]
 
 # examples per test in CI (each verb of the flag fuzzer is a test; so is the damage fuzzer)
-CI_EXAMPLES = {"data": 15, "train": 40, "translate": 30, "evaluate": 20, "average": 20, "damage": 60}
+CI_EXAMPLES = {"data": 15, "train": 40, "translate": 30, "evaluate": 20, "average": 20, "damage": 60, "outputs": 20,
+               "environment": 30, "races": 4}
 
 
 def budget(request, name: str) -> int:
-    return request.config.getoption("--fuzz-examples") or CI_EXAMPLES[name]
+    return request.config.getoption("--fuzz-examples") or CI_EXAMPLES[name] * request.config.getoption("--fuzz-scale")
 
 
 def fuzz_settings(n: int):
@@ -221,7 +240,7 @@ def workspace(root: Path, small_run: Path, archives: dict) -> Path:
     return ws
 
 
-@pytest.mark.parametrize("verb", sorted(CI_EXAMPLES.keys() - {"damage"}))
+@pytest.mark.parametrize("verb", ["average", "data", "evaluate", "train", "translate"])
 def test_any_flag_values_are_taken_or_refused_in_one_line_writing_nothing(verb, small_run, archives_bytes, tmp_path,
                                                                          request, monkeypatch):
     parser = verbs()[verb]
@@ -315,7 +334,7 @@ def damage_checkpoint(ws: Path, draw, other: dict) -> str:
 
 def damage_file(ws: Path, draw, other: dict) -> str:
     name = draw(st.sampled_from(["metrics.jsonl", ".lock", "settings.json", "data.json", "spm.model",
-                                 "cache/train/key.json", "cache/train/src.ids", "train_summary.json"]))
+                                 "cache/train/key.json", "cache/train/src.ids", "train_summary.json", "run.json"]))
     path = ws / "run" / name
     contents = {
         "metrics.jsonl": [None, b"", b"garbage\n", b"[1, 2]\n", b'{"step": "x"}\n', "cut", "middle"],
@@ -330,6 +349,7 @@ def damage_file(ws: Path, draw, other: dict) -> str:
         "cache/train/key.json": [None, b"", b"{", b"[]", b'{"key": 5}'],
         "cache/train/src.ids": [None, b"", b"\x00\x01"],
         "train_summary.json": [None, b"{"],
+        "run.json": [None, b"", b"{", b'{"run_id": 5}', b'{"run_id": ""}', "foreign", "sibling"],
     }[name]
     what = draw(st.sampled_from(contents))
     if what is None:
@@ -338,8 +358,8 @@ def damage_file(ws: Path, draw, other: dict) -> str:
         return f"delete {name}"
     if what == "directory":
         path.mkdir(exist_ok=True)
-    elif what == "foreign":
-        shutil.copy(other["foreign"] / "spm.model", path)
+    elif what in ("foreign", "sibling"):  # another run's file of that name
+        shutil.copy(other[what] / name, path)
     elif what == "cut":  # an append cut off by a crash
         path.write_bytes(path.read_bytes() + b'{"step": 7, "lo')
     elif what == "middle":
@@ -348,6 +368,48 @@ def damage_file(ws: Path, draw, other: dict) -> str:
     else:
         path.write_bytes(what)
     return f"{name} <- {what!r}"
+
+
+def alter_in_place(ws: Path, draw, other: dict) -> str:
+    """Any file of the run directory altered at its own size: a byte flipped, its bytes reversed,
+    two of its lines swapped, or (ids) each id shifted by one."""
+    run = ws / "run"
+    names = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file() and p.name != ".lock")
+    name = draw(st.sampled_from(names), label="altered")
+    path = run / name
+    data = path.read_bytes()
+    how = draw(st.sampled_from(["flip", "reverse", "swap lines", "shift ids"]))
+    if how == "flip" and data:
+        i = draw(st.integers(0, len(data) - 1))
+        data = data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1:]
+    elif how == "reverse":
+        data = data[::-1]
+    elif how == "swap lines" and data.count(b"\n") >= 2:
+        lines = data.split(b"\n")
+        i = draw(st.integers(0, len(lines) - 2))
+        lines[i], lines[i + 1] = lines[i + 1], lines[i]
+        data = b"\n".join(lines)
+    elif how == "shift ids" and name.endswith(".ids"):
+        data = (np.frombuffer(data, dtype=np.int32) + 1).astype(np.int32).tobytes()
+    if data == path.read_bytes():
+        return f"{how} {name}: no change"
+    size = path.stat().st_size
+    path.write_bytes(data)
+    assert path.stat().st_size == size
+    return f"{how} {name}"
+
+
+def _meta(data: bytes) -> dict:
+    """A checkpoint's metadata from its bytes ({} when they are not one)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            return json.loads(str(z["meta"]))
+    except Exception:  # noqa: BLE001 - damaged on purpose
+        return {}
+
+
+def _meta_step(data: bytes):
+    return _meta(data).get("step")
 
 
 def damage(how, ws: Path, draw, other: dict) -> str:
@@ -379,7 +441,7 @@ def test_damaged_run_directories_are_named_and_nothing_is_lost(small_run, other_
         ws = workspace(tmp_path, small_run, {})
         draw = data.draw
         others = {"foreign": other_run, "sibling": sibling_run}
-        damages = [damage(draw(st.sampled_from([damage_checkpoint, damage_file])), ws, draw, others)
+        damages = [damage(draw(st.sampled_from([damage_checkpoint, damage_file, alter_in_place])), ws, draw, others)
                    for _ in range(draw(st.integers(1, 3), label="damages"))]
         command = draw(st.sampled_from(sorted(COMMANDS)), label="command")
         argv = COMMANDS[command](ws)
@@ -395,10 +457,194 @@ def test_damaged_run_directories_are_named_and_nothing_is_lost(small_run, other_
         after = snapshot(ws)
         kept = set(after.values())
         for name, content in before.items():  # every checkpoint that was there is still there, byte for byte
-            if name.suffix == ".npz":            # (under its own name, or another one a note gave)
+            if name.suffix == ".npz" and "cache" not in name.parts:  # (under its name, or another a note gave)
                 assert content in kept, (str(name), *context)
         if status == 0 and command == "resume":
             steps = [json.loads(x)["step"] for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()]
             assert steps == list(range(steps[0], 9)) and steps[-1] == 8, (steps, *context)
+            went_on = int(re.search(r"starting at update (\d+)", err).group(1))  # never another run's identity
+            resumed = [before[k] for k in before if k.suffix == ".npz" and _meta_step(before[k]) == went_on]
+            ids = {_meta(b).get("run_id") for b in resumed}
+            assert _meta((ws / "run" / "checkpoint_8.npz").read_bytes()).get("run_id") in ids, context
+        ids_altered = any(re.fullmatch(r"(flip|reverse|swap lines|shift ids) cache/train/\w+\.(ids|offsets\.npy)", d)
+                          for d in damages)
+        if ids_altered and status == 0 and command == "resume":
+            assert "the token id cache is damaged" in err, context  # never trained on without a note
 
     check()
+
+
+# ---------------------------------------------------------------------------- 3. outputs of every kind
+class FifoReader:
+    """Reads a FIFO to its end in a thread, opened first without waiting (so a writer's open never
+    blocks), until ``stop``; ``data`` holds what came."""
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.data, self.done = b"", threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        while not self.done.is_set():
+            ready, _, _ = select.select([self.fd], [], [], 0.05)
+            if ready:
+                self.data += os.read(self.fd, 1 << 16)
+
+    def stop(self):
+        self.done.set()
+        self.thread.join(timeout=10)
+        os.close(self.fd)
+
+
+def refuses(kind, text: str) -> bool:
+    try:
+        kind(text)
+    except argparse.ArgumentTypeError:
+        return True
+    return False
+
+
+def kinds_of_output(ws: Path) -> dict:
+    """{name: (path, what it is)}: the nodes an --output may name that are not a new file."""
+    (ws / "real").mkdir()
+    (ws / "real" / "target.txt").write_text("a file of the user's\n")
+    made = {"devnull": (Path(os.devnull), "char"), "fifo": (ws / "out.fifo", "fifo"),
+            "link-to-device": (ws / "null-link", "link"), "link-to-file": (ws / "file-link", "link"),
+            "hard-link-to-checkpoint": (ws / "hard.npz", "file"), "directory": (ws / "adir", "dir")}
+    os.mkfifo(ws / "out.fifo")
+    (ws / "null-link").symlink_to(os.devnull)
+    (ws / "file-link").symlink_to(ws / "real" / "target.txt")
+    os.link(ws / "run" / "checkpoint_6.npz", ws / "hard.npz")
+    return made
+
+
+def node_kind(path: Path) -> str:
+    mode = path.lstat().st_mode
+    return ("link" if stat.S_ISLNK(mode) else "char" if stat.S_ISCHR(mode) else "fifo" if stat.S_ISFIFO(mode)
+            else "dir" if stat.S_ISDIR(mode) else "file")
+
+
+def test_outputs_of_every_kind_are_written_through_or_replaced_without_harm(small_run, tmp_path, request):
+    @fuzz_settings(budget(request, "outputs"))
+    @given(st.data())
+    def check(data):
+        ws = workspace(tmp_path, small_run, {})
+        made = kinds_of_output(ws)
+        which = data.draw(st.sampled_from(sorted(made)), label="output")
+        path, kind = made[which]
+        verb = data.draw(st.sampled_from(["translate", "average"]), label="verb")
+        argv = (["translate", "--run-dir", ws / "run", "--input", ws / "text.txt", "--beam", "1", "--no-progress"]
+                if verb == "translate" else ["average", "--run-dir", ws / "run", "--last", "2"]) + ["--output", path]
+        checkpoint = (ws / "run" / "checkpoint_6.npz").read_bytes()
+        reader = FifoReader(path) if kind == "fifo" else None
+        try:
+            status, _, err = run(argv)
+        finally:
+            if reader:
+                reader.stop()
+        event(f"{verb} into {which}: exit status {status}")
+        assert_clean(argv, status, err)
+        assert node_kind(path) == kind, (argv, err)  # a device, a FIFO, a symlink stay what they were
+        assert (ws / "run" / "checkpoint_6.npz").read_bytes() == checkpoint, (argv, err)
+        if which == "link-to-file" and status == 0:
+            assert (ws / "real" / "target.txt").read_bytes() != b"a file of the user's\n", argv  # written, through it
+        if kind == "fifo" and status == 0 and verb == "translate":
+            assert reader.data.decode().count("\n") == 2, (argv, err)
+        if which in ("directory", "hard-link-to-checkpoint"):
+            assert status == 2, (argv, err)  # not a file to write; a run's checkpoint (by what it holds)
+        assert list(ws.glob(".*.partial")) == [] and list((ws / "run").glob(".*.partial")) == []
+
+    check()
+
+
+# ---------------------------------------------------------------------------- 4. environment variables
+def test_any_bad_environment_variable_is_one_line_naming_it_and_writes_nothing(small_run, tmp_path, request,
+                                                                              monkeypatch):
+    from minitensor import environment  # noqa: PLC0415
+
+    @fuzz_settings(budget(request, "environment"))
+    @given(st.data())
+    def check(data):
+        ws = workspace(tmp_path, small_run, {})
+        name = data.draw(st.sampled_from(sorted(environment.VARIABLES)), label="variable")
+        variable = environment.VARIABLES[name]
+        bad = [v for v in out_of_kind(variable.kind) if v.strip() and refuses(variable.kind, v.strip())]
+        if not bad:  # a folder's name: anything non-empty is taken, and checked where it is used
+            return
+        value = data.draw(st.sampled_from(bad), label="value")
+        verb = data.draw(st.sampled_from(["train", "translate", "evaluate", "average", "data"]), label="verb")
+        argv = base_argv(verb, ws)
+        before = snapshot(ws)
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            status, out, err = run(argv)
+        event(f"{name}: exit status {status}")
+        assert status == 2 and err.startswith(f"error: {name} must be "), (name, value, err)
+        assert len(err.strip().splitlines()) == 1 and out == "", (name, value, err)
+        assert snapshot(ws) == before and not (ws / "new").exists() and not (ws / "wmt").exists()
+
+    check()
+
+
+# ---------------------------------------------------------------------------- 5. two commands racing on one name
+RACERS = {  # a command that writes NAME in ws, and what the name holds when it wrote it
+    "translate dogs": lambda ws, name: ["translate", "--run-dir", ws / "run", "--input", ws / "dogs.txt", "--beam", "1",
+                                        "--no-progress", "--output", ws / name],
+    "translate cats": lambda ws, name: ["translate", "--run-dir", ws / "run", "--input", ws / "cats.txt", "--beam", "1",
+                                        "--no-progress", "--output", ws / name],
+    "average of the run": lambda ws, name: ["average", "--run-dir", ws / "run", "--last", "2", "--output", ws / name],
+    "average of another run": lambda ws, name: ["average", "--run-dir", ws / "sibling", "--last", "2", "--output",
+                                                ws / name],
+}
+
+
+def test_two_commands_racing_on_one_name_leave_one_whole_result(small_run, sibling_run, tmp_path, request):
+    from .test_cli_nothing_mixed import PAUSING, resume, start, stopped  # noqa: PLC0415
+
+    ws = workspace(tmp_path, small_run, {})
+    shutil.copytree(sibling_run, ws / "sibling")
+    (ws / "dogs.txt").write_text("A dog runs.\nTwo dogs play.\n")
+    (ws / "cats.txt").write_text("A cat sleeps.\nTwo cats eat.\n")
+    results = {}  # what each command writes when it runs alone
+    for racer, argv in RACERS.items():
+        status, _, err = cli_subprocess(argv(ws, "alone"), PAUSING)
+        assert status == 0, err
+        results[racer] = what_it_holds(ws / "alone")
+        (ws / "alone").unlink()
+
+    @fuzz_settings(budget(request, "races"))
+    @given(st.data())
+    def check(data):
+        first, second = (data.draw(st.sampled_from(sorted(RACERS)), label=label) for label in ("first", "second"))
+        nth = data.draw(st.integers(1, 3), label="paused at its write")
+        name = f"out{len(list(ws.glob('out*')))}.bin"
+        paused = start(*RACERS[first](ws, name), pause_at=re.escape(name), nth=nth)
+        was_paused = stopped(paused)
+        status2, _, err2 = cli_subprocess(RACERS[second](ws, name), PAUSING)
+        status1, _, err1 = resume(paused) if was_paused else (paused.returncode, *paused.communicate())
+        event(f"{first} paused at write {nth} ({was_paused}), {second}: {status1}, {status2}")
+        for status, err in ((status1, err1), (status2, err2)):
+            assert status in (0, 2) and "Traceback" not in err, err
+            assert status == 0 or len([x for x in err.splitlines() if x.startswith("error:")]) == 1, err
+        written = [r for r, s in ((first, status1), (second, status2)) if s == 0]
+        if (ws / name).exists():  # the result of the one that finished last of those that wrote
+            last = written[0] if len(written) == 1 else first if was_paused else second
+            assert written and what_it_holds(ws / name) == results[last], (first, second, err1, err2)
+        assert list(ws.glob(".*.partial")) == [], (first, second)
+
+    check()
+
+
+def what_it_holds(path: Path):
+    """A translation's bytes; an average's run and checkpoints (a .npz file's bytes hold the time
+    it was written)."""
+    data = path.read_bytes()
+    meta = _meta(data)
+    return (meta.get("run_id"), tuple(meta.get("averaged", ()))) if meta else data
+
+
+def cli_subprocess(argv, code: str) -> tuple[int, str, str]:
+    p = subprocess.run([sys.executable, "-c", code, *map(str, argv)], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "MINITENSOR_DEBUG": "0"})
+    return p.returncode, p.stdout, p.stderr

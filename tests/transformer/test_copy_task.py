@@ -104,16 +104,25 @@ def test_a_second_run_into_the_same_folder_says_it_replaces_the_first(tmp_path, 
 
 
 def _copy_task_until(tmp_path, updates: int) -> subprocess.Popen:
-    """The quick start's command, with no target and no validation, once ``updates`` are logged."""
+    """The quick start's command, with no target and no validation, once ``updates`` are logged (to
+    the log's temporary file: it replaces an earlier run's metrics.jsonl once it is whole)."""
     run = tmp_path / "run"
+
+    def logged() -> int:
+        return sum(len(p.read_text().splitlines()) for p in run.glob(".metrics.jsonl.*.partial"))
     proc = subprocess.Popen([sys.executable, str(REPO / "examples" / "copy_task.py"), "--run-dir", str(run),
                              "--steps", "100000", "--stop-at", "none", "--eval-every", "100000", "--test-size", "20",
                              "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while not ((run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= updates):
-        assert proc.poll() is None, proc.communicate()
-        assert time.time() < deadline, f"no {updates} updates within 120 s"
-        time.sleep(0.05)
+    try:
+        while logged() < updates:
+            assert proc.poll() is None, proc.communicate()
+            assert time.time() < deadline, f"no {updates} updates within 120 s"
+            time.sleep(0.05)
+    except BaseException:
+        proc.kill()  # (a run of 100000 updates is not left behind)
+        proc.communicate()
+        raise
     return proc
 
 

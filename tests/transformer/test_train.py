@@ -184,9 +184,9 @@ def test_sigkill_mid_training_leaves_loadable_checkpoints_and_resume_continues(t
     last = int(found[-1].stem.split("_")[1])
     # a kill that lands inside a save leaves that save's temporary file; plant one so the
     # clean-up on resume is exercised whichever way the kill fell
-    (run / f".checkpoint_{last + 2}.npz.{proc.pid}.tmp.npz").write_bytes(b"PK\x03\x04 half a zip")
+    (run / f".checkpoint_{last + 2}.npz.{proc.pid}.0.partial").write_bytes(b"PK\x03\x04 half a zip")
     main(cli_train_args(run, "--resume", "--max-steps", str(last + 2), "--save-every", "2"))
-    assert not list(run.glob(".*.tmp.npz"))
+    assert not list(run.glob(".*.partial"))
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, last + 3))  # no step twice, none missing
 

@@ -8,6 +8,7 @@ import hashlib
 import http.server
 import io
 import json
+import shutil
 import resource
 import signal
 import subprocess
@@ -238,7 +239,7 @@ def test_archives_from_a_folder_need_no_network(archives, tmp_path, monkeypatch,
     assert json.loads((out / "manifest.json").read_text())["files"]["train.en"]["lines"] == 700
     assert not (out / "archives").exists()  # used where they are, not copied
     # a damaged archive of the user's is named and left alone (exit 2: the input is at fault)
-    (out / "manifest.json").unlink()
+    shutil.rmtree(out)
     damaged = folder / "dev.tgz"
     damaged.write_bytes(archives["dev.tgz"][:-10])
     status, err = run_cli(["data", "wmt14", "--out", str(out), "--from", str(folder), "--no-progress"], capsys)
