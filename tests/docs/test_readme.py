@@ -107,3 +107,25 @@ def test_the_layout_block_names_every_top_level_folder_and_example():
         assert f"{folder}/" in layout or folder in layout, f"{folder} is missing from the README's Layout"
     for example in (root / "examples").glob("*.py"):
         assert example.name in layout, f"examples/{example.name} is missing from the README's Layout"
+
+
+def test_the_table_of_environment_variables_lists_each_declared_one_with_its_values():
+    """The README's table names every variable the project reads (minitensor.environment), and
+    each row's values are its declared kind's (its choices, or its range)."""
+    import transformer  # noqa: F401, PLC0415 (declares the command line's variables)
+    from minitensor import environment  # noqa: PLC0415
+    from minitensor.kinds import Choice, Real, Whole  # noqa: PLC0415
+
+    rows = dict(re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]+) \|", README.read_text(), flags=re.M))
+    assert set(rows) == set(environment.VARIABLES)
+    for name, variable in environment.VARIABLES.items():
+        kind, shown = variable.kind, rows[name]
+        if isinstance(kind, Choice):
+            assert re.findall(r"\w+", shown.split("(")[0]) == [*kind.names[:-1], "or", kind.names[-1]] \
+                or shown.split("(")[0].strip() == kind.names[0], (name, shown)
+            default = "unset" if variable.default is None else variable.default
+            assert f"({default})" in shown, (name, shown)
+        elif isinstance(kind, Whole):
+            assert f"{kind.low} to {kind.high}" in shown, (name, shown)
+        elif isinstance(kind, Real):
+            assert f"({variable.default:g})" in shown, (name, shown)
