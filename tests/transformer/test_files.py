@@ -290,25 +290,31 @@ def lock_contenders(folder: Path, start: str, overlaps: list):
     return bodies
 
 
-def run_lock_schedules(tmp_path, monkeypatch, start: str, preemptions: int) -> tuple[int, list]:
-    overlaps, count = [], 0
+def run_scheduled(monkeypatch, choices: list, bodies: list) -> list:
+    """Run ``bodies`` under a :class:`Scheduler` of ``choices``, transformer.files's calls of ``os``
+    and ``fcntl`` as its steps; returns the trace."""
+    sched = Scheduler(choices)
+    monkeypatch.setattr(files, "os", sched.proxy(os))
+    monkeypatch.setattr(files, "fcntl", sched.proxy(REAL_FCNTL))
+    try:
+        return sched.run(bodies)
+    finally:
+        monkeypatch.setattr(files, "os", os)
+        monkeypatch.setattr(files, "fcntl", REAL_FCNTL)
 
-    def run_one(choices):
-        nonlocal count
-        count += 1
-        folder = tmp_path / f"s{count}"
-        folder.mkdir()
-        bodies = lock_contenders(folder, start, overlaps)  # (the lock held at the start is taken before the steps)
-        sched = Scheduler(choices)
-        monkeypatch.setattr(files, "os", sched.proxy(os))
-        monkeypatch.setattr(files, "fcntl", sched.proxy(REAL_FCNTL))
-        try:
-            return sched.run(bodies)
-        finally:
-            monkeypatch.setattr(files, "os", os)
-            monkeypatch.setattr(files, "fcntl", REAL_FCNTL)
-    traces = sum(1 for _ in explore(run_one, preemptions))
-    return traces, overlaps
+
+def fresh_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / f"s{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    return folder
+
+
+def run_lock_schedules(tmp_path, monkeypatch, start: str, preemptions: int) -> tuple[int, list]:
+    overlaps = []
+
+    def run_one(choices):  # (the lock held at the start is taken before the steps)
+        return run_scheduled(monkeypatch, choices, lock_contenders(fresh_folder(tmp_path), start, overlaps))
+    return sum(1 for _ in explore(run_one, preemptions)), overlaps
 
 
 REAL_FCNTL = files.fcntl
@@ -339,13 +345,10 @@ def test_the_interleavings_find_a_lock_that_does_not_check_its_name_after_lockin
 
 
 def run_claim_schedules(tmp_path, monkeypatch) -> tuple[int, list]:
-    problems, count = [], 0
+    problems = []
 
     def run_one(choices):
-        nonlocal count
-        count += 1
-        folder = tmp_path / f"s{count}"
-        folder.mkdir()
+        folder = fresh_folder(tmp_path)
         (folder / ".out.txt.999999.0.partial").write_text("left by a writer that was killed\n")
         holding = []
 
@@ -360,14 +363,7 @@ def run_claim_schedules(tmp_path, monkeypatch) -> tuple[int, list]:
                     holding.remove(i)
             except WriterBusy:
                 pass
-        sched = Scheduler(choices)
-        monkeypatch.setattr(files, "os", sched.proxy(os))
-        monkeypatch.setattr(files, "fcntl", sched.proxy(REAL_FCNTL))
-        try:
-            trace = sched.run([lambda i=i: writer(i) for i in range(2)])
-        finally:
-            monkeypatch.setattr(files, "os", os)
-            monkeypatch.setattr(files, "fcntl", REAL_FCNTL)
+        trace = run_scheduled(monkeypatch, choices, [lambda i=i: writer(i) for i in range(2)])
         out = folder / "out.txt"
         if out.exists() and out.read_text() not in {f"writer {i}\n" * 3 for i in range(2)}:
             problems.append(("mixed", out.read_text()))
