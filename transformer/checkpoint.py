@@ -297,18 +297,18 @@ def step_checkpoints(folder: str | Path, warn=None) -> list[Path]:
 
 
 def prune_checkpoints(folder: str | Path, keep: int, ours=None) -> list[Path]:
-    """Delete all but the newest ``keep`` training checkpoints (by their stored steps); returns
-    the deleted paths. ``ours``, when given, is a function of a checkpoint's metadata that says
-    whether it belongs to the run being pruned: another run's checkpoint, or one that cannot be
-    read, is never deleted."""
+    """Delete all but the newest ``keep`` of the run's training checkpoints (by their stored
+    steps); returns the deleted paths. ``ours``, when given, is a function of a checkpoint's
+    metadata that says whether it belongs to the run being pruned: another run's checkpoint, or
+    one that cannot be read, is neither deleted nor counted among the ``keep``."""
     def deletable(p: Path) -> bool:
         try:
             return ours is None or ours(read_meta(p))
         except CheckpointError:
             return False
 
-    found = step_checkpoints(folder)
-    old = [p for p in (found[:-keep] if keep > 0 else found) if deletable(p)]
+    own = [p for p in step_checkpoints(folder) if deletable(p)]
+    old = own[:-keep] if keep > 0 else own
     for p in old:
         p.unlink()
     return old

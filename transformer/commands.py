@@ -7,8 +7,10 @@ import contextlib
 import dataclasses
 import json
 import os
+import queue
 import re
 import sys
+import threading
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -341,7 +343,8 @@ def cmd_average(args) -> None:
     with out as f:  # the claim on --output: the check of what is there and the write are one writer's
         earlier = _replaceable(output, target) if not out.through else None
         ck, found = average_of(run, args.last, "--last", note)
-        if earlier is not None and (differing := run_differences(earlier, read_meta(found[-1]))):
+        if earlier is not None and (differing := run_differences(earlier, read_meta(found[-1]),
+                                                                 (f"in {output.name}", f"in {run}"))):
             raise InputError(f"--output {output} is an average of another run ({differing[0]}): averaging would "
                              "replace it; choose another --output")
         if earlier is not None:
@@ -439,7 +442,16 @@ def check_input(path: str | None) -> Path | None:
 def input_lines(source: Path | None) -> Iterator[str]:
     """The lines to translate, one at a time: a file's, a pipe's or stdin's (invalid UTF-8, or a
     line too long to be a sentence, named by line)."""
-    return D.iter_lines(source) if source else D.decode_lines(sys.stdin.buffer, "stdin")
+    if source:
+        yield from D.iter_lines(source)
+        return
+    try:  # stdin through a reader of its own: the thread that reads it may still wait on it at exit (arriving)
+        stream = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    except (OSError, ValueError, AttributeError):  # (a stdin without a descriptor, as tests give)
+        yield from D.decode_lines(sys.stdin.buffer, "stdin")
+        return
+    with stream:
+        yield from D.decode_lines(stream, "stdin")
 
 
 def count_lines(source: Path | None) -> int | None:
@@ -485,10 +497,8 @@ def cmd_translate(args) -> None:
         options = _translate_options(args, loaded)
         total = count_lines(source)
         show = not args.no_progress and (output is not None or not sys.stdout.isatty())
-        typed = source is None and sys.stdin.isatty()
-        chunk = 1 if typed else TRANSLATE_CHUNK  # typed lines come back at once
         with tqdm(total=total, desc="translating", unit="line", disable=not show, file=sys.stderr) as bar:
-            for lines in batched(input_lines(source), chunk):
+            for lines in arriving(input_lines(source), TRANSLATE_CHUNK):
                 text = "".join(line + "\n" for line in translate(loaded.model, loaded.tokenizer, lines, progress=False,
                                                                  first_line=done + 1, **options))
                 with _writing(written):
@@ -548,16 +558,53 @@ def _keep_partial(out: Output, done: int) -> str | None:
 TRANSLATE_CHUNK = 256  # lines translated (and written) together: batched by length inside, in order outside
 
 
-def batched(items, n: int) -> Iterator[list]:
-    """Consecutive lists of ``n`` items (the last may be shorter)."""
-    group = []
-    for item in items:
-        group.append(item)
-        if len(group) == n:
-            yield group
-            group = []
-    if group:
-        yield group
+def arriving(items: Iterator, n: int) -> Iterator[list]:
+    """Consecutive lists of at most ``n`` items: as many as have come, so that a line typed, or
+    sent alone down a pipe, is translated (and written) before the next one comes, and a file's
+    lines go in lists of ``n``. The items are read in a thread, at most ``4 n`` ahead; an error
+    reading them (a line that is not text) is raised here, in its turn."""
+    ahead: queue.Queue = queue.Queue(maxsize=4 * n)
+    end, stop = object(), threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():  # (the reader gives up once the translating has stopped)
+            with contextlib.suppress(queue.Full):
+                ahead.put(item, timeout=0.1)
+                return True
+        return False
+
+    def read():
+        try:
+            for item in items:
+                if not put(item):
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the reader below
+            put(_Raised(e))
+        put(end)
+    threading.Thread(target=read, daemon=True, name="translate-input").start()
+    try:
+        while True:
+            group, item = [], ahead.get()  # (waits for the next line; a signal interrupts the wait)
+            while item is not end and not isinstance(item, _Raised):
+                group.append(item)
+                if len(group) == n or ahead.empty():
+                    break
+                item = ahead.get()
+            if group:
+                yield group
+            if item is end:
+                return
+            if isinstance(item, _Raised):
+                raise item.error
+    finally:
+        stop.set()
+
+
+class _Raised:
+    """An error met while reading the input, passed to the thread that translates."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
 
 
 def _headline(run: Path, hypotheses: str, record: str, saved: Path) -> None:

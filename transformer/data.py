@@ -157,9 +157,13 @@ def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> P
     downloaded on first use from the dataset's public repository into
     ``default_cache_dir()/multi30k``, where the command line and the lessons both read them.
     """
+    given = "--data-dir" if root is not None else "$MULTI30K_DIR"
     root = root if root is not None else environment.value("MULTI30K_DIR")
     local = root is not None
     folder = Path(root) if local else default_cache_dir() / "multi30k"
+    if local and not folder.is_dir():
+        raise DataError(f"{given} {folder}: {'not a folder' if folder.exists() else 'no such folder'} (a Multi30k "
+                        f"directory holds {', '.join(MULTI30K_SHA256)})")
     for name, digest in MULTI30K_SHA256.items():
         path = folder / name
         if not path.exists():

@@ -171,11 +171,30 @@ def remove_stale(folder: str | Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------- outputs
+_DESCRIPTOR = re.compile(r"/(?:proc/self|dev)/fd/(\d+)")
+
+
+def descriptor(path: str | Path) -> int | None:
+    """The open descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/1``,
+    ``/proc/self/fd/1``, or a symlink to one of them), or None."""
+    name = os.path.abspath(path)
+    for _ in range(40):  # (as many links as the kernel follows)
+        if m := _DESCRIPTOR.fullmatch(name):
+            return int(m.group(1))
+        if not os.path.islink(name):
+            return None
+        name = os.path.normpath(os.path.join(os.path.dirname(name), os.readlink(name)))
+    return None
+
+
 def output_target(path: str | Path) -> tuple[Path, bool]:
     """(the file that writing ``path`` writes, whether it is written through). A regular file or a
     new name, directly or through symlinks, is the file itself (replaced atomically); any other
-    kind of node (device, FIFO, socket, terminal) is written through."""
+    kind of node (device, FIFO, socket, terminal), and an open descriptor (``/dev/stdout``: the
+    file the shell opened, at its offset), is written through."""
     path = Path(path)
+    if descriptor(path) is not None:
+        return path, True
     try:
         mode = os.stat(path).st_mode  # follows symlinks
     except FileNotFoundError:
@@ -207,8 +226,10 @@ class Output:
     def open(self) -> IO:
         mode = "wb" if self.binary else "w"
         text = {} if self.binary else {"encoding": "utf-8"}
-        if self.through:
-            self.file = open(self.target, mode, **text)  # noqa: SIM115 - closed by commit/discard
+        if self.through:  # (an open descriptor is written through a copy of it: at its offset, its appends kept)
+            fd = descriptor(self.path)
+            self.file = (open(self.target, mode, **text) if fd is None  # noqa: SIM115 - closed by commit/discard
+                         else os.fdopen(os.dup(fd), mode, **text))
             return self.file
         try:
             self.partial, fd = claim(self.target)

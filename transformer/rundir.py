@@ -210,20 +210,27 @@ def load_model(run: Path, checkpoint: str | None = None, average: int | None = N
         if ck["meta"].get("vocab_sha256") not in (None, tok.fingerprint()):  # another run's weights are fine, its vocabulary not
             raise InputError(f"--checkpoint {checkpoint} was trained with another vocabulary than {run / 'spm.model'}: "
                              "it belongs to another run; give that run's --run-dir, or a checkpoint of this run")
-    else:
-        found = step_checkpoints(run, warn=note)
-        if not found:
-            raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
-        if average and average > 1:
-            ck, files = average_of(run, average, "--average", note)
-            name = f"average{len(files)}-{files[-1].stem}"
-        else:  # the newest that loads, saying which were skipped and why
-            ours = not_the_runs(run, note)
-            ck, path = newest_loadable(found, warn=note, refuse=lambda ck: ours(ck["meta"]))
-            files, name = [path], path.stem
+    elif average and average > 1:
+        ck, files = average_of(run, average, "--average", note)
+        name = f"average{len(files)}-{files[-1].stem}"
+    else:  # the newest of the run's own that loads, saying which were passed over and why
+        own = runs_own(run, listed(run, note), note)
+        if not own:
+            raise InputError(f"{run}: none of its checkpoints is the run's own (see above)")
+        ck, path = newest_loadable(own, warn=note)
+        files, name = [path], path.stem
     model = Transformer(model_config(ck["meta"], files[-1]))
     model.load_state_dict(ck["model"])
     return Loaded(model.to(device).eval(), tok, name, [str(f) for f in files], ck["meta"])
+
+
+def listed(run: Path, note) -> list[Path]:
+    """The step checkpoints in ``run`` (:func:`transformer.checkpoint.step_checkpoints`, whose notes
+    go to ``note``); refused, saying why, when there is none."""
+    if not (found := step_checkpoints(run, warn=note)):
+        refuse_copy_task_run(run)
+        raise InputError(f"{run}: no checkpoint_<step>.npz files; train first")
+    return found
 
 
 def average_of(run: Path, last: int, flag: str, note) -> tuple[dict, list[Path]]:
@@ -235,9 +242,8 @@ def average_of(run: Path, last: int, flag: str, note) -> tuple[dict, list[Path]]
     quiet = lambda msg: None  # noqa: E731 (a second look names nothing twice)
     for attempt in range(4):
         say = note if attempt == 0 else quiet
-        files = runs_own(run, step_checkpoints(run, warn=say), say)[-last:]
+        files = runs_own(run, listed(run, say), say)[-last:]
         if not files:
-            refuse_copy_task_run(run)
             raise InputError(f"{flag} {last}: none of the checkpoints in {run} is the run's own"
                              f"{' (see above)' if attempt == 0 else ''}")
         try:

@@ -88,6 +88,18 @@ def test_prune_keeps_the_newest_steps(tmp_path):
     assert [p.name for p in step_checkpoints(tmp_path)] == ["checkpoint_300.npz", "checkpoint_4000.npz"]
 
 
+def test_prune_keeps_the_newest_of_the_runs_own_and_counts_no_other_runs_among_them(tmp_path):
+    """Another run's checkpoint newer than the run's own is neither deleted nor one of the ``keep``."""
+    model, _ = trained_model()
+    for step in (10, 20, 30):
+        save_checkpoint(tmp_path / f"checkpoint_{step}.npz", model, None, {"step": step, "run_id": "mine"})
+    save_checkpoint(tmp_path / "checkpoint_1000.npz", model, None, {"step": 1000, "run_id": "theirs"})
+    removed = prune_checkpoints(tmp_path, keep=2, ours=lambda meta: meta["run_id"] == "mine")
+    assert [p.name for p in removed] == ["checkpoint_10.npz"]
+    assert [p.name for p in step_checkpoints(tmp_path)] == ["checkpoint_20.npz", "checkpoint_30.npz",
+                                                             "checkpoint_1000.npz"]
+
+
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         load_checkpoint(tmp_path / "nope.npz")

@@ -200,8 +200,8 @@ def test_the_output_path_is_checked_before_any_work(small_run, tmp_path):
 
 
 def test_ctrl_c_keeps_the_lines_translated_so_far_and_says_how_many(small_run, tmp_path):
-    """Lines come on a pipe that stays open: the first chunk of 256 is translated and written, and
-    the command then waits for more input, so Ctrl-C always comes before the end (a file of lines
+    """Lines come on a pipe that stays open: the 300 that came are translated and written, and the
+    command then waits for more input, so Ctrl-C always comes before the end (a file of lines
     could be translated whole before the signal arrived, on a busy machine)."""
     output = tmp_path / "out.txt"
     partials = lambda: list(tmp_path.glob(".out.txt.*.partial"))  # noqa: E731 (the writer's temporary file)
@@ -212,7 +212,7 @@ def test_ctrl_c_keeps_the_lines_translated_so_far_and_says_how_many(small_run, t
     proc.stdin.write("\n".join(D.read_lines(MULTI30K / "train.en.gz")[:300]) + "\n")
     proc.stdin.flush()
     deadline = time.time() + 240
-    while sum(p.read_text().count("\n") for p in partials()) < 256:  # written as it goes
+    while sum(p.read_text().count("\n") for p in partials()) < 300:  # written as they come
         assert proc.poll() is None, proc.stderr.read()
         assert time.time() < deadline, "no lines written within 240 s"
         time.sleep(0.05)
@@ -224,7 +224,7 @@ def test_ctrl_c_keeps_the_lines_translated_so_far_and_says_how_many(small_run, t
     last = err.strip().splitlines()[-1]
     kept = output.read_text().splitlines()
     assert last == f"interrupted: the {len(kept)} line(s) translated so far are in {output}", err
-    assert len(kept) == 256 and not partials()
+    assert len(kept) == 300 and not partials()
 
 
 def test_a_progress_bar_goes_to_stderr_when_the_output_is_a_pipe(small_run):

@@ -313,9 +313,9 @@ def test_a_log_that_lost_records_a_checkpoint_covers_says_which_on_resume(small_
 # ---------------------------------------------------------------------------- 8. signals keep the translations
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_translate_keeps_the_finished_lines_under_the_final_name(small_run, tmp_path, sig):
-    """The input is a FIFO the test keeps open: the first chunk of 256 lines is translated and
-    written, and the command then waits for more, so the signal always comes before the end (a
-    file of lines could be translated whole first, on a busy machine)."""
+    """The input is a FIFO the test keeps open: the 300 lines that came are translated and written,
+    and the command then waits for more, so the signal always comes before the end (a file of
+    lines could be translated whole first, on a busy machine)."""
     source, output = tmp_path / "in.fifo", tmp_path / "out.txt"
     os.mkfifo(source)
     writer = os.open(source, os.O_RDWR)  # read-write: opening does not wait for the reader
@@ -324,7 +324,7 @@ def test_a_signal_to_translate_keeps_the_finished_lines_under_the_final_name(sma
         proc = popen("translate", "--run-dir", small_run, "--input", source, "--output", output, "--beam", "1",
                      "--no-progress")
         deadline = time.time() + 240
-        while sum(p.read_text().count("\n") for p in partials(output)) < 256:  # written as it goes
+        while sum(p.read_text().count("\n") for p in partials(output)) < 300:  # written as they come
             assert proc.poll() is None, proc.communicate()
             assert time.time() < deadline, "no lines written within 240 s"
             time.sleep(0.05)
@@ -333,9 +333,9 @@ def test_a_signal_to_translate_keeps_the_finished_lines_under_the_final_name(sma
     finally:
         os.close(writer)
     assert proc.returncode == 130, err
-    said = f"interrupted ({sig.name}): the 256 line(s) translated so far are in {output}"
+    said = f"interrupted ({sig.name}): the 300 line(s) translated so far are in {output}"
     assert err.strip().splitlines()[-1] == said, err
-    assert len(output.read_text().splitlines()) == 256 and not partials(output)
+    assert len(output.read_text().splitlines()) == 300 and not partials(output)
 
 
 # ---------------------------------------------------------------------------- 9. evaluate checks before it decodes

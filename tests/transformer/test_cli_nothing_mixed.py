@@ -5,6 +5,7 @@ write of the shared name while the other runs, then let go."""
 import hashlib
 import json
 import os
+import select
 import shutil
 import signal
 import stat
@@ -143,6 +144,23 @@ def test_translate_into_a_symlink_to_its_own_stdout_writes_to_stdout(small_run, 
     assert len(out.splitlines()) == 2 and link.is_symlink()
 
 
+@pytest.mark.parametrize("name", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_dev_stdout_appended_to_a_file_writes_through_the_shells_descriptor(small_run, tmp_path, name):
+    """``translate --output /dev/stdout >> app.txt``: the lines go after what app.txt held, through
+    the descriptor the shell opened; the file is neither replaced nor cut."""
+    app = tmp_path / "app.txt"
+    app.write_text("header\n")
+    inode = app.stat().st_ino
+    with open(app, "a") as out:
+        p = subprocess.run([sys.executable, "-m", "transformer", "translate", "--run-dir", str(small_run), "--beam", "1",
+                            "--output", name], cwd=REPO, input=lines(2), stdout=out, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert app.stat().st_ino == inode
+    text = app.read_text().splitlines()
+    assert text[0] == "header" and len(text) == 3
+
+
 def test_a_symlink_to_a_regular_file_writes_that_file_and_stays_a_link(small_run, tmp_path):
     (tmp_path / "real").mkdir()
     target, link = tmp_path / "real" / "out.txt", tmp_path / "out.txt"
@@ -222,6 +240,42 @@ def test_without_run_json_the_runs_own_checkpoints_give_its_id_back(small_run, t
     assert status == 0, err
     assert json.loads((run / "run.json").read_text())["run_id"] == own  # its own again, not a new one
     assert read_meta(run / "checkpoint_8.npz")["run_id"] == own
+
+
+def test_another_runs_checkpoint_is_named_wherever_it_sits_and_never_counted_by_keep_last(small_run, sibling_run,
+                                                                                        tmp_path):
+    run = copy_run(small_run, tmp_path)
+    foreign = run / "checkpoint_1000.npz"
+    shutil.copy(sibling_run / "checkpoint_4.npz", foreign)  # holds update 4: older than the run's newest
+    skipped = "skipping checkpoint_1000.npz: another run's checkpoint (its run id"
+    status, out, err = cli("translate", "--run-dir", run, "--beam", "1", stdin=lines(1))
+    assert status == 0 and skipped in err, err
+    status, _, err = cli("train", "--run-dir", run, *SMALL, "--resume", "--max-steps", "10", "--save-every", "2",
+                         "--keep-last", "2")
+    assert status == 0, err
+    names = sorted(p.name for p in run.glob("checkpoint_*.npz"))
+    assert names == ["checkpoint_10.npz", "checkpoint_1000.npz", "checkpoint_8.npz"], names  # 2 of its own kept
+    assert foreign.read_bytes() == (sibling_run / "checkpoint_4.npz").read_bytes()
+
+
+def test_a_line_sent_alone_down_a_pipe_is_translated_before_the_next_comes(small_run):
+    proc = subprocess.Popen([sys.executable, "-m", "transformer", "translate", "--run-dir", str(small_run), "--beam",
+                             "1"], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        proc.stdin.write("A dog runs in the park.\n")
+        proc.stdin.flush()
+        ready, _, _ = select.select([proc.stdout], [], [], 120)
+        assert ready, "the line that came was not translated while the pipe stayed open"
+        assert proc.stdout.readline().strip()
+        proc.stdin.write("Two cats sleep.\n")
+        proc.stdin.close()
+        proc.stdin = None
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and len(out.splitlines()) == 1, err
 
 
 # ---------------------------------------------------------------------------- 2. the id cache, by its hashes

@@ -103,6 +103,14 @@ def test_multi30k_dir_is_read_without_a_root_and_never_downloads(tmp_path, monke
     monkeypatch.setenv("MULTI30K_DIR", str(MULTI30K))
     assert data.multi30k_files() == MULTI30K
     assert not (tmp_path / "cache").exists()
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(DataError, match=r"^\$MULTI30K_DIR .*nowhere: no such folder \(a Multi30k directory holds "):
+        data.multi30k_files()
+    (tmp_path / "a-file").write_text("not a folder")
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "a-file"))
+    with pytest.raises(DataError, match=r"^\$MULTI30K_DIR .*a-file: not a folder"):
+        data.multi30k_files()
+    (tmp_path / "empty").mkdir()
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "empty"))
     with pytest.raises(DataError, match="missing"):
         data.multi30k_files()
