@@ -6,7 +6,8 @@ written under a temporary name in the same folder and renamed over the name once
 reader or a crash never meets half a file under it; a symlink to a regular file writes the
 file it points to, the same way. Anything else (a device such as ``/dev/null``, a FIFO, a
 terminal, a symlink to one of them) is written through, as ``> NAME`` would: renaming over it
-would replace the node itself.
+would replace the node itself. ``/dev/stdout``, ``/dev/fd/N`` and ``/proc/self/fd/N`` name an
+open descriptor: written through a copy of it, at its offset (so ``>> log`` appends).
 
 **Claims.** The temporary name, ``.NAME.<pid>.<n>.partial``, is created with ``O_EXCL`` (it is
 this writer's alone) and locked with ``flock`` while it is written: that lock is the writer's

@@ -2,8 +2,8 @@
 
 Ctrl-C sends SIGINT; ``kill``, ``timeout`` and batch schedulers send SIGTERM; a closed terminal
 sends SIGHUP; a reader of the output that went away (``... | head``) ends a command quietly
-(:func:`closed_pipe`; training stops as a signal stops it, :data:`CLOSED_STDOUT`). Every command treats them alike: what was finished is kept under its final name
-and a line says so. Training finishes the update in flight and saves; other commands stop where
+(:func:`closed_pipe`; training stops as a signal stops it, :data:`CLOSED_STDOUT`). Every command
+treats them alike: what was finished is kept under its final name and a line says so. Training finishes the update in flight and saves; other commands stop where
 they are (SIGTERM and SIGHUP raise :class:`Stopped`, which is a ``KeyboardInterrupt``, so they
 take the path Ctrl-C takes).
 """

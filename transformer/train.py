@@ -98,13 +98,16 @@ class RunFileError(ValueError):
     """A file of the run directory (its metrics log, say) is damaged; the message names file and line."""
 
 
-# the numbers of a metrics record that the plots read: each update's loss (null for a skipped
-# fp16 update) and learning rate, and at validation steps what validation measured
-RECORD_NUMBERS = ("loss", "lr", "valid_nll", "valid_ppl", "valid_bleu")
+VALIDATION = ("valid_nll", "valid_ppl", "valid_bleu")  # what a validation step adds to its record
 
 
-def _number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _wrong_numbers(record: dict) -> list[str]:
+    """The fields of a metrics record that the plots read and that are not numbers: its loss (null
+    for a skipped fp16 update), its learning rate, and what validation measured, where it ran."""
+    may_be_null = {"loss": True, "lr": False, **{k: False for k in VALIDATION if k in record}}
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
+    return [k for k, null in may_be_null.items() if not (number(record.get(k)) or (null and k in record
+                                                                                   and record[k] is None))]
 
 
 def read_metrics(path: Path, warn=None) -> list[dict]:
@@ -122,8 +125,7 @@ def read_metrics(path: Path, warn=None) -> list[dict]:
             record = json.loads(line)
             if not (isinstance(record, dict) and isinstance(record.get("step"), int)):
                 raise ValueError("not a record with a step")
-            if wrong := [k for k in RECORD_NUMBERS if (k in record or k in ("loss", "lr")) and not (
-                    k in record and (_number(record[k]) or (k == "loss" and record[k] is None)))]:
+            if wrong := _wrong_numbers(record):
                 raise ValueError(f"{', '.join(wrong)}: not a number")
         except ValueError as e:
             if number == len(lines):  # no line ending after it: the write was cut off

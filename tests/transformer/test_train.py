@@ -15,7 +15,7 @@ from transformer import TransformerConfig, data
 from transformer.checkpoint import load_checkpoint, step_checkpoints
 from transformer.cli import main
 from transformer.tokenizer import Tokenizer, encode_cached
-from transformer.train import ParallelData, Trainer, TrainingDiverged, TrainSettings
+from transformer.train import ParallelData, RunFileError, Trainer, TrainingDiverged, TrainSettings, read_metrics
 
 from ..helpers import MULTI30K, needs_multi30k
 
@@ -250,3 +250,17 @@ def test_a_time_budget_sizes_the_bar_to_the_updates_it_allows_at_the_pace_so_far
     assert b.total == 10
     size_to_budget(b, 10, 20.0, 0.0, 100_000)  # no budget: as it was
     assert b.total == 10
+
+
+@pytest.mark.parametrize("line, wrong", [
+    ('{"step": 2, "epoch": 0, "lors": 5.0, "lr": 0.1}', "loss"),          # a flipped byte in a key
+    ('{"step": 2, "epoch": 0, "loss": 5.0, "lr": "0.1"}', "lr"),
+    ('{"step": 2, "epoch": 0, "loss": true, "lr": 0.1}', "loss"),
+    ('{"step": 2, "epoch": 0, "loss": 5.0, "lr": 0.1, "valid_nll": null}', "valid_nll"),
+])
+def test_a_metrics_line_without_the_numbers_the_plots_read_is_named(tmp_path, line, wrong):
+    """(The damage fuzzer found a flipped key: the plots then failed with a KeyError.)"""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1, "epoch": 0, "loss": null, "lr": 0.1, "skipped": true}\n' + line + "\n")
+    with pytest.raises(RunFileError, match=rf"metrics.jsonl:2: not a metrics record \({wrong}: not a number\)"):
+        read_metrics(log)
