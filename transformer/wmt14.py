@@ -158,6 +158,7 @@ def prepare(out: str | Path, from_dir: str | Path | None = None, url_base: str |
     out = Path(out)
     if (manifest := _prepared(out, log)) is not None:
         return manifest
+    changed = is_prepared(out)  # (prepared, and its files changed since: said above, prepared again below)
     if from_dir is not None:
         missing = [name for name in archives if not (Path(from_dir) / name).is_file()]
         if missing:  # all of them at once, before hours of checking the others
@@ -165,7 +166,7 @@ def prepare(out: str | Path, from_dir: str | Path | None = None, url_base: str |
                             + ", ".join(archives[name].url for name in missing) + ")")
     out.mkdir(parents=True, exist_ok=True)
     with Lock(out, "wait for it to finish, or prepare another --out"):  # one `data wmt14` at a time in a folder
-        if (manifest := _prepared(out, log)) is not None:  # by the one that held the lock before
+        if not changed and (manifest := _prepared(out, log)) is not None:  # by the one that held the lock before
             return manifest
         if theirs := _not_ours(out):
             raise DataError(f"--out {out} holds {', '.join(theirs)}, which `data wmt14` did not write (there is no "
