@@ -5,6 +5,7 @@ write of the shared name while the other runs, then let go."""
 import hashlib
 import json
 import os
+import pty
 import select
 import shutil
 import signal
@@ -159,6 +160,31 @@ def test_dev_stdout_appended_to_a_file_writes_through_the_shells_descriptor(smal
     assert app.stat().st_ino == inode
     text = app.read_text().splitlines()
     assert text[0] == "header" and len(text) == 3
+
+
+def test_translate_into_a_terminal_writes_through_it(small_run):
+    controller, terminal = pty.openpty()
+    try:
+        status, _, err = cli("translate", "--run-dir", small_run, "--output", os.ttyname(terminal), "--beam", "1",
+                             stdin=lines(2))
+        assert status == 0, err
+        got = b""
+        while select.select([controller], [], [], 1)[0] and got.count(b"\n") < 2:
+            got += os.read(controller, 1 << 16)
+        assert got.count(b"\n") == 2 and stat.S_ISCHR(os.stat(os.ttyname(terminal)).st_mode)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+
+
+def test_evaluates_headline_through_a_symlink_writes_the_file_it_points_to(small_run, tmp_path):
+    run = copy_run(small_run, tmp_path)
+    kept = tmp_path / "elsewhere.json"
+    kept.write_text("{}")
+    (run / "evaluation.json").symlink_to(kept)
+    status, _, err = cli("evaluate", "--run-dir", run, "--beam", "1")
+    assert status == 0, err
+    assert (run / "evaluation.json").is_symlink() and json.loads(kept.read_text())["sentences"] == 1000
 
 
 def test_a_symlink_to_a_regular_file_writes_that_file_and_stays_a_link(small_run, tmp_path):
