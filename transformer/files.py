@@ -91,24 +91,24 @@ def _lock_verified(fd: int, path: Path) -> str:
 
 
 PARTIAL = ".partial"
-_CLAIM_MIDDLE = re.compile(r"(\d+)\.\d+")
+_CLAIM = re.compile(r"\.(.+)\.(\d+)\.\d+" + re.escape(PARTIAL))  # .NAME.<pid>.<n>.partial
 
 
 def _claim_path(target: Path, n: int) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{n}{PARTIAL}")
 
 
+def _claim_files(folder: Path) -> list[tuple[Path, str, int]]:
+    """The temporary files of writers in ``folder``: (path, the name they write, the pid they name)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError), os.scandir(folder) as entries:
+        return [(folder / entry.name, m.group(1), int(m.group(2))) for entry in entries
+                if (m := _CLAIM.fullmatch(entry.name))]
+    return []
+
+
 def _claims(target: Path) -> list[tuple[Path, int]]:
     """The temporary files of writers of ``target`` in its folder, with the process ids they name."""
-    head = f".{target.name}."
-    found = []
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for entry in os.scandir(target.parent):
-            name = entry.name
-            if name.startswith(head) and name.endswith(PARTIAL):
-                if m := _CLAIM_MIDDLE.fullmatch(name[len(head):-len(PARTIAL)]):
-                    found.append((target.parent / name, int(m.group(1))))
-    return found
+    return [(path, pid) for path, name, pid in _claim_files(target.parent) if name == target.name]
 
 
 def _take_over(path: Path) -> bool:
@@ -160,15 +160,7 @@ def claim(target: Path) -> tuple[Path, int]:
 
 def remove_stale(folder: str | Path) -> list[Path]:
     """Remove the temporary files in ``folder`` whose writers are gone; returns them."""
-    removed = []
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for entry in list(os.scandir(folder)):
-            name = entry.name
-            if name.startswith(".") and name.endswith(PARTIAL) and _CLAIM_MIDDLE.search(name):
-                path = Path(folder) / name
-                if path.exists() and _take_over(path):
-                    removed.append(path)
-    return removed
+    return [path for path, _, _ in _claim_files(Path(folder)) if path.exists() and _take_over(path)]
 
 
 # ---------------------------------------------------------------------------- outputs
