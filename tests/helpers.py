@@ -2,8 +2,10 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +94,74 @@ def copy_run(run: Path, tmp_path: Path) -> Path:
     """A copy of a run directory (``tmp_path/run``), for a test that changes what is in it."""
     shutil.copytree(run, tmp_path / "run")
     return tmp_path / "run"
+
+
+# ``python -c PAUSING ARGS``: the command line, stopped (SIGSTOP, to itself) at the $PAUSE_NTH
+# (default 1) write of a name that matches the regular expression $PAUSE_AT: just after os.open
+# creates it (O_CREAT), just after flock locks it, or just before os.replace, os.link or
+# os.rename puts a file under it. $ARCHIVES (JSON) stands in for WMT14's table of archives.
+PAUSING = """
+import fcntl, json, os, re, signal, sys
+pattern, nth, seen, opened = re.compile(os.environ.get("PAUSE_AT", "^$")), int(os.environ.get("PAUSE_NTH", "1")), [0], {}
+def pause(path):
+    if pattern.search(str(path)):
+        seen[0] += 1
+        if seen[0] == nth:
+            os.kill(os.getpid(), signal.SIGSTOP)
+def before(f):
+    def call(source, dest, *a, **k):
+        pause(dest)
+        return f(source, dest, *a, **k)
+    return call
+def created(f):
+    def call(path, flags, *a, **k):
+        fd = f(path, flags, *a, **k)
+        opened[fd] = path
+        if flags & os.O_CREAT:
+            pause(path)
+        return fd
+    return call
+def locked(f):
+    def call(fd, operation):
+        done = f(fd, operation)
+        if operation & fcntl.LOCK_EX and fd in opened:
+            pause(opened[fd])
+        return done
+    return call
+os.replace, os.link, os.rename, os.open = before(os.replace), before(os.link), before(os.rename), created(os.open)
+fcntl.flock = locked(fcntl.flock)
+from transformer import wmt14
+if os.environ.get("ARCHIVES"):
+    wmt14.ARCHIVES = {n: wmt14.Archive(*a) for n, a in json.loads(os.environ["ARCHIVES"]).items()}
+from transformer.cli import run
+sys.exit(run(sys.argv[1:]))
+"""
+
+
+def start(*args, pause_at: str = "^$", nth: int = 1, stdin=subprocess.DEVNULL, env=None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", PAUSING, *map(str, args)], cwd=REPO, text=True, stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "MINITENSOR_DEBUG": "0", "PAUSE_AT": pause_at, "PAUSE_NTH": str(nth),
+                                 **(env or {})})
+
+
+def stopped(proc: subprocess.Popen, timeout: float = 240) -> bool:
+    """Wait until ``proc`` has stopped itself (True), or ended (False)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return False
+        with open(f"/proc/{proc.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return True
+        time.sleep(0.02)
+    proc.kill()
+    raise AssertionError("the command neither stopped nor ended")
+
+
+def resume(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]:
+    proc.send_signal(signal.SIGCONT)
+    if proc.stdin is not None and proc.stdin.closed:
+        proc.stdin = None  # (its input was given whole before it stopped)
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
