@@ -165,10 +165,117 @@ def _cases_01():
     cases.append(op_case("a second backward adds to .grad", "out = x * y; out.backward(output gradient); "
                          "out.backward(output gradient)", dict(x=n(2), y=n(2)), lambda ns, x, y: x * y,
                          lambda x, y: x * y, seed=19, twice=True))
+    x, y = n(2), n(2)
+    cases.append(_twice_through_add(x, y, _r(rng, 2)))
+    cases.append(_float32_case(n(2), n(2), _r(rng, 2)))
+    x, y = n(2), n(2)
+    cases.append(op_case("a Function whose backward gives an input None (the grader's Stop)",
+                         "u = x * y; out = Stop(u) + u + Stop(x * x); out.backward(output gradient)",
+                         dict(x=x, y=y), lambda ns, x, y: _stopped(ns, x, y),
+                         lambda x, y: (lambda u: u.detach() + u + (x * x).detach())(x * y), seed=20,
+                         shown={"Stop": "the grader's Function: forward passes x on, backward gives (None,)"}))
+    cases.append(_counted_case(n(2), n(2)))
+    cases.append(op_case("30 doublings: u = u + u, 2^30 paths from x to the output", "u = x; 30 times: u = u + u; "
+                         "u.backward(output gradient)", dict(x=n(2)), lambda ns, x: _doubled(x, 30),
+                         lambda x: _doubled(x, 30), seed=22))
     return cases
 
 
-def _backward_with(order="topological", accumulate=True, start=True, leaves="add"):
+def _doubled(u, times):
+    for _ in range(times):
+        u = u + u
+    return u
+
+
+def _graders_functions(ns):
+    """Two Functions of the grader's, made from the learner's Function: ``Product`` (x · y; it
+    counts how often its backward runs) and ``Stop`` (passes x on; its backward gives x None)."""
+    Function = engine(ns).Function
+
+    class Product(Function):
+        calls = 0
+
+        def forward(self, x, y):
+            self.x, self.y = x, y
+            return x * y
+
+        def backward(self, grad):
+            type(self).calls += 1
+            return grad * self.y, grad * self.x
+
+    class Stop(Function):
+        def forward(self, x):
+            return x.copy()
+
+        def backward(self, grad):
+            return (None,)
+    return Product, Stop
+
+
+def _stopped(ns, x, y):
+    _, Stop = _graders_functions(ns)
+    u = x * y
+    return Stop.apply(u) + u + Stop.apply(x * x)
+
+
+def _twice_through_add(x, y, g) -> Case:
+    """x + y gives both inputs the one array it was given: a learner who keeps it as .grad and
+    adds in place changes the caller's gradient and the other input's .grad."""
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        tx, ty = Tensor(x.copy(), requires_grad=True), Tensor(y.copy(), requires_grad=True)
+        mine = g.copy()
+        out = tx + ty
+        out.backward(mine)
+        out.backward(mine)
+        yield from _grads_of({"x": tx, "y": ty}, "xy")
+        yield mine
+    return Case("two backward passes through x + y, with one gradient array", "g = output gradient; out = x + y; "
+                "out.backward(g); out.backward(g)", {"x": x, "y": y, "output gradient": g}, run,
+                [Expect("the gradient of x", 2 * g), Expect("the gradient of y", 2 * g),
+                 Expect("g after the two calls (the caller's array: yours must not change it)", g, atol=0, rtol=0)])
+
+
+def _float32_case(x, y, g) -> Case:
+    x, y = x.astype(np.float32), y.astype(np.float32)
+
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        tx, ty = Tensor(x.copy(), requires_grad=True), Tensor(y.copy(), requires_grad=True)
+        (tx * ty).backward(g.copy())
+        yield from _grads_of({"x": tx, "y": ty}, "xy")
+    return Case("float32 tensors, a float64 output gradient", "out = x * y; out.backward(output gradient)",
+                {"x": x, "y": y, "output gradient": g, "dtypes": "x and y float32, the output gradient float64"},
+                run, [Expect("the gradient of x (float32, x's dtype)", (g * y).astype(np.float32), atol=1e-6,
+                             rtol=1e-6, dtype="float32"),
+                      Expect("the gradient of y (float32, y's dtype)", (g * x).astype(np.float32), atol=1e-6,
+                             rtol=1e-6, dtype="float32")])
+
+
+def _counted_case(x, y) -> Case:
+    """Each Function's backward runs once per backward pass: a walk that reaches u along each of
+    its paths and passes u's gradient on from each runs u's Product again."""
+    f = lambda x, y: (lambda u: (u * u + u) * u)(x * y)   # noqa: E731
+    out, w, want = _theirs(dict(x=x, y=y), ("x", "y"), f, 21)
+
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        Product, _ = _graders_functions(ns)
+        tx, ty = Tensor(x.copy(), requires_grad=True), Tensor(y.copy(), requires_grad=True)
+        u = Product.apply(tx, ty)
+        out = Product.apply(Product.apply(u, u) + u, u)
+        out.backward(w.copy())
+        yield from _grads_of({"x": tx, "y": ty}, "xy")
+        yield Product.calls
+    return Case("each Function's backward runs once per pass (the grader's Product counts)",
+                "u = Product(x, y); out = Product(Product(u, u) + u, u); out.backward(output gradient)",
+                {"x": x, "y": y, "Product": "the grader's Function x · y, counting its backward's runs",
+                 "output gradient": w}, run,
+                [Expect("the gradient of x", want[0]), Expect("the gradient of y", want[1]),
+                 Expect("how often a Product's backward ran (3 Products, once each)", 3, kind="i")])
+
+
+def _backward_with(order="topological", accumulate=True, start="given", leaves="add", none="skip"):
     """Tensor.backward with one thing wrong (the known mistakes of exercise 01)."""
     def backward(self, grad=None):
         order_, seen, stack = [], set(), [self]
@@ -182,19 +289,39 @@ def _backward_with(order="topological", accumulate=True, start=True, leaves="add
                 stack.extend(t.creator.inputs)
         if order == "topological":
             order_ = _topological(self)
-        grads = {id(self): np.ones_like(self.data) if grad is None or not start else np.asarray(grad)}
+        first = np.ones_like(self.data) if grad is None or start == "ones" else np.asarray(grad)
+        first = first if start == "uncast" else first.astype(self.data.dtype, copy=False)
+        if order == "every path":     # each gradient passed on at once, along every path
+            return _push(self, first)
+        grads = {id(self): first}
         for t in order_:
             g = grads.pop(id(t), None)
-            if g is None:
+            if g is None and none == "skip":
                 continue
             if t.creator is None:
                 if t.requires_grad:
-                    t.grad = g if t.grad is None or leaves == "assign" else t.grad + g
+                    if leaves == "in place" and t.grad is not None:
+                        t.grad += g
+                    elif leaves == "in place":
+                        t.grad = g
+                    else:
+                        t.grad = g if t.grad is None or leaves == "assign" else t.grad + g
                 continue
             for x, gx in zip(t.creator.inputs, t.creator.backward(g)):
-                if gx is not None and x.requires_grad:
+                if (gx is not None or none == "keep") and x.requires_grad:
                     grads[id(x)] = grads[id(x)] + gx if accumulate and id(x) in grads else gx
     return backward
+
+
+def _push(t, g) -> None:
+    """Backward by recursion: each tensor passes every gradient it receives straight on."""
+    if t.creator is None:
+        if t.requires_grad:
+            t.grad = g if t.grad is None else t.grad + g
+        return
+    for x, gx in zip(t.creator.inputs, t.creator.backward(g)):
+        if gx is not None and x.requires_grad:
+            _push(x, gx)
 
 
 def _topological(root) -> list:
@@ -221,7 +348,17 @@ MISTAKES_01 = (
     Mistake("a second backward replaced .grad: add the new gradient to what .grad already holds",
             {"Tensor.backward": _backward_with(leaves="assign")}),
     Mistake("the gradient you are given is ignored: start from it (from ones only when it is None)",
-            {"Tensor.backward": _backward_with(start=False)}),
+            {"Tensor.backward": _backward_with(start="ones")}),
+    Mistake("the output gradient you were given, or one array two tensors share, was changed in place: .grad held "
+            "the very array backward was given (x + y hands both inputs that one array), and += on it changed them "
+            "all; store a copy, or add with t.grad = t.grad + g", {"Tensor.backward": _backward_with(leaves="in place")}),
+    Mistake("the gradient you were given was used as it came: start from np.asarray(grad, dtype=self.data.dtype), "
+            "so that float32 tensors get float32 gradients", {"Tensor.backward": _backward_with(start="uncast")}),
+    Mistake("a Function's backward gave None for an input, and None was passed on: skip an input whose gradient is "
+            "None, and a tensor that received no gradient", {"Tensor.backward": _backward_with(none="keep")}),
+    Mistake("a Function's backward ran more than once in one pass: the walk reached a tensor along each path to it "
+            "and passed its gradient on from each; visit each tensor once, after every tensor that used it",
+            {"Tensor.backward": _backward_with(order="every path")}),
     Mistake("each input's gradient is the output's gradient times the *other* input: ∂(x·y)/∂x = y",
             {"Mul.backward": lambda self, grad: (grad * self.x, grad * self.y)}),
     Mistake("y gets no gradient from x + y: both inputs get the output's gradient unchanged",
@@ -293,42 +430,101 @@ MISTAKES_02 = (
 # ---------------------------------------------------------------- 03: the gradient check
 def _cases_03():
     rng = np.random.default_rng(3)
-    specs = [((1,), 1e-4, "one entry"), ((2,), 1e-4, "two entries"), ((3,), 1e-4, "three entries"),
-             ((2, 3), 1e-4, "a (2, 3) array"), ((1, 4, 1), 1e-4, "size-1 axes"),
-             ((2, 2), 1e-2, "a larger eps: the result must use the eps it is given")]
-    cases = []
-    for shape, eps, title in specs:
-        x, c = _r(rng, shape), _r(rng, shape)
-        f = (lambda c: lambda a: float((c * a**3).sum()))(c)
-
-        def run(ns, f=f, x=x, eps=eps):
-            mine = x.copy()
-            yield ns.numerical_gradient(f, mine, eps)
-            yield mine
-
-        want = _package_numerical_gradient(f, x.copy(), eps)
-        cases.append(Case(f"numerical_gradient: {title}", "numerical_gradient(f, x, eps)",
-                          {"f(x)": "sum(c * x**3)", "c": c, "x": x, "eps": eps}, run,
-                          [Expect("the result", want, atol=1e-7, rtol=1e-7),
-                           Expect("x after the call (every entry must be put back)", x, atol=1e-12, rtol=0)]))
-    checks = [("the engine's own x · y: right", 1.0, 1.0, (3,), True),
-              ("a backward that doubles x's gradient: wrong", 2.0, 1.0, (3,), False),
-              ("a backward wrong in its second input only: wrong", 1.0, -1.0, (2, 2), False),
-              ("a backward 1% off in x: wrong", 1.01, 1.0, (2, 3), False),
-              ("a backward that gives x no gradient (None): wrong", None, 1.0, (2,), False),
-              ("a backward right only when every output's gradient is 1: wrong", "mean", 1.0, (2, 2), False),
-              ("a right backward on (3, 2) arrays: right", 1.0, 1.0, (3, 2), True)]
-    for title, sx, sy, shape, right in checks:
+    specs = [((1,), 1e-4, "one entry", "cubes"), ((2,), 1e-4, "two entries", "cubes"),
+             ((3,), 1e-4, "three entries", "cubes"), ((2, 3), 1e-4, "a (2, 3) array", "cubes"),
+             ((1, 4, 1), 1e-4, "size-1 axes", "cubes"),
+             ((2, 2), 1e-2, "a larger eps: the result must use the eps it is given", "cubes"),
+             ((3,), 1e-4, "the product of the entries: each partial depends on the others", "product"),
+             ((2, 2), 1e-3, "the product of a (2, 2) array's entries", "product")]
+    cases = [_numerical_case(title, _r(rng, shape), _r(rng, shape), eps, form) for shape, eps, title, form in specs]
+    checks = [("the engine's own x · y: right", 1.0, 1.0, (3,), True, {}),
+              ("a backward that doubles x's gradient: wrong", 2.0, 1.0, (3,), False, {}),
+              ("a backward wrong in its second input only: wrong", 1.0, -1.0, (2, 2), False, {}),
+              ("a backward 1% off in x: wrong", 1.01, 1.0, (2, 3), False, {}),
+              ("a backward that gives x no gradient (None): wrong", None, 1.0, (2,), False, {}),
+              ("a backward right only when every output's gradient is 1: wrong", "mean", 1.0, (2, 2), False, {}),
+              ("a right backward on (3, 2) arrays: right", 1.0, 1.0, (3, 2), True, {}),
+              ("a backward that halves x's gradient, every entry positive: wrong", 0.5, 1.0, (3,), False,
+               dict(positive=True)),
+              ("a backward 1% off, on small numbers (0.01): wrong", 1.01, 1.0, (3,), False, dict(scale=0.01)),
+              ("a right backward on large numbers (about 3000): the relative tolerance matters", 1.0, 1.0, (3,), True,
+               dict(scale=3000.0)),
+              ("a right backward, a tiny gradient among large numbers: the absolute tolerance matters", 1.0, 1.0,
+               (3,), True, dict(tiny=True)),
+              ("fn does not use x (x's .grad stays None; its gradient is 0): right", "unused", 1.0, (2,), True, {}),
+              ("fn calls a Tensor's method on its input (x.relu(), x > 0): right", "relu", 1.0, (2,), True,
+               dict(positive=True)),
+              ("the arrays hold integers (np.arange): right", 1.0, 1.0, (3,), True, dict(integers=True))]
+    for title, sx, sy, shape, right, how in checks:
         x, y = _r(rng, shape), _r(rng, shape)
-
-        def run(ns, sx=sx, sy=sy, x=x, y=y):
-            yield ns.gradcheck(_product(ns, sx, sy), [x.copy(), y.copy()])
-        cases.append(Case(f"gradcheck: {title}", "gradcheck(fn, [x, y])",
-                          {"fn": f"a Function x · y whose backward returns ({_scale_text(sx, 'y')}, "
-                                 f"{_scale_text(sy, 'x')})" + ("" if sx == "mean" else " times the output's gradient"),
-                           "x": x, "y": y},
-                          run, [Expect("", np.bool_(right), kind="b")]))
+        if how.get("positive"):
+            x, y = np.abs(x) + 0.5, np.abs(y) + 0.5
+        if "scale" in how:
+            x, y = np.round(x * how["scale"], 2), np.round(y * how["scale"], 2)
+        while how.get("tiny"):   # x's gradient w·y at entry 1 is 1e-4; its central difference is off by round-off
+            x, y = np.round(rng.uniform(20, 40, shape), 1), np.round(rng.uniform(20, 40, shape), 1)
+            y[1] = 1e-4
+            w = np.random.default_rng(1234).uniform(0.5, 1.5, size=shape)   # the exercise's weights(shape)
+            numeric = _package_numerical_gradient(lambda a: float((a * y * w).sum()), x.copy(), 1e-6)
+            off = np.abs(w * y - numeric)
+            if np.all(off <= 1e-5 + 1e-4 * np.abs(numeric)) and not np.all(off <= 1e-4 * np.abs(numeric)):
+                break
+        if how.get("integers"):
+            x, y = np.arange(1, 4), np.arange(2, 5)
+        cases.append(_gradcheck_case(title, x, y, sx, sy, right))
+    cases.append(_exact_gradcheck_case())
     return cases
+
+
+def _numerical_case(title, x, c, eps, form) -> Case:
+    """numerical_gradient on sum(c·x³) (each partial depends on its own entry alone) or on the
+    product of x's entries (each depends on all the others: differencing at a point left moved
+    shows). The tolerance is eps/1000: well below the O(eps) error of a wrong point, well above
+    round-off."""
+    f = (lambda c: lambda a: float((c * a**3).sum()))(c) if form == "cubes" else (lambda a: float(np.prod(a)))
+    if form == "product":
+        x = np.round(np.abs(x) + 0.5, 1)
+
+    def run(ns):
+        mine = x.copy()
+        yield ns.numerical_gradient(f, mine, eps)
+        yield mine
+
+    shown = {"f(x)": "sum(c * x**3)", "c": c} if form == "cubes" else {"f(x)": "the product of x's entries"}
+    return Case(f"numerical_gradient: {title}", "numerical_gradient(f, x, eps)", {**shown, "x": x, "eps": eps}, run,
+                [Expect("the result", _package_numerical_gradient(f, x.copy(), eps), atol=eps / 1000, rtol=1e-7),
+                 Expect("x after the call (every entry must be put back)", x, atol=1e-12, rtol=0)])
+
+
+def _gradcheck_case(title, x, y, sx, sy, right, **options) -> Case:
+    def run(ns):
+        yield ns.gradcheck(_product(ns, sx, sy), [x.copy(), y.copy()], **options)
+    special = {"unused": "a Function y · y whose backward returns (None, 2y) times the output's gradient: x is "
+                         "not used",
+               "relu": "Product(x.relu(), y), Product a Function x · y whose backward returns (y, x) times the "
+                       "output's gradient",
+               "sum": "a Function x + y whose backward returns the output's gradient to both"}
+    fn = special[sx] if sx in special else \
+        f"a Function x · y whose backward returns ({_scale_text(sx, 'y')}, {_scale_text(sy, 'x')})" + \
+        ("" if sx == "mean" else " times the output's gradient")
+    shown = {"fn": fn, "x": x, "y": y, **options}
+    call = "gradcheck(fn, [x, y]" + "".join(f", {k}={v}" for k, v in options.items()) + ")"
+    return Case(f"gradcheck: {title}", call, shown, run, [Expect("", np.bool_(right), kind="b")])
+
+
+def _exact_gradcheck_case() -> Case:
+    """x + y, whose central differences are exact at any step: for inputs where they are exact
+    in floating point too, a gradient within a tolerance of 0 agrees ("within" includes equal)."""
+    rng = np.random.default_rng(33)
+    w = np.random.default_rng(1234).uniform(0.5, 1.5, size=(2,))   # the exercise's weights((2,))
+    while True:
+        x, y = _r(rng, 2), _r(rng, 2)
+        f = lambda a, b: float(((a + b) * w).sum())   # noqa: E731
+        if np.array_equal(_package_numerical_gradient(lambda a: f(a, y), x.copy(), 1.0), w) and \
+                np.array_equal(_package_numerical_gradient(lambda b: f(x, b), y.copy(), 1.0), w):
+            break
+    return _gradcheck_case("x + y, whose differences are exact, with atol = rtol = 0: right", x, y, "sum", 1.0, True,
+                           eps=1.0, atol=0.0, rtol=0.0)
 
 
 def _scale_text(s, other):
@@ -338,16 +534,23 @@ def _scale_text(s, other):
 
 
 def _product(ns, sx, sy):
-    """x · y as a Function of the learner's engine whose backward is scaled by (sx, sy) (None: no gradient)."""
+    """x · y as a Function of the learner's engine whose backward is scaled by (sx, sy) (None: no
+    gradient); "unused": y · y, giving x None; "relu": x.relu() · y; "sum": x + y."""
     class Product(engine(ns).Function):
         def forward(self, x, y):
             self.x, self.y = x, y
-            return x * y
+            return x + y if sx == "sum" else y * y if sx == "unused" else x * y
 
         def backward(self, grad):
+            if sx == "sum":
+                return grad, grad
+            if sx == "unused":
+                return None, 2 * grad * self.y
             if sx == "mean":     # each entry's own output gradient replaced by their mean: right for ones only
                 return grad.mean() * self.y, grad * self.x * sy
-            return (None if sx is None else grad * self.y * sx), grad * self.x * sy
+            return (None if sx is None else grad * self.y * (1.0 if sx == "relu" else sx)), grad * self.x * sy
+    if sx == "relu":
+        return lambda x, y: Product.apply(x.relu(), y)
     return lambda x, y: Product.apply(x, y)
 
 
@@ -376,6 +579,17 @@ def _not_restored(f, x, eps):
         plus = f(x)
         x[i] -= 2 * eps
         g[i] = (plus - f(x)) / (2 * eps)    # x[i] stays eps below where it was
+    return g
+
+
+def _copied_not_restored(f, x, eps):
+    x = x.copy()                            # the caller's x is safe, but the point moves
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        x[i] += eps
+        plus = f(x)
+        x[i] -= 2 * eps
+        g[i] = (plus - f(x)) / (2 * eps)    # x[i] stays eps below where it was for the entries after it
     return g
 
 
@@ -414,6 +628,9 @@ MISTAKES_03 = (
             dict(numerical_gradient=lambda f, x, eps: _central(f, x, 1e-6))),
     Mistake("x is left changed after each entry: put every entry back before moving the next one",
             dict(numerical_gradient=_not_restored)),
+    Mistake("each entry was differenced at a point where the entries before it were still moved (by −eps): working "
+            "on a copy keeps the caller's x, but put every entry back before moving the next one",
+            dict(numerical_gradient=_copied_not_restored)),
     Mistake("only the first input's gradient is checked: check every input",
             dict(gradcheck=Using(lambda mod: _gradcheck_inputs(mod, lambda n: range(1))))),
     Mistake("no input's gradient is compared: return False as soon as one entry of one input disagrees",

@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import math
 import re
+import signal
+import threading
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,13 +48,15 @@ class Expect:
     """One value a case compares: ``label`` says which ("the new m", "after the step of
     t = 1: cache['k']", or "" when a case compares one value only). ``kind``: "f" numbers, "i" integers, "b"
     booleans, "s" a list of names. A number passes within ``atol + rtol·|expected|``. With ``judge``, the answer
-    is judged against it and ``value`` is what the report shows as expected."""
+    is judged against it and ``value`` is what the report shows as expected. With ``dtype``, the answer must
+    have that dtype ("float32")."""
     label: str
     value: object
     kind: str = "f"
     atol: float = 1e-9
     rtol: float = 1e-7
     judge: object = None
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +187,8 @@ def _compare(got, exp: Expect) -> list:
         return [f"wrong dtype: expected integers, got {g.dtype}"]
     if exp.kind == "f" and g.dtype.kind not in "fiu":
         return [f"wrong dtype: expected numbers, got {g.dtype}"]
+    if exp.dtype is not None and g.dtype != np.dtype(exp.dtype):
+        return [f"wrong dtype: expected {exp.dtype}, got {g.dtype}"]
     judge = np.asarray(exp.value if exp.judge is None else exp.judge)
     if exp.kind in "bi":
         bad = g != judge
@@ -215,8 +222,40 @@ def _compare(got, exp: Expect) -> list:
     return lines
 
 
+class TooSlow(Exception):
+    """The answer ran past ``LIMIT`` seconds on one case."""
+
+
+LIMIT = 10.0   # seconds an answer may take on one case (the reference takes milliseconds)
+
+
+@contextmanager
+def _limited(seconds: float):
+    """Raise TooSlow inside the answer once it has run ``seconds`` (where the platform has
+    interval timers and this is the main thread; elsewhere no limit)."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(*_):
+        raise TooSlow(f"it ran longer than {seconds:g} s on this case (an endless loop, or work that grows "
+                      "with the number of paths through the graph?)")
+    before = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 def _first_failure(case: Case, answer) -> _Outcome | None:
     """Run the case; the first compared value that fails (or the exception), or None."""
+    with _limited(LIMIT):
+        return _run_case(case, answer)
+
+
+def _run_case(case: Case, answer) -> _Outcome | None:
     seen = []
     values = case.run(answer)
     for i, exp in enumerate(case.expected):
@@ -242,8 +281,9 @@ def _values(case: Case, answer, upto: int) -> list:
     seen = []
     values = case.run(answer)
     try:
-        for _ in range(upto + 1):
-            seen.append(("value", _quiet(lambda: next(values))))
+        with _limited(LIMIT):
+            for _ in range(upto + 1):
+                seen.append(("value", _quiet(lambda: next(values))))
     except Malformed as e:
         seen.append(("malformed", str(e)))
     except Exception as e:  # noqa: BLE001 - a mistake may raise, as the answer may

@@ -1,7 +1,7 @@
 """Exercise 01 (lesson 1) — a Tensor and a Function with backward.
 
 Your engine starts here. A ``Tensor`` holds a NumPy array (``.data``) and, once ``backward``
-has run, its gradient (``.grad``, an array of the same shape). A ``Function`` is one operation:
+has run, its gradient (``.grad``, an array of the same shape and dtype). A ``Function`` is one operation:
 ``forward`` computes the output from the inputs' arrays, ``backward`` turns the gradient of
 the output into one gradient per input (the chain rule, one step). ``Function.apply`` runs
 ``forward`` and, when an input needs a gradient, remembers in the output which Function made
@@ -12,12 +12,16 @@ Write:
    have one shape here; exercise 02 adds broadcasting).
 2. ``Tensor.backward(grad=None)``: the gradient of this tensor with respect to every tensor
    it was computed from. Visit the graph in reverse topological order (a tensor only after
-   every tensor that used it), start from ``grad`` (ones when None), and add up the
-   gradients that reach a tensor along different paths. Store the result in ``.grad`` of
-   every leaf: a tensor you made yourself with ``Tensor(..., requires_grad=True)``, not one
-   a Function returned (those need no ``.grad``). Add it to what ``.grad`` already holds, so
-   that a second backward adds up. (``backward`` is only called on tensors that need a
-   gradient.)
+   every tensor that used it, so that each Function's backward runs once per pass), start
+   from ``grad`` as an array of this tensor's dtype (ones when None), and add up the
+   gradients that reach a tensor along different paths. A Function's backward may give
+   None for an input: no gradient flows back along that edge (a tensor that receives none
+   passes none on). Store the result in ``.grad`` of every leaf: a tensor you made yourself
+   with ``Tensor(..., requires_grad=True)``, not one a Function returned (those need no
+   ``.grad``). Add it to what ``.grad`` already holds, so that a second backward adds up,
+   and never change an array in place that someone else holds: ``grad`` is the caller's,
+   and one array may reach several tensors (x + y gives both the same). (``backward`` is
+   only called on tensors that need a gradient.)
 
 Check by hand: x = Tensor(3.0, requires_grad=True); (x * x + x).backward() gives x.grad = 7.
 

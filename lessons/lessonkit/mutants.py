@@ -1,0 +1,382 @@
+"""Mutation testing of the grader: does every wrong answer fail?
+
+A *mutant* is a reference solution with one small change in a piece the learner writes (the
+lines between ``# >>> exercise: write X`` and ``# <<<``): an operator swapped, a constant moved
+by one, an axis or a ``keepdims`` changed, a transpose or a call left out, a slice bound
+moved, a statement dropped, two arguments swapped, a ``training`` flag fixed. The grader
+*kills* a mutant when it fails it (a case that differs, an exception, a hang); a mutant that
+passes is either an *equivalent* program, one no input can tell from the reference (listed in
+``EQUIVALENT`` below with the reason, after review), or a gap in the grader's cases.
+
+    cd lessons && python -m lessonkit.mutants             # every exercise, the score of each
+    cd lessons && python -m lessonkit.mutants 03 15 -v    # two exercises, each survivor shown
+
+The score of an exercise is killed / (mutants − equivalent); the test suite keeps it at 100%
+(``tests/lessons/test_mutants.py``: a sample in the default run, every mutant with
+``--all-mutants``, as ``.ci/run`` does).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import re
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import grader, track
+from .exercises import EXERCISES
+
+_BLOCK = re.compile(r"^[ \t]*# >>> exercise: write (?P<what>[\w.]+)\n(?P<body>.*?)^[ \t]*# <<<\n", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    number: str         # the exercise
+    where: str          # the piece it is in ("Tensor.backward")
+    line: int           # its line in the solution
+    operator: str       # the kind of change ("swap + and -")
+    before: str         # the statement as the solution writes it (its first line)
+    after: str          # the statement as the mutant writes it
+    source: str         # the mutant's whole file
+
+    @property
+    def key(self) -> tuple:
+        """What names a mutant in ``EQUIVALENT``: stable when lines move."""
+        return self.number, self.where, self.before, self.after
+
+    def __str__(self):
+        return f"ex{self.number} {self.where}, line {self.line} ({self.operator}):\n    {self.before}\n  → {self.after}"
+
+
+# ---------------------------------------------------------------- the changes
+_BINOP_SWAPS = {ast.Add: [ast.Sub], ast.Sub: [ast.Add], ast.Mult: [ast.Div], ast.Div: [ast.Mult, ast.FloorDiv],
+                ast.FloorDiv: [ast.Div], ast.Mod: [ast.FloorDiv], ast.Pow: [ast.Mult], ast.MatMult: [ast.Mult],
+                ast.BitAnd: [ast.BitOr], ast.BitOr: [ast.BitAnd]}
+_NOT_COMMUTING = (ast.Sub, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.MatMult)
+_COMPARE_SWAPS = {ast.Lt: [ast.LtE, ast.Gt], ast.LtE: [ast.Lt], ast.Gt: [ast.GtE, ast.Lt], ast.GtE: [ast.Gt],
+                  ast.Eq: [ast.NotEq], ast.NotEq: [ast.Eq], ast.In: [ast.NotIn], ast.NotIn: [ast.In],
+                  ast.Is: [ast.IsNot], ast.IsNot: [ast.Is]}
+_COMMUTING_CALLS = {"max", "min", "maximum", "minimum", "broadcast_shapes", "swapaxes"}   # swapping their arguments
+_AUG_SWAPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
+# names a slip of the pen turns into one another
+_NAME_SWAPS = {"max": "min", "min": "max", "sum": "mean", "mean": "sum", "sin": "cos", "cos": "sin",
+               "argmax": "argmin", "argmin": "argmax", "tril": "triu", "triu": "tril", "zeros": "ones",
+               "ones": "zeros", "zeros_like": "ones_like", "ones_like": "zeros_like", "exp": "log", "log": "exp",
+               "w_q": "w_k", "w_k": "w_v", "w_v": "w_q", "sub1": "sub2", "sub2": "sub3", "sub3": "sub1",
+               "query": "key", "key": "value", "value": "query", "src_mask": "tgt_mask", "tgt_mask": "src_mask",
+               "src": "tgt_in", "tgt_in": "src", "encoder": "decoder", "decoder": "encoder",
+               "self_attn": "cross_attn", "cross_attn": "self_attn", "w_1": "w_2", "w_2": "w_1",
+               "b1": "b2", "b2": "b1", "m": "v", "v": "m", "beta": "gamma", "gamma": "beta",
+               "fan_in": "fan_out", "fan_out": "fan_in", "eos": "pad", "pad": "eos", "bos": "eos"}
+
+
+def _changes(node: ast.AST, parent: ast.AST | None):
+    """(operator, change) for every mutation of ``node``: ``change(node)`` edits the node in
+    place, or returns what replaces it."""
+    if isinstance(node, ast.BinOp):
+        for new in _BINOP_SWAPS.get(type(node.op), []):
+            yield f"{_sym(node.op)} → {_sym(new())}", lambda n, new=new: setattr(n, "op", new())
+        if isinstance(node.op, _NOT_COMMUTING):
+            yield "swap the operands", lambda n: ast.BinOp(left=n.right, op=n.op, right=n.left)
+        yield "keep the left operand", lambda n: n.left
+        yield "keep the right operand", lambda n: n.right
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1:
+        for new in _COMPARE_SWAPS.get(type(node.ops[0]), []):
+            yield f"{_sym(node.ops[0])} → {_sym(new())}", lambda n, new=new: setattr(n, "ops", [new()])
+    elif isinstance(node, ast.BoolOp):
+        other = ast.Or if isinstance(node.op, ast.And) else ast.And
+        yield f"{_sym(node.op)} → {_sym(other())}", lambda n, other=other: setattr(n, "op", other())
+        for i in range(len(node.values)):
+            yield "drop a term", lambda n, i=i: n.values[0] if len(n.values) == 2 and i == 1 else \
+                n.values[1] if len(n.values) == 2 else setattr(n, "values", n.values[:i] + n.values[i + 1:])
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.Invert)):
+        yield f"drop {_sym(node.op)}", lambda n: n.operand
+    elif isinstance(node, ast.Constant) and not isinstance(parent, ast.Expr):
+        v = node.value
+        if isinstance(v, bool):
+            yield f"{v} → {not v}", lambda n: setattr(n, "value", not n.value)
+        elif isinstance(v, int):
+            for w in ([v + 1, v - 1] if v != 0 else [1, -1]):
+                yield f"{v} → {w}", lambda n, w=w: setattr(n, "value", w)
+        elif isinstance(v, float):
+            for w in ([v * 2, v / 2] if v != 0 else [1.0]):
+                yield f"{v!r} → {w!r}", lambda n, w=w: setattr(n, "value", w)
+    elif isinstance(node, ast.AugAssign):
+        yield f"{_sym(node.op)}= → =", lambda n: ast.Assign(targets=[n.target], value=n.value, lineno=n.lineno)
+        if type(node.op) in _AUG_SWAPS:
+            new = _AUG_SWAPS[type(node.op)]
+            yield f"{_sym(node.op)}= → {_sym(new())}=", lambda n, new=new: setattr(n, "op", new())
+    elif isinstance(node, ast.Call):
+        positional = [a for a in node.args if not isinstance(a, ast.Starred)]
+        callee = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        if len(positional) == len(node.args) and callee not in _COMMUTING_CALLS:
+            for i in range(len(node.args) - 1):
+                yield "swap two arguments", lambda n, i=i: setattr(
+                    n, "args", n.args[:i] + [n.args[i + 1], n.args[i]] + n.args[i + 2:])
+        for i, kw in enumerate(node.keywords):
+            if kw.arg is not None:
+                yield f"drop {kw.arg}=", lambda n, i=i: setattr(n, "keywords", n.keywords[:i] + n.keywords[i + 1:])
+        if len(node.args) == 1 and not node.keywords and not isinstance(node.args[0], ast.Starred):
+            yield "drop the call", lambda n: n.args[0]
+        if isinstance(node.func, ast.Attribute) and not node.args and not node.keywords:
+            yield f"drop .{node.func.attr}()", lambda n: n.func.value
+    elif isinstance(node, ast.Slice):
+        for part in ("lower", "upper", "step"):
+            if getattr(node, part) is not None:
+                yield f"drop the slice's {part} bound", lambda n, part=part: setattr(n, part, None)
+    elif isinstance(node, ast.IfExp):
+        yield "always the first branch", lambda n: n.body
+        yield "always the second branch", lambda n: n.orelse
+    elif isinstance(node, (ast.If, ast.While)):
+        if isinstance(node, ast.If):
+            yield "the condition always true", lambda n: setattr(n, "test", ast.Constant(True))
+        yield "the condition always false", lambda n: setattr(n, "test", ast.Constant(False))
+    if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+        name = node.id if isinstance(node, ast.Name) else node.attr
+        if name == "training":
+            for v in (True, False):
+                yield f"training → {v}", lambda n, v=v: ast.Constant(v)
+        elif name in _NAME_SWAPS and not (isinstance(parent, ast.Call) and parent.func is node and
+                                          isinstance(node, ast.Name) and name in ("max", "min", "sum")):
+            new = _NAME_SWAPS[name]
+            yield f"{name} → {new}", lambda n, new=new: setattr(n, "id" if isinstance(n, ast.Name) else "attr", new)
+    if isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr, ast.Break, ast.Continue)) and \
+            not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+        yield "drop the statement", lambda n: ast.Pass()
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) and len(node.slice.elts) >= 2:
+        yield "drop the last index", lambda n: setattr(n.slice, "elts", n.slice.elts[:-1])
+
+
+def _sym(op) -> str:
+    return {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+            ast.Pow: "**", ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.Lt: "<", ast.LtE: "<=",
+            ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.In: "in", ast.NotIn: "not in",
+            ast.Is: "is", ast.IsNot: "is not", ast.And: "and", ast.Or: "or", ast.Not: "not", ast.USub: "-",
+            ast.Invert: "~"}[type(op)]
+
+
+# ---------------------------------------------------------------- making the mutants
+def _blocks(source: str) -> list:
+    """(name, first line, last line) of each piece the learner writes."""
+    out = []
+    for m in _BLOCK.finditer(source):
+        first = source.count("\n", 0, m.start()) + 2
+        out.append((m["what"], first, first + m["body"].count("\n") - 1))
+    return out
+
+
+def _nodes(tree):
+    """Every node of ``tree`` with its parent, in one fixed order."""
+    todo = [(tree, None)]
+    while todo:
+        node, parent = todo.pop(0)
+        yield node, parent
+        todo.extend((child, node) for child in ast.iter_child_nodes(node))
+
+
+def _statement_of(node, parents):
+    while not isinstance(node, ast.stmt):
+        node = parents[id(node)]
+    return node
+
+
+def _head(stmt: ast.stmt) -> str:
+    """A statement's first line as ``ast.unparse`` writes it (a compound one's header)."""
+    if isinstance(stmt, (ast.If, ast.While, ast.For, ast.With, ast.FunctionDef)):
+        stmt = copy.copy(stmt)
+        stmt.body, stmt.orelse = [ast.Pass()], []
+    return ast.unparse(stmt).splitlines()[0]
+
+
+def mutants(number: str, directory: Path = track.SOLUTIONS) -> list:
+    """Every mutant of exercise ``number``'s solution, one change each, in the pieces the learner
+    writes; those that do not compile or write the same program as another are left out."""
+    source = track.path(directory, number).read_text()
+    blocks = _blocks(source)
+    tree = ast.parse(source)
+    original = ast.dump(tree)
+    sites = [(i, node, parent) for i, (node, parent) in enumerate(_nodes(tree))
+             if hasattr(node, "lineno") and any(a <= node.lineno <= b for _, a, b in blocks)]
+    out, seen = [], {original}
+    for i, node, parent in sites:
+        where = next(name for name, a, b in blocks if a <= node.lineno <= b)
+        for k, (operator, _) in enumerate(_changes(node, parent)):
+            mutated = copy.deepcopy(tree)
+            nodes = list(_nodes(mutated))
+            target, target_parent = nodes[i]
+            parents = {id(n): p for n, p in nodes}
+            before = _head(_statement_of(target, parents))
+            change = list(_changes(target, target_parent))[k][1]
+            replacement = change(target)
+            if replacement is not None and replacement is not target:
+                _replace(target_parent, target, replacement)
+                parents[id(replacement)] = target_parent
+                target = replacement
+            ast.fix_missing_locations(mutated)
+            dumped = ast.dump(mutated)
+            if dumped in seen:
+                continue
+            seen.add(dumped)
+            try:
+                text = ast.unparse(mutated)
+                compile(text, f"ex{number}", "exec")
+            except (SyntaxError, ValueError, TypeError):
+                continue
+            after = _head(_statement_of(target, parents)) if not isinstance(target, ast.stmt) else _head(target)
+            out.append(Mutant(number, where, node.lineno, operator, before, after, text))
+    return out
+
+
+def _replace(parent, old, new) -> None:
+    for name, value in ast.iter_fields(parent):
+        if value is old:
+            setattr(parent, name, new)
+            return
+        if isinstance(value, list):
+            for j, item in enumerate(value):
+                if item is old:
+                    value[j] = new
+                    return
+    raise AssertionError("the node is not its parent's child")
+
+
+# ---------------------------------------------------------------- grading them
+def verdict(mutant: Mutant, track_dir: Path) -> str:
+    """'killed: ...' or 'survived', grading ``mutant`` in ``track_dir`` (a copy of the solutions,
+    whose file of the mutant's exercise this writes and puts back)."""
+    file = track.path(track_dir, mutant.number)
+    kept = file.read_text()
+    file.write_text(mutant.source)
+    try:       # the grader limits each case's time (grader.LIMIT): a mutant that hangs fails
+        try:
+            answer = track.load(track_dir, mutant.number)
+        except Exception as e:  # noqa: BLE001 - a file that does not load fails
+            return f"killed: does not load ({type(e).__name__})"
+        ok, report = grader.grade(EXERCISES[mutant.number], answer)
+    except RecursionError:
+        return "killed: RecursionError"
+    finally:
+        file.write_text(kept)
+    return "survived" if ok else "killed: " + report.splitlines()[0]
+
+
+@contextmanager
+def solved_track():
+    """A temporary copy of the reference solutions to grade mutants in."""
+    with tempfile.TemporaryDirectory() as d:
+        for p in track.SOLUTIONS.glob("ex*.py"):
+            shutil.copy(p, d)
+        yield Path(d)
+
+
+LIMIT = 3.0   # seconds a mutant may take on one case (grader.LIMIT while mutants are graded)
+
+
+def score(numbers=None, sample: int | None = None, seed: int = 0, say=None) -> dict:
+    """number -> {"mutants", "equivalent", "killed", "survivors": [Mutant]} for the exercises
+    ``numbers`` (default all); ``sample``: that many mutants per exercise, drawn with ``seed``."""
+    import random
+    results = {}
+    limit, grader.LIMIT = grader.LIMIT, LIMIT
+    with solved_track() as d:
+        for number in numbers or list(EXERCISES):
+            every = mutants(number)
+            chosen = every if sample is None or sample >= len(every) else \
+                random.Random(f"{seed}:{number}").sample(every, sample)
+            equivalent = [m for m in chosen if m.key in EQUIVALENT]
+            survivors, killed = [], 0
+            for m in chosen:
+                if m.key in EQUIVALENT:
+                    continue
+                if verdict(m, d) == "survived":
+                    survivors.append(m)
+                else:
+                    killed += 1
+            results[number] = {"mutants": len(chosen), "equivalent": len(equivalent), "killed": killed,
+                               "survivors": survivors}
+            if say:
+                say(_line(number, results[number]))
+        for number in results:    # no mutant changed the grader's cases: the reference still passes
+            ok, report = grader.grade(EXERCISES[number], track.load(d, number))
+            if not ok:
+                raise AssertionError(f"after its mutants, the reference of exercise {number} fails: {report}")
+    grader.LIMIT = limit
+    return results
+
+
+def _line(number, r) -> str:
+    judged = r["mutants"] - r["equivalent"]
+    pct = 100.0 * r["killed"] / judged if judged else 100.0
+    return f"ex{number}  {r['killed']:>4} killed of {judged:>4} non-equivalent ({r['equivalent']} equivalent)  {pct:6.2f}%"
+
+
+# ---------------------------------------------------------------- reviewed: mutants no input can tell apart
+# (exercise, piece, the statement as written, the statement as mutated) -> why it is the same program
+EQUIVALENT: dict = {
+    ("01", "Tensor.backward", "continue", "pass"):
+        "the continue after order.append: the tensor is in seen, so the next test continues the loop anyway",
+    ("01", "Tensor.backward", "if t.requires_grad:", "if True:"):
+        "a leaf reaches grads only through the edge test, which keeps out a tensor that needs no gradient",
+    ("01", "Tensor.backward", "if gx is not None and x.requires_grad:", "if gx is not None:"):
+        "a tensor that needs no gradient has no creator, so it is a leaf, and the leaf test gives it no .grad",
+    ("02", "sum_to", "shape = tuple(shape)", "pass"): "shape is only iterated and measured, which a list allows too",
+    ("02", "sum_to", "shape = tuple(shape)", "shape = shape"):
+        "shape is only iterated and measured, which a list allows too",
+    ("02", "sum_to", "if extra > 0:", "if True:"): "summing over no axes (axis=()) changes nothing",
+    ("02", "sum_to", "if extra > 0:", "if extra >= 0:"): "summing over no axes (axis=()) changes nothing",
+    ("02", "sum_to", "if extra > 0:", "if extra > -1:"): "summing over no axes (axis=()) changes nothing",
+    ("02", "sum_to", "return grad.sum(axis=axes, keepdims=True) if axes else grad",
+     "return grad.sum(axis=axes, keepdims=True)"): "summing over no axes (axis=()) changes nothing",
+    ("02", "sum_to", "axes = tuple((i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1))",
+     "axes = tuple((i for i, n in enumerate(shape) if n == 1))"):
+        "summing an axis of size 1 with keepdims changes nothing",
+    ("02", "sum_to", "axes = tuple((i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1))",
+     "axes = tuple((i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 0))"):
+        "summing an axis of size 1 with keepdims changes nothing (and no gradient has an axis of size 0)",
+    ("03", "numerical_gradient", "g = np.zeros_like(x)", "g = np.ones_like(x)"):
+        "the loop sets every entry of g, so its first values never show",
+    ("03", "gradcheck", "inputs = [Tensor(a.copy(), requires_grad=True) for a in arrays]",
+     "inputs = [Tensor(a, requires_grad=True) for a in arrays]"):
+        "nothing writes into an input's array (numerical_gradient works on its own copy)",
+    ("03", "gradcheck", "numeric = numerical_gradient(loss, arrays[k].copy(), eps)",
+     "numeric = numerical_gradient(loss, arrays[k], eps)"):
+        "numerical_gradient leaves x as it was given, exactly (x[i] = kept)",
+    ("03", "gradcheck", "(out * Tensor(w)).sum().backward()", "(out * Tensor(w)).backward()"):
+        "backward() of a tensor of many entries starts from ones: the gradient of its sum",
+    ("03", "gradcheck", "(out * Tensor(w)).sum().backward()", "(out * w).sum().backward()"):
+        "Function.apply wraps an array in a Tensor that needs no gradient, as Tensor(w) does",
+    ("03", "gradcheck", "return float((fn(*ts).data * w).sum())", "return (fn(*ts).data * w).sum()"):
+        "a NumPy float64 is a Python float: numerical_gradient computes the same",
+    ("03", "gradcheck", "if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
+     "if not np.all(np.abs(numeric - analytic) <= atol + rtol * np.abs(numeric)):"): "|a − b| = |b − a|",
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("numbers", nargs="*", help="exercises (default: every one)")
+    ap.add_argument("--sample", type=int, help="this many mutants per exercise, drawn at random (with --seed)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("-v", "--verbose", action="store_true", help="show every surviving mutant")
+    args = ap.parse_args(argv)
+    numbers = [n.zfill(2) for n in args.numbers] or None
+    results = score(numbers, args.sample, args.seed, say=print)
+    survivors = [m for r in results.values() for m in r["survivors"]]
+    total = Counter()
+    for r in results.values():
+        total.update({k: r[k] for k in ("mutants", "equivalent", "killed")})
+    print(_line("all", {**total, "survivors": survivors}).replace("exall", "all  "))
+    if args.verbose:
+        for m in survivors:
+            print(f"survived: {m}")
+    return 0 if not survivors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
