@@ -4,7 +4,7 @@ A ``Module`` owns parameters and other modules, as attributes. A parameter is a 
 ``requires_grad=True`` (what ``Parameter`` makes); a Tensor without it is a constant. Write:
 
 1. ``Module.named_parameters()``: every parameter of the module and of the modules inside it,
-   as (name, Tensor) pairs, in the order the attributes were set: a parameter attribute
+   as a list of (name, Tensor) pairs, in the order the attributes were set: a parameter attribute
    ``weight`` is "weight"; a parameter of a module attribute ``ffn`` is "ffn.weight"; the
    items of a list attribute ``layers``, modules or parameters, are "layers.0", "layers.1",
    ... (so "layers.0.ffn.weight"). Each parameter once, named by the first attribute that

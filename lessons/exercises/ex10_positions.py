@@ -3,13 +3,16 @@
 Write:
 1. ``sinusoidal_table(T, d)``: the (T, d) float64 array PE with
    PE(pos, 2i) = sin(pos / 10000^(2i/d)) and PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
-2. ``Embedding``, a Function of the table W (V, d) with integer ``ids`` of any shape:
-   forward returns the rows W[ids] (shape ids.shape + (d,)); backward returns W's gradient:
-   the gradient of every output row added into the row of W it came from (an id that occurs
-   twice gets both rows' gradients: ``np.add.at``).
-3. ``Embeddings.forward(ids, offset=0)``: the paper's input to a stack, W[ids] · √d plus the
-   positions offset ... offset + T − 1 of the table (T = ids.shape[-1]), then dropout
-   (exercise 06). ``offset`` is for decoding one position at a time (exercise 12).
+2. ``Embedding``, a Function of the table W (V, d) with integer ``ids`` of any shape, called
+   as ``Embedding.apply(W, ids=ids)``: ids by keyword, a parameter and not an input (it needs
+   no gradient, and ``backward`` returns one gradient, W's). Forward returns the rows W[ids]
+   (shape ids.shape + (d,)); backward returns W's gradient: the gradient of every output row
+   added into the row of W it came from (an id that occurs twice gets both rows' gradients:
+   ``np.add.at``).
+3. ``Embeddings.forward(ids, offset=0)``, ids an integer array (B, T): the paper's input to
+   a stack, W[ids] · √d plus the positions offset ... offset + T − 1 of the table, then
+   dropout (exercise 06's ``dropout``, with the module's ``p_drop``, ``rng`` and
+   ``training``). ``offset`` is for decoding one position at a time (exercise 12).
 
 Check it with:  python lessons/check.py 10
 """

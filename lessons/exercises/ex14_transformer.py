@@ -1,14 +1,18 @@
 """Exercise 14 (lesson 14) — the whole model, with shared embeddings (Sections 3.1, 3.4).
 
 Write:
-1. ``padding_mask(ids, pad)``: (B, T) ids -> a (B, 1, 1, T) bool array, True at the keys that
-   are not padding (it broadcasts over heads and queries).
+1. ``padding_mask(ids, pad)``: ids an integer array (B, T) -> a (B, 1, 1, T) bool array, True
+   at the keys that are not padding (it broadcasts over heads and queries).
 2. ``target_mask(ids, pad)``: (B, T) -> (B, 1, T, T): causal (exercise 08) and not padding.
-3. ``Transformer.encode(src)``, ``Transformer.decode(tgt_in, memory, src_mask)`` and
-   ``Transformer.forward(src, tgt_in)``: embed (``embed``, one table for source and target
-   as in Section 3.4), run the stacks (``encoder``, ``decoder``: lists of layers), and turn
-   the decoder's output h into logits h Eᵀ with the same table E (``embed.weight``). The
-   forward returns logits (B, T_tgt, V).
+3. The model, one table E (``embed.weight``) for source and target as in Section 3.4, the
+   stacks ``encoder`` and ``decoder`` (lists of layers):
+   - ``Transformer.encode(src)``: embed ``src`` (``embed``) and run the encoder stack with
+     ``src``'s padding mask; returns the memory (B, T_src, d_model).
+   - ``Transformer.decode(tgt_in, memory, src_mask)``: embed ``tgt_in`` and run the decoder
+     stack with ``tgt_in``'s target mask; returns the stack's output h (B, T_tgt, d_model),
+     before the generator.
+   - ``Transformer.generator(h)``: the logits h Eᵀ (..., V), with the same table E.
+   - ``Transformer.forward(src, tgt_in)``: the three above; returns logits (B, T_tgt, V).
 
 The names of the parameters are minitensor's (``tgt_embed.weight``, ``encoder.layers.0.
 self_attn.w_q.weight``, ...) so that the grader can load the same weights into both models.

@@ -35,6 +35,7 @@ from minitensor.gradcheck import numerical_gradient as _package_numerical_gradie
 from transformer import masks as _masks
 from transformer.embedding import sinusoidal_table as _package_table
 
+from . import track
 from .grader import Case, Exercise, Expect, Malformed, Missing, Mistake, Using, _r
 
 
@@ -650,16 +651,25 @@ def _cases_04():
              for i, (shape, shift, title) in enumerate([((2,), 0.0, "two entries"), ((2, 3), 0.0, "two rows"),
                                                         ((2, 2, 4), 0.0, "three axes: over the last"),
                                                         ((2, 3), 1000.0, "entries near 1000: exp overflows unless "
-                                                                         "the row's largest entry is subtracted")])]
+                                                                         "the row's largest entry is subtracted"),
+                                                        ((2, 3), np.array([[1000.0], [0.0]]),
+                                                         "one row near 1000, one near 0: each row's own largest "
+                                                         "entry"),
+                                                        ((1, 3), np.array([[-400.0, 400.0, 0.0]]),
+                                                         "a row spanning 800: subtract its largest entry, not its "
+                                                         "smallest")])]
     specs = [((1, 2), 0.0, None, "no smoothing (ε = 0): plain cross-entropy"), ((1, 3), 0.1, None, "three classes"),
              ((2, 4), 0.1, None, "two positions"), ((3, 5), 1.0, None, "ε = 1: the target is uniform"),
              ((2, 3, 5), 0.1, None, "a batch of sequences (B, T, V)"),
              ((2, 4, 5), 0.1, 0, "pad positions count for nothing, in the sum or in the count"),
-             ((2, 3), 0.1, None, "logits near 1000")]
+             ((2, 3), 0.1, None, "logits near 1000"),
+             ((2, 3), 0.1, "all", "every position is pad: the sum, 0, divided by 1")]
     for i, (shape, eps, pad, title) in enumerate(specs):
         logits = _r(rng, shape) + (1000.0 if "1000" in title else 0.0)
         target = rng.integers(1, shape[-1], shape[:-1])
-        if pad is not None:
+        if pad == "all":
+            target[...] = 0
+        elif pad is not None:
             target[0, -2:] = pad
             target[1, -1] = pad
         pad_id = 0 if pad is not None else -1
@@ -668,11 +678,25 @@ def _cases_04():
             return ns.cross_entropy(logits, target.copy(), eps, pad_id)
 
         def theirs(logits, target=target, eps=eps, pad_id=pad_id):
-            return transformer.label_smoothed_loss(logits, mt.tensor(target), pad_id, eps)
+            n = int((target != pad_id).sum())    # divided by 1 when every position is pad
+            return transformer.label_smoothed_loss(logits, mt.tensor(target), pad_id, eps, reduction="sum") / max(1, n)
         cases.append(op_case(f"cross_entropy: {title}", "loss = cross_entropy(logits, target, smoothing, pad); "
                              "loss.backward()", dict(logits=logits), mine, theirs,
                              shown={"target": target, "smoothing": eps, "pad": pad_id}, start=False))
+    cases.append(_float32_loss_case(_r(rng, (2, 4)), rng.integers(1, 4, 2)))
     return cases
+
+
+def _float32_loss_case(logits, target) -> Case:
+    """The loss of float32 logits is float32: q is made in the logits' dtype."""
+    logits = logits.astype(np.float32)
+    want = transformer.label_smoothed_loss(mt.tensor(logits.astype(np.float64)), mt.tensor(target), 0, 0.1).numpy()
+
+    def run(ns):
+        yield ns.cross_entropy(engine(ns).Tensor(logits.copy(), requires_grad=True), target.copy(), 0.1, 0).data
+    return Case("cross_entropy: float32 logits give a float32 loss", "cross_entropy(logits, target, smoothing, pad)",
+                {"logits": logits, "dtype": "float32", "target": target, "smoothing": 0.1, "pad": 0}, run,
+                [Expect("the loss (float32)", want, atol=1e-5, rtol=1e-5, dtype="float32")])
 
 
 def _log_softmax_unshifted(self, x):
@@ -775,7 +799,11 @@ def _cases_05():
     cases = []
     for cls, (title, names) in _NAMES_05.items():
         def run(ns, cls=cls):
-            yield [name for name, _ in _modules_05(ns)[cls]().named_parameters()]
+            named = _modules_05(ns)[cls]().named_parameters()
+            if not isinstance(named, list):
+                raise Malformed(f"named_parameters must return a list of (name, Tensor) pairs; it returned a "
+                                f"{type(named).__name__}")
+            yield [name for name, _ in named]
         cases.append(Case(f"named_parameters: {title}", f"{cls}().named_parameters()",
                           {"the module": _MODULE_TEXT_05[cls]}, run, [Expect("the names, in order", names, kind="s")]))
     for i, (n_in, n_out, lead) in enumerate([(1, 1, (1,)), (3, 2, (2,)), (2, 3, (2, 2))]):
@@ -1025,7 +1053,10 @@ def _cases_08():
                      seed=80 + i)
              for i, (shape, shift, title) in enumerate([((3,), 0.0, "three entries"),
                                                         ((2, 3), 0.0, "over the last axis"),
-                                                        ((2, 3), 1000.0, "entries near 1000")])]
+                                                        ((2, 3), 1000.0, "entries near 1000"),
+                                                        ((2, 3), np.array([[1000.0], [0.0]]),
+                                                         "one row near 1000, one near 0: each row's own largest "
+                                                         "entry")])]
     for T in (1, 2, 4):
         def run(ns, T=T):
             yield ns.causal_mask(T)
@@ -1129,6 +1160,15 @@ def _cases_09():
                                  transformer.MultiHeadAttention(d, h), inputs, mine, theirs, seed=900 + i,
                                  shown={**inputs, "key = value": "query" if "key" not in inputs else "key", "h": h,
                                         "mask": "None" if mask is None else mask}))
+    B, Tq, Tk, d, h = 2, 2, 3, 4, 2
+    inputs = {"query": _r(rng, (B, Tq, d)), "key": _r(rng, (B, Tk, d)), "value": _r(rng, (B, Tk, d))}
+    cases.append(module_case("MultiHeadAttention: query, key and value all different", "out = MultiHeadAttention("
+                             "d_model, h)(query, key, value, None)",
+                             lambda ns: ns.MultiHeadAttention(d, h, np.random.default_rng(0)),
+                             transformer.MultiHeadAttention(d, h), inputs,
+                             lambda ns, m, query, key, value: m(*(engine(ns).Tensor(a) for a in (query, key, value))),
+                             lambda m, query, key, value: m(mt.tensor(query), mt.tensor(key), mt.tensor(value)),
+                             seed=905, shown={**inputs, "h": h, "mask": "None"}))
     return cases
 
 
@@ -1177,7 +1217,39 @@ def _cases_10():
                              lambda weight, ids=ids, d=d, table=table:
                              F.embedding(mt.tensor(ids), weight) * math.sqrt(d) + mt.tensor(table),
                              shown={"ids": ids, "offset": offset}, seed=105 + i, atol=1e-6, rtol=1e-6))
+    for training in (True, False):
+        cases.append(_embeddings_dropout_case(_r(rng, (5, 4)), np.array([[2, 4, 1], [1, 3, 0]]), training))
     return cases
+
+
+def _kept(rng, shape, p):
+    """dropped(·, keep, p)'s keep: the entries exercise 06's dropout keeps, drawing from ``rng``."""
+    return rng.random(shape) >= p
+
+
+def _embeddings_dropout_case(weight, ids, training, p=0.5, seed=107) -> Case:
+    """Embeddings with p_drop = 0.5 and the grader's seeded generator: in training, dropout over
+    the sum of the scaled embedding and the positions, drawn as exercise 06 draws (after the
+    constructor's draw of the table); after ``eval()``, none."""
+    V, d = weight.shape
+    rng = np.random.default_rng(seed)
+    rng.normal(0.0, d**-0.5, size=(V, d))      # the constructor's draw
+    keep = _kept(rng, ids.shape + (d,), p) if training else np.ones(ids.shape + (d,), bool)
+    table = _package_table(ids.shape[1], d).astype(np.float64)
+    scale = keep / (1.0 - p) if training else np.ones(keep.shape)
+    theirs = lambda weight: (F.embedding(mt.tensor(ids), weight) * math.sqrt(d) + mt.tensor(table)) * mt.tensor(scale)  # noqa: E731
+
+    def mine(ns, weight):
+        emb = ns.Embeddings(V, d, 16, p, np.random.default_rng(seed))
+        emb.weight = weight
+        emb.train(training)
+        return emb(ids.copy())
+    mode = "training: dropout over the embedding plus the positions" if training else "after eval(): no dropout"
+    return op_case(f"Embeddings with dropout p = {p}, {mode}", f"emb = Embeddings(V, d, max_len, {p}, rng) with "
+                   f"weight; emb.{'train()' if training else 'eval()'}; out = emb(ids); out.backward(output gradient)",
+                   dict(weight=weight), mine, theirs,
+                   shown={"ids": ids, "rng": f"np.random.default_rng({seed}), the grader's (your dropout draws from it "
+                                            "as exercise 06's does)"}, seed=108, atol=1e-6, rtol=1e-6)
 
 
 def _table(swap=False, exponent="2i"):
@@ -1197,7 +1269,7 @@ def _embedding_backward_assigned(self, grad):
     return (g,)
 
 
-def _embeddings_forward(mod, scale=True, offset_used=True):
+def _embeddings_forward(mod, scale=True, offset_used=True, drop="in training"):
     Tensor = mod.__track__["01"].Tensor
 
     def forward(self, ids, offset=0):
@@ -1205,7 +1277,8 @@ def _embeddings_forward(mod, scale=True, offset_used=True):
         start = offset if offset_used else 0
         x = mod.Embedding.apply(self.weight, ids=ids)
         x = x * np.sqrt(self.weight.shape[1]) if scale else x
-        return x + Tensor(self.table[start:start + ids.shape[-1]])
+        x = x + Tensor(self.table[start:start + ids.shape[-1]])
+        return x if drop == "never" else mod.dropout(x, self.p_drop, self.rng, drop == "always" or self.training)
     return forward
 
 
@@ -1220,6 +1293,10 @@ MISTAKES_10 = (
             {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, scale=False))}),
     Mistake("the positions start at 0 whatever the offset: position t of a decoded sequence is row offset + t",
             {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, offset_used=False))}),
+    Mistake("no dropout after the embeddings: the paper applies it to the sums of the embeddings and the positions "
+            "(Section 5.4)", {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, drop="never"))}),
+    Mistake("dropout ran after eval(): pass the module's own self.training to dropout",
+            {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, drop="always"))}),
 )
 
 
@@ -1247,11 +1324,40 @@ def _cases_11():
                                  lambda ns, m, x, mask=mask: m(engine(ns).Tensor(x), mask),
                                  lambda m, x, mask=mask: m(mt.tensor(x), mt.tensor(mask)), seed=115 + i,
                                  shown={"x": x, "mask": mask, "h": h}, atol=1e-8, rtol=1e-7))
+    for training in (True, False):
+        cases.append(_residual_dropout_case(_r(rng, (2, 3, 4)), _r(rng, (4,)), training))
     return cases
+
+
+def _residual_dropout_case(x, c, training, p=0.5, seed=118) -> Case:
+    """Residual with p_drop = 0.5 and the grader's seeded generator: LayerNorm(x + Dropout(sublayer(x)))
+    in training (dropout over the sublayer's output alone, drawn as exercise 06 draws); after
+    ``eval()``, LayerNorm(x + sublayer(x)). The sublayer is x · c, c a fixed row."""
+    keep = _kept(np.random.default_rng(seed), x.shape, p) if training else np.ones(x.shape, bool)
+    scale = keep / (1.0 - p) if training else np.ones(x.shape)
+    d = x.shape[-1]
+    theirs = lambda x: F.layer_norm(x + mt.tensor(scale) * (x * mt.tensor(c)), mt.tensor(np.ones(d)),  # noqa: E731
+                                    mt.tensor(np.zeros(d)), 1e-5)
+
+    def mine(ns, x):
+        res = ns.Residual(d, p, np.random.default_rng(seed))
+        res.train(training)
+        return res(x, lambda t: t * engine(ns).Tensor(c.copy()))
+    mode = "training: dropout over the sublayer's output" if training else "after eval(): no dropout"
+    return op_case(f"Residual with dropout p = {p}, {mode}", f"res = Residual(d_model, {p}, rng); "
+                   f"res.{'train()' if training else 'eval()'}; out = res(x, sublayer); out.backward(output gradient)",
+                   dict(x=x), mine, theirs,
+                   shown={"sublayer": "x · c", "c": c, "rng": f"np.random.default_rng({seed}), the grader's (your "
+                                                             "dropout draws from it as exercise 06's does)"},
+                   seed=119, atol=1e-8, rtol=1e-7)
 
 
 def _residual(mod, order="post"):
     def forward(self, x, sublayer):
+        if order == "dropout outside":
+            return self.norm(mod.dropout(x + sublayer(x), self.p_drop, self.rng, self.training))
+        if order == "always training":
+            return self.norm(x + mod.dropout(sublayer(x), self.p_drop, self.rng, True))
         if order == "pre":
             return x + sublayer(self.norm(x))
         if order == "no residual":
@@ -1267,6 +1373,12 @@ MISTAKES_11 = (
             {"Residual.forward": Using(lambda m: _residual(m, "pre"))}),
     Mistake("the residual connection is missing: LayerNorm(x + Sublayer(x)), x added back",
             {"Residual.forward": Using(lambda m: _residual(m, "no residual"))}),
+    Mistake("dropout was applied to x + Sublayer(x): it belongs to the sublayer's output alone, "
+            "LayerNorm(x + Dropout(Sublayer(x)))", {"Residual.forward": Using(lambda m: _residual(m, "dropout outside"))}),
+    Mistake("dropout ran after eval(): pass the module's own self.training to dropout",
+            {"Residual.forward": Using(lambda m: _residual(m, "always training"))}),
+    Mistake("no dropout in the residual sublayer: LayerNorm(x + Dropout(Sublayer(x))) (Section 5.4)",
+            {"Residual.forward": Using(lambda m: _residual(m, "post"))}),
 )
 
 
@@ -1421,7 +1533,25 @@ def _cases_13():
                           {"out": text, "x": f"({n}, {d})", "w, v, ...": f"({d}, {d})"}, run,
                           [Expect("multiply_adds", np.int64(madds), kind="i"),
                            Expect("sequential_products", np.int64(seq), kind="i")]))
+    for a, b, title in [((3, 2, 4), (4, 5), "a stack of 3 matrices times one matrix"),
+                        ((2, 4), (3, 4, 5), "one matrix times a stack of 3"),
+                        ((2, 1, 2, 3), (3, 3, 2), "stacks that broadcast to (2, 3)")]:
+        stack = int(np.prod(np.broadcast_shapes(a[:-2], b[:-2])))
+        cases.append(_products_case(f"x @ w, {title}", "out = x @ w", a, b, 0, stack * a[-2] * a[-1] * b[-1], 1))
+    cases.append(_products_case("30 doublings of x @ w: 2^30 paths, one product", "u = x @ w; 30 times: u = u + u",
+                                (2, 3), (3, 2), 30, 2 * 3 * 2, 1))
     return cases
+
+
+def _products_case(title, text, a, b, doublings, madds, seq) -> Case:
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        out = _doubled(Tensor(np.ones(a), requires_grad=True) @ Tensor(np.ones(b), requires_grad=True), doublings)
+        yield ns.multiply_adds(out)
+        yield ns.sequential_products(out)
+    return Case(title, "multiply_adds(out), sequential_products(out)", {"out": text, "x": str(a), "w": str(b)}, run,
+                [Expect("multiply_adds", np.int64(madds), kind="i"), Expect("sequential_products", np.int64(seq),
+                                                                           kind="i")])
 
 
 def _multiply_adds_per_path(mod):
@@ -1459,7 +1589,30 @@ def _every_op(mod):
     return sequential_products
 
 
+def _multiply_adds_stacked(mod, stack="none"):
+    """multiply_adds that sizes a product's stack wrongly: "none" (one matrix per product) or
+    "first" (the first input's leading axes alone)."""
+    def multiply_adds(out):
+        total, seen, todo = 0, set(), [out]
+        while todo:
+            fn = todo.pop().creator
+            if fn is None or id(fn) in seen:
+                continue
+            seen.add(id(fn))
+            if isinstance(fn, mod.MatMul):
+                a, b = fn.inputs[0].data, fn.inputs[1].data
+                size = 1 if stack == "none" else int(np.prod(a.shape[:-2]))
+                total += size * a.shape[-2] * a.shape[-1] * b.shape[-1]
+            todo.extend(fn.inputs)
+        return total
+    return multiply_adds
+
+
 MISTAKES_13 = (
+    Mistake("a stack of matrices was counted as one product: multiply n·k·m by the stack's size, the product of the "
+            "two inputs' broadcast leading axes", dict(multiply_adds=Using(lambda m: _multiply_adds_stacked(m)))),
+    Mistake("the stack's size was taken from the first input alone: broadcast the leading axes of both inputs "
+            "(np.broadcast_shapes)", dict(multiply_adds=Using(lambda m: _multiply_adds_stacked(m, "first")))),
     Mistake("a product reached along two paths is counted twice: count each Function once (remember the ones seen)",
             dict(multiply_adds=Using(_multiply_adds_per_path))),
     Mistake("this counts every product in the graph: count only the products on the longest path, since products "
@@ -1580,6 +1733,23 @@ def _cases_15():
                            "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layer"
                                     f"{'s' if layers > 1 else ''} each) with the grader's weights"},
                           run, [Expect("the best hypothesis' tokens", np.asarray(want), kind="i")]))
+    cases.append(_greedy_rows_case(first=(110, 1.0)))
+    cases.append(_greedy_padded_case(track.load(track.SOLUTIONS, "15"), first=(1, 2.0)))
+    reference = track.load(track.SOLUTIONS, "15")   # the rules' variants run on the reference track
+    for rule, (beam, alpha, max_len, first, title) in {
+            "penalty": (2, 2.0, 8, (172, 1.0), "a finished hypothesis' penalty is lp(its length, eos included)"),
+            "eos rank": (2, 1.0, 8, (1, 2.0), "an eos ranked beyond the first beam extensions finishes nothing"),
+            "at end": (2, 1.0, 3, (192, 1.0), "the steps run out with prefixes open: they count, by their own "
+                                               "length"),
+            "ban": (3, 1.0, 6, (1, 3.0), "the tokens banned before the log-softmax"),
+            "alpha": (2, 2.0, 8, (130, 2.0), "alpha = 2: the penalty is squared"),
+            "five": (2, 1.0, 8, (36, 2.0), "the penalty's 5 + n"),
+            "start": (2, 1.0, 8, (36, 2.0), "the empty prefix starts at log probability 0"),
+            "ranked": (3, 1.0, 8, (186, 3.0), "2·beam extensions ranked, so that beam stay open after an eos"),
+            "kept": (2, 1.0, 8, (84, 1.0), "at most beam prefixes stay open"),
+            "eos kept": (2, 1.0, 8, (0, 1.0), "an extension by eos never stays open"),
+            "mask": (2, 1.0, 8, (1, 3.0), "a source that ends in padding: masked")}.items():
+        cases.append(_beam_rule_case(reference, rule, beam, alpha, max_len, title, first))
     specs = [((1, 1, 2, 1), "one beam, two tokens, the best one"), ((1, 2, 2, 2), "two beams"),
              ((1, 2, 3, 6), "n = K·V: every extension, in order"), ((2, 2, 3, 4), "two sentences"),
              ((2, 3, 4, 6), "three beams, four tokens"), ((1, 2, 3, 3), "beam 1 is unused (score −∞)")]
@@ -1619,11 +1789,11 @@ def _rank(scores, logp, n, by="total", report="total", order=-1, divide_by="V"):
     return top // width, top % width, np.take_along_axis(shown, top, 1)
 
 
-def _greedy(mod, offsets=True, banned=True):
+def _greedy(mod, offsets=True, banned=True, pad_after=True, masked=True):
     def greedy_decode(model, src, max_len, bos, eos, pad):
         src = np.asarray(src)
         with mod.no_grad():
-            src_mask, memory = mod.padding_mask(src, pad), model.encode(src)
+            src_mask, memory = mod.padding_mask(src, pad if masked else -1), model.encode(src)
             caches = [{} for _ in model.decoder.layers]
             ys, done = np.full((len(src), 1), bos, dtype=np.int64), np.zeros(len(src), bool)
             for t in range(max_len):
@@ -1633,7 +1803,7 @@ def _greedy(mod, offsets=True, banned=True):
                 logits = model.generator(x).data[:, -1].copy()
                 if banned:
                     logits[:, [pad, bos] + ([eos] if t == 0 else [])] = -np.inf
-                nxt = np.where(done, pad, logits.argmax(axis=-1))
+                nxt = np.where(done & pad_after, pad, logits.argmax(axis=-1))
                 ys = np.concatenate([ys, nxt[:, None]], axis=1)
                 done |= nxt == eos
                 if done.all():
@@ -1642,27 +1812,133 @@ def _greedy(mod, offsets=True, banned=True):
     return greedy_decode
 
 
-def _beam_without_penalty(mod):
-    """The reference's beam search with alpha = 0: every length penalty is 1."""
-    right = mod.beam_search
-    return lambda model, src, beam, alpha, max_len, bos, eos, pad: right(model, src, beam, 0.0, max_len, bos, eos, pad)
+def _model_15(V, d, h, layers):
+    cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                        n_decoder_layers=layers, dropout=0.0, max_len=16)
+    return transformer.Transformer(cfg)
 
 
-def _beam_first_finished(mod):
-    """Beam search that returns the first hypothesis to finish, not the best-scored one."""
+def _learners_model(ns, state, V, d, h, layers):
+    m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+    m.load_state_dict({k: v.copy() for k, v in state.items()})
+    return m
+
+
+def _greedy_rows_case(first=(0, 1.0)) -> Case:
+    """Rows that finish at different steps: each continues with pad after its eos."""
+    from transformer.decoding import greedy_decode as _greedy_ref
+    V, d, h, layers, max_len = 9, 4, 2, 1, 6
+    src = np.array([[3, 4, 5], [6, 7, 8], [4, 4, 3]])
+    ref = _model_15(V, d, h, layers)
+    for seed, scale in _weights_to_try(first, 300, (1.0, 2.0)):
+        state = _seeded_weights(ref, seed, scale=scale)
+        want = np.asarray(_greedy_ref(ref, mt.tensor(src), max_len=max_len))
+        ends = [list(row).index(2) if 2 in row else None for row in want.tolist()]
+        finished = [e for e in ends if e is not None]
+        if len(finished) >= 2 and len(set(finished)) >= 2:
+            break
+    else:
+        raise AssertionError("no weights found for the greedy rows case")
+
+    def run(ns):
+        yield ns.greedy_decode(_learners_model(ns, state, V, d, h, layers), src.copy(), max_len, 1, 2, 0)
+    return Case("greedy_decode: rows that finish at different steps", "greedy_decode(model, src, max_len, "
+                "bos=1, eos=2, pad=0)", {"src": src, "max_len": max_len, "model": f"your Transformer (vocab {V}, "
+                                         f"d_model {d}, {h} heads, 1 layer each) with the grader's weights"},
+                run, [Expect("the tokens", want, kind="i")])
+
+
+def _weights_to_try(first, n, scales):
+    """(seed, scale) pairs to draw weights with, ``first`` first (the pair that a search from the
+    start found, kept so that the grader starts where it will stop), then the rest in order."""
+    yield first
+    yield from ((seed, scale) for seed in range(n) for scale in scales if (seed, scale) != first)
+
+
+def _greedy_padded_case(reference, first=(0, 1.0)) -> Case:
+    """A source that ends in padding, with weights for which decoding without the source's
+    padding mask (``_greedy(..., masked=False)`` on the reference track) gives other tokens."""
+    from transformer.decoding import greedy_decode as _greedy_ref
+    V, d, h, layers, max_len = 9, 4, 2, 1, 6
+    src = np.array([[3, 4, 0, 0]])
+    ref = _model_15(V, d, h, layers)
+    unmasked = _greedy(reference, masked=False)
+    for seed, scale in _weights_to_try(first, 300, (1.0, 2.0, 3.0)):
+        state = _seeded_weights(ref, seed, scale=scale)
+        want = np.asarray(_greedy_ref(ref, mt.tensor(src), max_len=max_len))
+        theirs = unmasked(_learners_model(types.SimpleNamespace(__track__=reference.__track__), state, V, d, h,
+                                          layers), src.copy(), max_len, 1, 2, 0)
+        if theirs.shape != want.shape or (theirs != want).any():
+            break
+    else:
+        raise AssertionError("no weights found for the greedy padded case")
+
+    def run(ns):
+        yield ns.greedy_decode(_learners_model(ns, state, V, d, h, layers), src.copy(), max_len, 1, 2, 0)
+    return Case("greedy_decode: a source that ends in padding (pad = 0), masked", "greedy_decode(model, src, "
+                "max_len, bos=1, eos=2, pad=0)", {"src": src, "max_len": max_len, "model": f"your Transformer (vocab "
+                                                  f"{V}, d_model {d}, {h} heads, 1 layer each) with the grader's "
+                                                  "weights"}, run, [Expect("the tokens", want, kind="i")])
+
+
+def _beam_rule_case(reference, rule, beam, alpha, max_len, title, first=(0, 1.0)) -> Case:
+    """A beam search whose answer changes when ``rule`` is broken: weights are drawn until the
+    reference's variant that breaks it (``_beam_variant`` on the reference track) returns
+    another hypothesis than minitensor's beam search."""
+    from transformer.decoding import beam_search as _beam_ref
+    V, d, h, layers = 9, 4, 2, 1
+    src = np.array([3, 4, 5, 0, 0] if rule == "mask" else [3, 4, 5, 6])
+    ref = _model_15(V, d, h, layers)
+    broken = _beam_variant(reference, **_BEAM_RULES[rule][0])
+    for seed, scale in _weights_to_try(first, 400, (1.0, 2.0, 3.0)):
+        state = _seeded_weights(ref, seed, scale=scale)
+        want = _beam_ref(ref, mt.tensor(src[None]), beam_size=beam, alpha=alpha, max_len=max_len)[0][0].tokens
+        theirs = broken(_learners_model(types.SimpleNamespace(__track__=reference.__track__), state, V, d, h, layers),
+                        src.copy(), beam, alpha, max_len, 1, 2, 0)
+        if list(theirs) != list(want):
+            break
+    else:
+        raise AssertionError(f"no weights found for the beam rule {rule!r}")
+
+    def run(ns):
+        yield np.asarray(ns.beam_search(_learners_model(ns, state, V, d, h, layers), src.copy(), beam, alpha, max_len,
+                                        1, 2, 0))
+    return Case(f"beam_search: {title}", "beam_search(model, src, beam, alpha, max_len, bos=1, eos=2, pad=0)",
+                {"src": src, "beam": beam, "alpha": alpha, "max_len": max_len,
+                 "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, 1 layer each) with the grader's "
+                          "weights"}, run, [Expect("the best hypothesis' tokens", np.asarray(want), kind="i")])
+
+
+def _beam_variant(mod, penalty="length", eos_rank="beam", at_end="open count", ban="before", alpha_used=True,
+                  pick="best", lp_form=None, start=0.0, ranked=2, kept_up_to=1, eos_kept=False, finish_cap=True,
+                  masked=True):
+    """Beam search on the track ``mod`` with the rules of exercise 15, one of them broken when a
+    setting is changed: ``penalty`` "t - 1" (a finished hypothesis' penalty one short),
+    ``eos_rank`` "any" (an eos beyond the first beam finishes), ``at_end`` "finished only"
+    (open prefixes never count), ``ban`` "after" (banned after the log-softmax),
+    ``alpha_used`` False (no length penalty), ``pick`` "first" (the first to finish), ``lp_form``
+    another penalty (n, alpha) -> lp, ``start`` the empty prefix's score, ``ranked`` the
+    extensions ranked per beam, ``kept_up_to`` open prefixes kept per beam, ``eos_kept`` an
+    eos extension kept open as well, ``finish_cap`` False (more than beam finish), ``masked``
+    False (the source's padding not masked)."""
     def beam_search(model, src, beam, alpha, max_len, bos, eos, pad):
+        a = alpha if alpha_used else 0.0
+        lp = (lambda n: ((5.0 + n) / 6.0) ** a) if lp_form is None else (lambda n: lp_form(n, a))   # noqa: E731
         src = np.asarray(src)[None]
-        lp = lambda n: ((5.0 + n) / 6.0) ** alpha   # noqa: E731
         with mod.no_grad():
-            src_mask, memory = mod.padding_mask(src, pad), model.encode(src)
-            open_, finished, done = [([], 0.0)], [], False
+            src_mask, memory = mod.padding_mask(src, pad if masked else -1), model.encode(src)
+            open_, finished, done = [([], start)], [], False
             for t in range(1, max_len + 1):
                 ys = np.array([[bos] + tokens for tokens, _ in open_])
                 rows = np.zeros(len(open_), dtype=np.int64)
                 logits = model.generator(model.decode(ys, memory[rows], src_mask[rows])).data[:, -1].copy()
-                logits[:, [pad, bos] + ([eos] if t == 1 else [])] = -np.inf
+                banned = [pad, bos] + ([eos] if t == 1 else [])
+                if ban == "before":
+                    logits[:, banned] = -np.inf
                 logp = mod.LogSoftmax().forward(logits)
-                n = min(2 * beam, logp.size)
+                if ban == "after":
+                    logp[:, banned] = -np.inf
+                n = min(ranked * beam, logp.size)
                 which, token, total = mod.rank_extensions(np.array([[s for _, s in open_]]), logp[None], n)
                 kept = []
                 for j in range(n):
@@ -1670,27 +1946,53 @@ def _beam_first_finished(mod):
                     if not np.isfinite(s):
                         break
                     if w == eos:
-                        if j < beam and len(finished) < beam:
-                            finished.append((open_[k][0] + [w], s / lp(t)))
-                        continue
-                    if len(kept) < beam:
+                        if (j < beam or eos_rank == "any") and (len(finished) < beam or not finish_cap):
+                            finished.append((open_[k][0] + [w], s / lp(t - 1 if penalty == "t - 1" else t)))
+                        if not eos_kept:
+                            continue
+                    if len(kept) < kept_up_to * beam:
                         kept.append((open_[k][0] + [w], s))
                 if len(finished) >= beam or not kept:
                     done = True
                     break
                 open_ = kept
             hypotheses = list(finished)
-            if not done or not hypotheses:
+            if (not done or not hypotheses) and (at_end == "open count" or not hypotheses):
                 hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]
-        return hypotheses[0][0]
+        return hypotheses[0][0] if pick == "first" else max(hypotheses, key=lambda h: h[1])[0]
     return beam_search
+
+
+_BEAM_RULES = {   # rule -> (the variant that breaks it, the hint of the mistake)
+    "penalty": (dict(penalty="t - 1"), "a finished hypothesis' length penalty is lp(t), t its length with eos "
+                                       "(the step it finished at), not lp(t − 1)"),
+    "eos rank": (dict(eos_rank="any"), "an eos ranked beyond the first beam extensions of a step finished a "
+                                       "hypothesis: only the first beam may; drop the others"),
+    "at end": (dict(at_end="finished only"), "the search ran out of steps and the open prefixes were left out: "
+                                             "they count too, each scored log P / lp(its length)"),
+    "ban": (dict(ban="after"), "the tokens were banned after the log-softmax: set their logits to −∞ first, so "
+                               "that the allowed tokens' probabilities sum to 1"),
+    "alpha": (dict(lp_form=lambda n, a: (5.0 + n) / 6.0), "the length penalty is ((5 + n) / 6) to the power alpha"),
+    "five": (dict(lp_form=lambda n, a: ((10.0 + n) / 6.0) ** a), "the length penalty is ((5 + n) / 6)^alpha"),
+    "start": (dict(start=1.0), "the empty prefix starts with log probability 0 (probability 1)"),
+    "ranked": (dict(ranked=1), "rank the 2·beam best extensions: with only beam, an eos among them leaves fewer "
+                               "than beam to keep open"),
+    "kept": (dict(kept_up_to=2), "keep at most beam open prefixes"),
+    "eos kept": (dict(eos_kept=True), "an extension by eos finishes (or is dropped): it never stays open"),
+    "mask": (dict(masked=False), "the source's padding was not masked: encode and attend with "
+                                 "padding_mask(src, pad)"),
+}
 
 
 MISTAKES_15 = (
     Mistake("the hypotheses are ranked by log P alone: divide by the length penalty ((5 + n) / 6)^alpha, or short "
-            "ones win", dict(beam_search=Using(_beam_without_penalty))),
+            "ones win", dict(beam_search=Using(lambda m: _beam_variant(m, alpha_used=False)))),
     Mistake("the first hypothesis to finish was returned: return the best-scored one",
-            dict(beam_search=Using(_beam_first_finished))),
+            dict(beam_search=Using(lambda m: _beam_variant(m, pick="first")))),
+    *(Mistake(hint, dict(beam_search=Using(lambda m, rule=rule: _beam_variant(m, **rule))))
+      for rule, hint in _BEAM_RULES.values()),
+    Mistake("a row went on after its eos: once a row has its eos, it continues with pad",
+            dict(greedy_decode=Using(lambda m: _greedy(m, pad_after=False)))),
     Mistake("every step embeds its token at position 0: the token of step t sits at position t (offset=t)",
             dict(greedy_decode=Using(lambda m: _greedy(m, offsets=False)))),
     Mistake("pad or bos was chosen, or eos as the first token: neither pad nor bos is ever an output, and an "

@@ -355,6 +355,164 @@ EQUIVALENT: dict = {
         "a NumPy float64 is a Python float: numerical_gradient computes the same",
     ("03", "gradcheck", "if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
      "if not np.all(np.abs(numeric - analytic) <= atol + rtol * np.abs(numeric)):"): "|a − b| = |b − a|",
+    ("04", "cross_entropy", "target = np.asarray(target)", "pass"): "target is an integer array, as the docstring says",
+    ("04", "cross_entropy", "target = np.asarray(target)", "target = target"):
+        "target is an integer array, as the docstring says",
+    ("04", "cross_entropy", "return -(log_softmax(logits) * Tensor(q)).sum() / max(1, int(real.sum()))",
+     "return -(log_softmax(logits) * Tensor(q)).sum() / max(1, real.sum())"):
+        "a NumPy integer divides as a Python int does",
+    ("04", "cross_entropy", "return -(log_softmax(logits) * Tensor(q)).sum() / max(1, int(real.sum()))",
+     "return -(log_softmax(logits) * q).sum() / max(1, int(real.sum()))"):
+        "Function.apply wraps an array in a Tensor that needs no gradient, as Tensor(q) does",
+    ("05", "Adam.step", "for p, m, v in zip(self.params, self.m, self.v):",
+     "for p, m, v in zip(self.params, self.v, self.m):"):
+        "self.m and self.v start as the same zeros: which list keeps which moment is Adam's own affair",
+    ("06", "dropout", "return Dropout.apply(x, p=p, rng=rng) if training and p > 0 else x",
+     "return Dropout.apply(x, p=p, rng=rng) if training else x"):
+        "dropout with p = 0 keeps every entry and scales by 1 (it draws from rng, which no case compares after)",
+    ("06", "dropout", "return Dropout.apply(x, p=p, rng=rng) if training and p > 0 else x",
+     "return Dropout.apply(x, p=p, rng=rng) if training and p >= 0 else x"):
+        "dropout with p = 0 keeps every entry and scales by 1",
+    ("06", "dropout", "return Dropout.apply(x, p=p, rng=rng) if training and p > 0 else x",
+     "return Dropout.apply(x, p=p, rng=rng) if training and p > -1 else x"):
+        "dropout with p = 0 keeps every entry and scales by 1",
+    ("06", "Dropout.forward", "self.scale = (rng.random(x.shape) >= p) / (1.0 - p)",
+     "self.scale = (rng.random(x.shape) > p) / (1.0 - p)"):
+        "a uniform draw equals p with probability about 2⁻⁵³",
+    ("10", "Embeddings.forward", "ids = np.asarray(ids)", "pass"): "ids is an integer array, as the docstring says",
+    ("10", "Embeddings.forward", "ids = np.asarray(ids)", "ids = ids"): "ids is an integer array, as the docstring says",
+    ("10", "sinusoidal_table", "table = np.zeros((T, d))", "table = np.ones((T, d))"):
+        "the next two lines set every column, so the first values never show",
+    ("10", "sinusoidal_table", "table[:, 0::2] = np.sin(angle)", "table[:, ::2] = np.sin(angle)"):
+        "0::2 and ::2 are the same slice",
+    ("10", "Embeddings.forward", "x = Embedding.apply(self.weight, ids=ids) * np.sqrt(d) + Tensor(positions)",
+     "x = Embedding.apply(self.weight, ids=ids) * np.sqrt(d) + positions"):
+        "Function.apply wraps an array in a Tensor that needs no gradient, as Tensor(positions) does",
+    ("10", "Embeddings.forward", "positions = self.table[offset:offset + ids.shape[-1]].astype(self.weight.dtype)",
+     "positions = self.table[offset:offset + ids.shape[1]].astype(self.weight.dtype)"):
+        "ids is (B, T), as the docstring says: its last axis is axis 1",
+    ("13", "sequential_products", "if id(fn) not in memo:", "if fn not in memo:"):
+        "memo's keys are ids, never Functions: the test is always true, as for the mutant 'if True:' (killed)",
+    ("07", "LayerNormFunction.forward", "var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)",
+     "var = ((mu - x) ** 2).mean(axis=-1, keepdims=True)"): "(x − μ)² = (μ − x)²",
+    ("08", "attention", "scores = scores.masked_fill(~np.asarray(mask, bool), -1000000000.0)",
+     "scores = scores.masked_fill(~np.asarray(mask, bool), -2000000000.0)"):
+        "any score below the row's largest by more than about 745 gets a weight of exactly 0 after exp",
+    ("08", "attention", "scores = scores.masked_fill(~np.asarray(mask, bool), -1000000000.0)",
+     "scores = scores.masked_fill(~np.asarray(mask, bool), -500000000.0)"):
+        "any score below the row's largest by more than about 745 gets a weight of exactly 0 after exp",
+    ("14", "padding_mask", "return (np.asarray(ids) != pad)[:, None, None, :]",
+     "return (np.asarray(ids) != pad)[:, None, None]"): "a trailing : selects what leaving it out selects",
+    ("14", "padding_mask", "return (np.asarray(ids) != pad)[:, None, None, :]",
+     "return (ids != pad)[:, None, None, :]"): "ids is an integer array, as the docstring says",
+    ("14", "target_mask", "return padding_mask(ids, pad) & causal_mask(np.shape(ids)[1])",
+     "return padding_mask(pad, ids) & causal_mask(np.shape(ids)[1])"):
+        "padding_mask computes ids != pad, and != gives the same array with its operands swapped",
+    ("14", "Transformer.encode", "mask = padding_mask(src, self.pad)", "mask = padding_mask(self.pad, src)"):
+        "padding_mask computes ids != pad, and != gives the same array with its operands swapped",
+    ("14", "Transformer.forward",
+     "return self.generator(self.decode(tgt_in, self.encode(src), padding_mask(src, self.pad)))",
+     "return self.generator(self.decode(tgt_in, self.encode(src), padding_mask(self.pad, src)))"):
+        "padding_mask computes ids != pad, and != gives the same array with its operands swapped",
+    ('15', 'greedy_decode', 'src = np.asarray(src)',
+     'pass'):
+        'src is an integer array, as the docstring says',
+    ('15', 'greedy_decode', 'src = np.asarray(src)',
+     'src = src'):
+        'src is an integer array, as the docstring says',
+    ('15', 'greedy_decode', 'src_mask = padding_mask(src, pad)',
+     'src_mask = padding_mask(pad, src)'):
+        'padding_mask computes ids != pad, and != gives the same array with its operands swapped',
+    ('15', 'greedy_decode', 'ys = np.full((B, 1), bos, dtype=np.int64)',
+     'ys = np.full((B, 1), bos)'):
+        'bos is an int: np.full makes an integer array of it',
+    ('15', 'rank_extensions', "best = np.argsort(-total, axis=1, kind='stable')[:, :n]",
+     "best = np.argsort(-total, kind='stable')[:, :n]"):
+        "argsort's axis is -1 by default, axis 1 of the (B, K·V) array",
+    ('15', 'rank_extensions', 'return (best // V, best % V, np.take_along_axis(total, best, axis=1))',
+     'return (best // V, best % V, np.take_along_axis(total, best))'):
+        "take_along_axis's axis is -1 by default, axis 1 of the (B, n) arrays",
+    ('15', 'beam_search', 'src = np.asarray(src)[None]',
+     'src = src[None]'):
+        'src is an integer array, as the docstring says',
+    ('15', 'beam_search', 'lp = lambda n: ((5.0 + n) / 6.0) ** alpha',
+     'lp = lambda n: ((5.0 + n) * 6.0) ** alpha'):
+        'lp changes by the factor 36^alpha at every length: every score is divided by the same number, and the ranking stays',
+    ('15', 'beam_search', 'lp = lambda n: ((5.0 + n) / 6.0) ** alpha',
+     'lp = lambda n: (5.0 + n) ** alpha'):
+        'lp changes by the factor 6^alpha at every length: every score is divided by the same number, and the ranking stays',
+    ('15', 'beam_search', 'lp = lambda n: ((5.0 + n) / 6.0) ** alpha',
+     'lp = lambda n: ((5.0 + n) / 12.0) ** alpha'):
+        'lp changes by the factor 2^-alpha at every length: every score is divided by the same number, and the ranking stays',
+    ('15', 'beam_search', 'lp = lambda n: ((5.0 + n) / 6.0) ** alpha',
+     'lp = lambda n: ((5.0 + n) / 3.0) ** alpha'):
+        'lp changes by the factor 2^alpha at every length: every score is divided by the same number, and the ranking stays',
+    ('15', 'beam_search', 'src_mask, memory = (padding_mask(src, pad), model.encode(src))',
+     'src_mask, memory = (padding_mask(pad, src), model.encode(src))'):
+        'padding_mask computes ids != pad, and != gives the same array with its operands swapped',
+    ('15', 'beam_search', 'ys = np.array([[bos] + tokens for tokens, _ in open_])',
+     'ys = [[bos] + tokens for tokens, _ in open_]'):
+        'the decoder turns the list of equal-length rows into the same array (np.asarray in the embedding)',
+    ('15', 'greedy_decode', 'logits = model.generator(x).data[:, -1].copy()',
+     'logits = model.generator(x).data[:, -1]'):
+        "the logits' array is a fresh one each step that nothing else reads: banning in place changes nothing else",
+    ('15', 'beam_search', 'logits = model.generator(h).data[:, -1].copy()',
+     'logits = model.generator(h).data[:, -1]'):
+        "the logits' array is a fresh one each step that nothing else reads: banning in place changes nothing else",
+    ('15', 'beam_search', 'break', 'pass'):
+        "either break: after the first −∞ extension every later one is −∞ too (they never win); after beam "
+        "finish, no later step finishes another (fewer than beam are needed) and done stays true",
+    ('15', 'beam_search', 'if not np.isfinite(s):',
+     'if False:'):
+        'an extension of log probability −∞ (a banned token) ranks after every real one, fills an open slot only when no real extension is left, and never wins',
+    ('15', 'beam_search', 'if not np.isfinite(s):',
+     'if not s:'):
+        'an extension of log probability −∞ (a banned token) ranks after every real one, fills an open slot only when no real extension is left, and never wins',
+    ('15', 'beam_search', 'hypotheses = list(finished)',
+     'hypotheses = finished'):
+        'finished is not read again after hypotheses is made from it',
+    ('15', 'beam_search', 'if not done or not hypotheses:',
+     'if not done:'):
+        'done with nothing finished needs no prefix left open, and a prefix always has an extension besides eos (the vocabulary holds tokens besides pad, bos and eos)',
+    ('15', 'beam_search', 'if len(finished) >= beam or not kept:',
+     'if len(finished) >= beam:'):
+        'no prefix is left open only if every extension is eos, and a prefix always has an extension besides eos',
+    ('15', 'beam_search', 'if j < beam and len(finished) < beam:',
+     'if j < beam:'):
+        'an eos finishing past the beam-th comes in the same step as one ranked above it: the same length, a lower log P, so a lower score; it never wins',
+    ('15', 'beam_search', 'if j < beam and len(finished) < beam:',
+     'if j < beam and len(finished) <= beam:'):
+        'an eos finishing past the beam-th comes in the same step as one ranked above it: the same length, a lower log P, so a lower score; it never wins',
+    ('15', 'greedy_decode', 'caches = [{} for _ in model.decoder.layers]',
+     'caches = [{} for _ in model.encoder.layers]'):
+        'the Transformer has as many encoder layers as decoder layers (n_layers each)',
+    ('15', 'greedy_decode', 'nxt = logits.argmax(axis=-1)',
+     'nxt = logits.argmax(axis=1)'):
+        'the logits are (B, V): axis 1 is the last',
+    ('15', 'greedy_decode', 'logits = model.generator(x).data[:, -1].copy()',
+     'logits = model.generator(x).data[:, -0].copy()'):
+        'each step runs one position, so its first position is its last',
+    ('15', 'beam_search', 'n = min(2 * beam, logp.size)',
+     'n = min(3 * beam, logp.size)'):
+        'at most beam of the extensions are eos (one per open prefix), so the first 2·beam already hold beam to keep open',
+    ('15', 'beam_search', 'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[0, j]))',
+     'k, w, s = (which[0, j], int(token[0, j]), float(total[0, j]))'):
+        'a NumPy integer indexes a list as an int does',
+    ('15', 'beam_search', 'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[0, j]))',
+     'k, w, s = (int(which[0, j]), token[0, j], float(total[0, j]))'):
+        'a NumPy integer compares and joins the token list as an int does (the answer is compared as integers)',
+    ('15', 'beam_search', 'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[0, j]))',
+     'k, w, s = (int(which[0, j]), int(token[0, j]), total[0, j])'):
+        'a NumPy float64 is a float',
+    ('15', 'beam_search', 'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[0, j]))',
+     'k, w, s = (int(which[-1, j]), int(token[0, j]), float(total[0, j]))'):
+        'one sentence: row −1 is row 0',
+    ('15', 'beam_search', 'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[0, j]))',
+     'k, w, s = (int(which[0, j]), int(token[-1, j]), float(total[0, j]))'):
+        'one sentence: row −1 is row 0',
+    ('15', 'beam_search', 'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[0, j]))',
+     'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[-1, j]))'):
+        'one sentence: row −1 is row 0',
 }
 
 
