@@ -5,6 +5,9 @@
     python lessons/check.py all                 # every exercise, in order
     python lessons/check.py capstone            # train the copy task on your engine
 
+Install the lessons' extras first (pip install -e ".[lessons]"): hypothesis draws the cases
+that follow the fixed ones.
+
 The exercises form one track: ``lessons/exercises/exNN_*.py``, one per lesson, in which you
 build an engine of your own, each file importing your earlier ones (exercise 09's attention
 uses your exercise 08, which uses your Tensor of exercise 01). Fill in what a file marks with

@@ -35,6 +35,9 @@ def pytest_addoption(parser):
     parser.addoption("--fuzz-examples", type=int, default=None,
                      help="examples each command-line fuzzer tries (tests/transformer/test_cli_fuzz.py; default: "
                           "the bounded number CI runs)")
+    parser.addoption("--all-mutants", action="store_true",
+                     help="grade every mutant of the exercises' solutions (tests/lessons/test_mutants.py; default: a "
+                          "sample of each exercise's)")
     parser.addoption("--fuzz-scale", type=int, default=1,
                      help="each command-line fuzzer tries this many times the examples CI runs")
 

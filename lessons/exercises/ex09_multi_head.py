@@ -10,7 +10,9 @@ Write:
    i·d_k ... (i + 1)·d_k − 1 of the last axis.
 2. ``merge_heads(x)``: the inverse, (B, h, T, d_k) -> (B, T, h·d_k): the Concat.
 3. ``MultiHeadAttention.forward(query, key, value, mask=None)``: project, split, attend with
-   your ``attention`` (exercise 08), merge, project with ``w_o``.
+   your ``attention`` (exercise 08), merge, project with ``w_o``. ``mask`` is None or a bool
+   array that broadcasts to the scores (B, h, T_q, T_k): (T_q, T_k) for a causal mask,
+   (B, 1, 1, T_k) for padding, True where a query may see a key.
 
 Check it with:  python lessons/check.py 09
 """

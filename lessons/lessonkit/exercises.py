@@ -133,7 +133,8 @@ def module_case(title: str, call: str, build_mine, reference: mt.nn.Module, inpu
         params = dict(module.named_parameters())
         for k, _ in want:
             g = params[k].grad
-            yield Missing(f"the parameter {k} got no gradient") if g is None else g
+            yield Missing(f"the parameter {k} got no gradient: its module was not used in the computation "
+                          "(or its result did not reach the output)") if g is None else g
 
     shown = {**(shown or inputs), "weights": f"the grader's, loaded by name ({len(state)} arrays)",
              "output gradient": w}
@@ -1101,7 +1102,8 @@ MISTAKES_08 = (
     Mistake("softmax over the wrong axis: the weights of one query sum to 1 over the keys, the last axis",
             dict(softmax=lambda x: (lambda e: e / e.sum(axis=0, keepdims=True))(
                 (x - x.max(axis=0, keepdims=True)).exp()))),
-    Mistake("the causal mask is the upper triangle: query i may see keys j ≤ i, the lower one",
+    Mistake("this mask lets query i see the keys after it (j > i), the upper triangle: query i may see keys "
+            "j ≤ i, so True belongs on and below the diagonal (np.tril)",
             dict(causal_mask=lambda T: np.triu(np.ones((T, T), dtype=bool)))),
     Mistake("the causal mask hides the diagonal too: a position may attend to itself",
             dict(causal_mask=lambda T: np.tril(np.ones((T, T), dtype=bool), -1))),
@@ -2392,7 +2394,8 @@ def _case_22(rows: list, title: str) -> Case:
         params = dict(m.named_parameters())
         for k, _ in want:
             g = params[k].grad
-            yield Missing(f"the parameter {k} got no gradient") if g is None else g
+            yield Missing(f"the parameter {k} got no gradient: its module was not used in the computation "
+                          "(or its result did not reach the output)") if g is None else g
     spans = ", ".join(f"{i}–{j - 1}" if j - i > 1 else f"{i}" for i, j in rows)
     return Case(title, "accumulate(model, micro_batches, smoothing=0.1, pad=0)",
                 {"micro-batches": f"sentence pairs {spans} of a batch of 6", "target tokens": b["lengths"],

@@ -13,7 +13,7 @@ passes is either an *equivalent* program, one no input can tell from the referen
 
 The score of an exercise is killed / (mutants − equivalent); the test suite keeps it at 100%
 (``tests/lessons/test_mutants.py``: a sample in the default run, every mutant with
-``--all-mutants``, as ``.ci/run`` does).
+``--all-mutants``, as ``.ci/run`` does) for exercises 01-16; 17-25 are scored, not yet held.
 """
 from __future__ import annotations
 
@@ -284,6 +284,14 @@ def score(numbers=None, sample: int | None = None, seed: int = 0, say=None) -> d
     import random
     results = {}
     limit, grader.LIMIT = grader.LIMIT, LIMIT
+    try:
+        return _score(numbers, sample, seed, say, random)
+    finally:
+        grader.LIMIT = limit
+
+
+def _score(numbers, sample, seed, say, random) -> dict:
+    results = {}
     with solved_track() as d:
         for number in numbers or list(EXERCISES):
             every = mutants(number)
@@ -306,7 +314,6 @@ def score(numbers=None, sample: int | None = None, seed: int = 0, say=None) -> d
             ok, report = grader.grade(EXERCISES[number], track.load(d, number))
             if not ok:
                 raise AssertionError(f"after its mutants, the reference of exercise {number} fails: {report}")
-    grader.LIMIT = limit
     return results
 
 
