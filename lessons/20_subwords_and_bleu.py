@@ -74,7 +74,10 @@ results["bleu_of_the_lowercased_copy"] = {"cased": cased["score"], "lowercased":
 
 # %% tags=["fold"]
 fig, ax = plt.subplots(figsize=(5, 3))
-ax.plot(list(avg_len), list(avg_len.values()), marker="o")
+ax.plot(list(avg_len), list(avg_len.values()), marker="o", label="BPE pieces")
+words = np.mean([len(s.split()) for s in de[:500]])
+ax.axhline(words, color="grey", linestyle="--", label=f"words ({words:.1f})")
+ax.legend()
 ax.set_xscale("log")
 ax.set_xlabel("BPE vocabulary size")
 ax.set_ylabel("pieces per German sentence")

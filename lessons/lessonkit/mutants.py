@@ -18,6 +18,7 @@ The score of an exercise is killed / (mutants − equivalent); the test suite ke
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ast
 import copy
 import re
@@ -44,11 +45,14 @@ class Mutant:
     before: str         # the statement as the solution writes it (its first line)
     after: str          # the statement as the mutant writes it
     source: str         # the mutant's whole file
+    nth: int = 0        # how many earlier mutants of the piece change the same statement the same way
 
     @property
     def key(self) -> tuple:
-        """What names a mutant in ``EQUIVALENT``: stable when lines move."""
-        return self.number, self.where, self.before, self.after
+        """What names a mutant in ``EQUIVALENT``: stable when lines move (the nth same change of
+        the same statement text in a piece, counted from 0 down the file, is named with n)."""
+        base = (self.number, self.where, self.before, self.after)
+        return base if self.nth == 0 else base + (self.nth,)
 
     def __str__(self):
         return f"ex{self.number} {self.where}, line {self.line} ({self.operator}):\n    {self.before}\n  → {self.after}"
@@ -230,6 +234,12 @@ def mutants(number: str, directory: Path = track.SOLUTIONS) -> list:
                 continue
             after = _head(_statement_of(target, parents)) if not isinstance(target, ast.stmt) else _head(target)
             out.append(Mutant(number, where, node.lineno, operator, before, after, text))
+    out.sort(key=lambda m: m.line)
+    counts = Counter()
+    for i, m in enumerate(out):
+        same = (m.where, m.before, m.after)
+        out[i] = dataclasses.replace(m, nth=counts[same])
+        counts[same] += 1
     return out
 
 
@@ -467,8 +477,10 @@ EQUIVALENT: dict = {
      'logits = model.generator(h).data[:, -1]'):
         "the logits' array is a fresh one each step that nothing else reads: banning in place changes nothing else",
     ('15', 'beam_search', 'break', 'pass'):
-        "either break: after the first −∞ extension every later one is −∞ too (they never win); after beam "
-        "finish, no later step finishes another (fewer than beam are needed) and done stays true",
+        "the break at the first −∞ extension: every later one is −∞ too, and they never win",
+    ('15', 'beam_search', 'break', 'pass', 1):
+        "the break once beam have finished: no later step finishes another (fewer than beam are needed), and "
+        "done stays true, so the open prefixes never count",
     ('15', 'beam_search', 'if not np.isfinite(s):',
      'if False:'):
         'an extension of log probability −∞ (a banned token) ranks after every real one, fills an open slot only when no real extension is left, and never wins',
