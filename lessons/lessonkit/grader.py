@@ -425,7 +425,7 @@ def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, drawn: bool = 
     if outcome.raised is not None:
         e = outcome.raised
         lines.append(f"  your code raised {type(e).__name__}: {e}")
-        where = track.where(e)
+        where = track.where(e, ex.number)
         if where:
             lines.append(f"    {where}")
     else:

@@ -42,13 +42,22 @@ def importing(directory: Path):
         sys.modules.update(saved)
 
 
-def where(e: BaseException) -> str:
+def where(e: BaseException, number: str | None = None) -> str:
     """'ex08_attention.py, in attention, line 12: s = q @ k.T' for the deepest frame of ``e`` in
-    a track's files (this exercise's and the earlier ones it uses), or ''."""
+    a track's files (this exercise's and the earlier ones it uses), or ''. With ``number``, the
+    graded exercise's own deepest frame comes first when the error arose deeper, in an earlier
+    exercise's file ('ex12_...py, in forward, line 35: ...; inside ex02_...py, in masked_fill, ...')."""
     frames = [f for f in traceback.extract_tb(e.__traceback__) if _ours(Path(f.filename).stem)]
     if not frames:
         return ""
-    f = frames[-1]
+    shown = [frames[-1]]
+    own = [f for f in frames if number is not None and Path(f.filename).stem.startswith(f"ex{number}_")]
+    if own and own[-1] is not frames[-1]:
+        shown.insert(0, own[-1])
+    return "; inside ".join(_frame(f) for f in shown)
+
+
+def _frame(f) -> str:
     at = f"{Path(f.filename).name}, in {f.name}, line {f.lineno}"
     return f"{at}: {f.line}" if f.line else at
 

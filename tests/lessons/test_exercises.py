@@ -246,3 +246,22 @@ def test_the_lessons_readme_lists_every_exercise_with_its_file_and_what_to_write
         number = path.name[:2]
         assert f"`lessons/exercises/{track.path(track.LEARNER, number).name}`" in path.read_text(), path.name
         assert f"`python lessons/check.py {number}`" in path.read_text(), path.name
+
+
+def test_an_error_raised_in_an_earlier_exercise_shows_the_graded_exercises_line_first(tmp_path):
+    """Exercise 12's decoder calls exercise 02's masked_fill through 08 and 09: a bad mask raises
+    in 02, and the report names the learner's line in 12 that led there, then the innermost."""
+    for p in SOLUTIONS.glob("ex*.py"):
+        shutil.copy(p, tmp_path)
+    mine = tmp_path / track.path(SOLUTIONS, "12").name
+    text = mine.read_text()
+    old = "        x = self.sub1(x, lambda x: self.self_attn(x, x, x, tgt_mask))\n        x = self.sub2"
+    assert old in text
+    mine.write_text(text.replace(old, "        x = self.sub1(x, lambda x: self.self_attn(x, x, x, np.ones((5, 7), "
+                                      "bool)))\n        x = self.sub2", 1))
+    if "import numpy as np" not in text:
+        mine.write_text("import numpy as np\n" + mine.read_text())
+    ok, report = grader.grade(EXERCISES["12"], track.load(tmp_path, "12"))
+    assert not ok and "your code raised" in report, report
+    line = report.split("your code raised", 1)[1].splitlines()[1]
+    assert line.strip().startswith("ex12_decoder_layer.py, in ") and "; inside ex0" in line, report
