@@ -410,7 +410,8 @@ def _sum_without_keepdims(grad, shape):
 def _matmul_backward(transposed=True, reduce=True):
     def make(mod):
         def backward(self, grad):
-            t = (lambda a: np.swapaxes(a, -1, -2)) if transposed else (lambda a: a)
+            t = (lambda a: np.swapaxes(a, -1, -2)) if transposed is True else (lambda a: a.T) if transposed == "T" \
+                else (lambda a: a)
             gx, gy = grad @ t(self.y), t(self.x) @ grad
             return (mod.sum_to(gx, self.x.shape), mod.sum_to(gy, self.y.shape)) if reduce else (gx, gy)
         return backward
@@ -424,6 +425,8 @@ MISTAKES_02 = (
             {"sum_to": _sum_without_keepdims}),
     Mistake("the gradients need the other matrix transposed: grad @ yᵀ for x and xᵀ @ grad for y",
             {"MatMul.backward": _matmul_backward(transposed=False)}),
+    Mistake(".T reverses every axis of a stack of matrices: swap only the last two (np.swapaxes(a, -1, -2))",
+            {"MatMul.backward": _matmul_backward(transposed="T")}),
     Mistake("the gradient of a broadcast stack is not brought back to its input's shape: sum_to(..., x.shape)",
             {"MatMul.backward": _matmul_backward(reduce=False)}),
 )
@@ -1022,9 +1025,9 @@ def _ln_forward(ddof=0, eps_outside=False):
     return forward
 
 
-def _ln_backward(mean_term=True, xhat_term=True, param_axes="all"):
+def _ln_backward(mean_term=True, xhat_term=True, param_axes="all", gamma=True):
     def backward(self, grad):
-        g = grad * self.gamma
+        g = grad * self.gamma if gamma else grad
         dx = g - (g.mean(axis=-1, keepdims=True) if mean_term else 0) \
             - (self.xhat * (g * self.xhat).mean(axis=-1, keepdims=True) if xhat_term else 0)
         axes = tuple(range(grad.ndim - 1)) if param_axes == "all" else 0
@@ -1043,6 +1046,8 @@ MISTAKES_07 = (
             {"LayerNormFunction.backward": _ln_backward(xhat_term=False)}),
     Mistake("dγ and dβ are summed over the first axis only: sum over every axis but the last",
             {"LayerNormFunction.backward": _ln_backward(param_axes="first")}),
+    Mistake("γ is left out of dx: the output is x̂ · γ + β, so the gradient reaching x̂ is g = grad · γ",
+            {"LayerNormFunction.backward": _ln_backward(gamma=False)}),
 )
 
 
@@ -1086,14 +1091,16 @@ def _cases_08():
     return cases
 
 
-def _attention(mod, scale="sqrt", mask_means="may attend"):
+def _attention(mod, scale="sqrt", mask_means="may attend", fill=-1e9, mask_at="scores"):
     def attention(q, k, v, mask=None):
-        d = q.shape[-1]
+        d = v.shape[-1] if scale == "d_v" else q.shape[-1]
         s = q @ k.transpose()
-        s = s / {"sqrt": np.sqrt(d), "d": d, "none": 1.0}[scale]
+        s = s / {"sqrt": np.sqrt(d), "d_v": np.sqrt(d), "d": d, "none": 1.0}[scale]
+        if mask is not None and mask_at == "weights":     # the weights masked after the softmax
+            return mod.softmax(s).masked_fill(~np.asarray(mask, bool), 0.0) @ v
         if mask is not None:
             m = np.asarray(mask, bool)
-            s = s.masked_fill(m if mask_means == "blocked" else ~m, -1e9)
+            s = s.masked_fill(m if mask_means == "blocked" else ~m, fill)
         return mod.softmax(s) @ v
     return attention
 
@@ -1113,6 +1120,13 @@ MISTAKES_08 = (
             dict(attention=Using(lambda m: _attention(m, "none")))),
     Mistake("the mask is read the wrong way round: True means may attend, so fill where it is False",
             dict(attention=Using(lambda m: _attention(m, mask_means="blocked")))),
+    Mistake("the mask was applied after the softmax: the remaining weights no longer sum to 1; fill the masked "
+            "scores with a large negative number before it", dict(attention=Using(lambda m: _attention(
+                m, mask_at="weights")))),
+    Mistake("the masked scores were set to 0: exp(0) still gives them weight; set them to a large negative number "
+            "(−1e9)", dict(attention=Using(lambda m: _attention(m, fill=0.0)))),
+    Mistake("the scores are divided by √d_v, v's width: equation 1 divides by √d_k, the width of q and k",
+            dict(attention=Using(lambda m: _attention(m, "d_v")))),
 )
 
 
@@ -1175,6 +1189,9 @@ def _cases_09():
 
 
 MISTAKES_09 = (
+    Mistake("the heads are interleaved: head i takes every h-th column; it takes the block of columns "
+            "i·d_k ... (i + 1)·d_k − 1, so reshape to (B, T, h, d_k)",
+            dict(split_heads=lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).transpose(0, 3, 1, 2))),
     Mistake("reshaped straight to (B, h, T, d_k): that mixes positions into heads; reshape to (B, T, h, d_k), "
             "then swap the axes of T and h", dict(split_heads=lambda x, h: x.reshape(x.shape[0], h, x.shape[1],
                                                                                    x.shape[2] // h))),
@@ -1271,13 +1288,13 @@ def _embedding_backward_assigned(self, grad):
     return (g,)
 
 
-def _embeddings_forward(mod, scale=True, offset_used=True, drop="in training"):
+def _embeddings_forward(mod, scale=True, offset_used=True, drop="in training", ids_by="keyword"):
     Tensor = mod.__track__["01"].Tensor
 
     def forward(self, ids, offset=0):
         ids = np.asarray(ids)
         start = offset if offset_used else 0
-        x = mod.Embedding.apply(self.weight, ids=ids)
+        x = mod.Embedding.apply(self.weight, ids=ids) if ids_by == "keyword" else mod.Embedding.apply(self.weight, ids)
         x = x * np.sqrt(self.weight.shape[1]) if scale else x
         x = x + Tensor(self.table[start:start + ids.shape[-1]])
         return x if drop == "never" else mod.dropout(x, self.p_drop, self.rng, drop == "always" or self.training)
@@ -1299,6 +1316,9 @@ MISTAKES_10 = (
             "(Section 5.4)", {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, drop="never"))}),
     Mistake("dropout ran after eval(): pass the module's own self.training to dropout",
             {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, drop="always"))}),
+    Mistake("ids were passed as a second input (Embedding.apply(W, ids)), so they became a float Tensor: pass them "
+            "by keyword, Embedding.apply(W, ids=ids), a parameter that needs no gradient",
+            {"Embeddings.forward": Using(lambda m: _embeddings_forward(m, ids_by="position"))}),
 )
 
 
@@ -2047,6 +2067,17 @@ def noam(self):
     return transformer.noam_lr(self.steps, self.d_model, self.warmup, self.factor)
 
 
+def _noam_from_zero(self):
+    rate = noam_lr_of(self, self.steps)
+    self.steps += 1
+    self.optimizer.lr = rate
+    return rate
+
+
+def noam_lr_of(self, step):
+    return self.factor * self.d_model**-0.5 * min(step**-0.5, step * self.warmup**-1.5)
+
+
 def _noam_step_unset(self):
     self.steps += 1
     return noam(self)
@@ -2064,6 +2095,8 @@ MISTAKES_16 = (
             dict(noam_lr=lambda s, d, w, f=1.0: d**-0.5 * min(s**-0.5, s * w**-1.5))),
     Mistake("the rate is returned but the optimiser's lr is not set: optimizer.lr = the rate",
             {"Noam.step": _noam_step_unset}),
+    Mistake("the steps were counted from 0: the first call of step is step 1 (count, then compute the rate)",
+            {"Noam.step": _noam_from_zero}),
 )
 
 

@@ -315,18 +315,31 @@ def _same(a, b, exp: Expect) -> bool:
                             atol=exp.atol / 100, equal_nan=True))
 
 
-def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome) -> list:
+def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer=None) -> list:
     """The hints of the known mistakes that pass the cases before case ``n``, as the answer
-    did, and give on case ``n`` what the answer gave, up to the failure."""
-    found = []
+    did, and give on case ``n`` what the answer gave, up to the failure. When several do, only
+    those that also agree with ``answer`` on the most of the later cases: a hint is printed
+    for the mistake the answer makes, not for another that happens to agree on one case."""
+    found = {}
     for mistake in ex.mistakes:
         wrong = mistaken(ex.number, mistake)
         theirs = _values(cases[n - 1], wrong, outcome.index)
         if len(theirs) == len(outcome.seen) and mistake.hint not in found and \
                 all(_same(a, b, e) for a, b, e in zip(theirs, outcome.seen, cases[n - 1].expected)) and \
                 all(_passes(c, wrong) for c in cases[:n - 1]):
-            found.append(mistake.hint)
-    return found
+            found[mistake.hint] = wrong
+    if len(found) < 2 or answer is None:
+        return list(found)
+    later = [c for c in cases[n:] if c is not cases[n - 1]]
+    mine = [_values(c, answer, len(c.expected) - 1) for c in later]
+    agree = {hint: sum(_agree(c, _values(c, wrong, len(c.expected) - 1), m) for c, m in zip(later, mine))
+             for hint, wrong in found.items()}
+    best = max(agree.values())
+    return [hint for hint in found if agree[hint] == best]
+
+
+def _agree(case: Case, a: list, b: list) -> bool:
+    return len(a) == len(b) and all(_same(x, y, e) for x, y, e in zip(a, b, case.expected))
 
 
 def _passes(case: Case, answer) -> bool:
@@ -410,7 +423,7 @@ def _precision(got, exp: Expect) -> int | None:
     return p if finite.size == 0 else min(12, max(p, math.ceil(-math.log10(finite.max())) + 1))
 
 
-def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, drawn: bool = False) -> str:
+def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, drawn: bool = False, answer=None) -> str:
     case = cases[n - 1]
     head = f"a case drawn by hypothesis, the smallest it found that fails: {case.title}" if drawn \
         else f"case {n} of {len(cases)}: {case.title}"
@@ -443,7 +456,7 @@ def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, drawn: bool = 
             lines.append(f"{pad}got      {shown}")
         for line in outcome.lines:
             lines.append(pad + line.replace("\n", "\n" + pad))
-    lines += [f"  hint: {h}" for h in _hints(ex, cases, n, outcome)]
+    lines += [f"  hint: {h}" for h in _hints(ex, cases, n, outcome, answer)]
     if drawn:
         lines.append(f"(all {n - 1} fixed cases pass)")
     elif n > 1:
@@ -470,7 +483,7 @@ def grade(ex: Exercise, answer, draw: bool = True) -> tuple[bool, str]:
                               f"{earlier.group(2)} is not written yet (python lessons/check.py {earlier.group(1)})"
             return False, f"not written yet ({e}){passed}"
         if outcome is not None:
-            return False, _report(ex, cases, n, outcome)
+            return False, _report(ex, cases, n, outcome, answer=answer)
     if ex.drawn is None or not draw:
         return True, f"all {len(cases)} cases pass"
     try:
@@ -480,7 +493,8 @@ def grade(ex: Exercise, answer, draw: bool = True) -> tuple[bool, str]:
                      "pip install -e \".[lessons]\")"
     if case is None:
         return True, f"all {len(cases)} cases pass, and {DRAWN} more drawn by hypothesis"
-    return False, _report(ex, cases + [case], len(cases) + 1, _first_failure(case, answer), drawn=True)
+    return False, _report(ex, cases + [case], len(cases) + 1, _first_failure(case, answer), drawn=True,
+                          answer=answer)
 
 
 DRAWN = 40   # inputs hypothesis draws per exercise, the same ones every run

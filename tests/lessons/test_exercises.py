@@ -265,3 +265,21 @@ def test_an_error_raised_in_an_earlier_exercise_shows_the_graded_exercises_line_
     assert not ok and "your code raised" in report, report
     line = report.split("your code raised", 1)[1].splitlines()[1]
     assert line.strip().startswith("ex12_decoder_layer.py, in ") and "; inside ex0" in line, report
+
+
+@pytest.mark.parametrize("number,k", MISTAKES)
+def test_a_known_mistake_gets_its_own_hint_and_no_other_that_disagrees_later(number, k):
+    """Where two known mistakes give the same values on the failing case, the report keeps the
+    one that goes on agreeing with the answer: a known mistake's report shows its own hint, and
+    no hint of a mistake that differs from it on a later case."""
+    ex = EXERCISES[number]
+    wrong = grader.mistaken(number, ex.mistakes[k])
+    ok, report = grader.grade(ex, wrong)
+    hints = re.findall(r"^  hint: (.*)$", report, re.M)
+    assert ex.mistakes[k].hint in hints, report
+    for other in ex.mistakes:
+        if other.hint in hints and other.hint != ex.mistakes[k].hint:
+            theirs = grader.mistaken(number, other)
+            for c in ex.cases():
+                n = len(c.expected) - 1
+                assert grader._agree(c, grader._values(c, wrong, n), grader._values(c, theirs, n)), (other.hint, c.title)
