@@ -2118,6 +2118,13 @@ def _cases_17():
         "a loss of the encoder's output alone": (
             lambda ns, m: (m.encode(src) * m.encode(src)).sum(),
             lambda m: (m.encode(mt.tensor(src), _masks.padding_mask(mt.tensor(src), 0)) ** 2).sum()),
+        "the whole model's loss times 1e-12: silent is relative to the largest gradient": (
+            lambda ns, m: engine(ns, "04").cross_entropy(m(src, tgt_in), tgt_out, 0.1, 0) * 1e-12,
+            lambda m: transformer.label_smoothed_loss(m(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0,
+                                                      0.1) * 1e-12),
+        "a loss that reaches no parameter (the encoder's output times 0): every one is silent": (
+            lambda ns, m: (m.encode(src) * 0.0).sum(),
+            lambda m: (m.encode(mt.tensor(src), _masks.padding_mask(mt.tensor(src), 0)) * 0.0).sum()),
         "a loss of the first decoder layer's feed-forward output alone": (
             lambda ns, m: (m.decoder.layers[0].ffn(engine(ns).Tensor(np.ones((1, d)))) * 1.0).sum(),
             lambda m: (m.decoder.layers[0].ffn(mt.tensor(np.ones((1, d)))) * 1.0).sum()),

@@ -13,7 +13,7 @@ passes is either an *equivalent* program, one no input can tell from the referen
 
 The score of an exercise is killed / (mutants − equivalent); the test suite keeps it at 100%
 (``tests/lessons/test_mutants.py``: a sample in the default run, every mutant with
-``--all-mutants``, as ``.ci/run`` does) for exercises 01-16; 17-25 are scored, not yet held.
+``--all-mutants``, as ``.ci/run`` does) for exercises 01-17; 18-25 are scored, not yet held.
 """
 from __future__ import annotations
 
@@ -336,6 +336,11 @@ def _line(number, r) -> str:
 # ---------------------------------------------------------------- reviewed: mutants no input can tell apart
 # (exercise, piece, the statement as written, the statement as mutated) -> why it is the same program
 EQUIVALENT: dict = {
+    ("17", "silent_parameters", "named = list(model.named_parameters())", "named = model.named_parameters()"):
+        "named_parameters returns a list (exercise 05's docstring, graded there)",
+    ("17", "silent_parameters",
+     "norms = [0.0 if p.grad is None else float(np.linalg.norm(p.grad)) for _, p in named]",
+     "norms = [0.0 if p.grad is None else np.linalg.norm(p.grad) for _, p in named]"): "a NumPy float64 is a float",
     ("01", "Tensor.backward", "continue", "pass"):
         "the continue after order.append: the tensor is in seen, so the next test continues the loop anyway",
     ("01", "Tensor.backward", "if t.requires_grad:", "if True:"):
