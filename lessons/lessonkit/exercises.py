@@ -1852,15 +1852,11 @@ def _greedy_rows_case(first=(0, 1.0)) -> Case:
     V, d, h, layers, max_len = 9, 4, 2, 1, 6
     src = np.array([[3, 4, 5], [6, 7, 8], [4, 4, 3]])
     ref = _model_15(V, d, h, layers)
-    for seed, scale in _weights_to_try(first, 300, (1.0, 2.0)):
-        state = _seeded_weights(ref, seed, scale=scale)
-        want = np.asarray(_greedy_ref(ref, mt.tensor(src), max_len=max_len))
-        ends = [list(row).index(2) if 2 in row else None for row in want.tolist()]
-        finished = [e for e in ends if e is not None]
-        if len(finished) >= 2 and len(set(finished)) >= 2:
-            break
-    else:
-        raise AssertionError("no weights found for the greedy rows case")
+    def finish_apart(state, want):
+        ends = [row.index(2) for row in want.tolist() if 2 in row]
+        return len(ends) >= 2 and len(set(ends)) >= 2
+    state, want = _weights_where(ref, first, 300, (1.0, 2.0), lambda: np.asarray(_greedy_ref(
+        ref, mt.tensor(src), max_len=max_len)), finish_apart, "the greedy rows case")
 
     def run(ns):
         yield ns.greedy_decode(_learners_model(ns, state, V, d, h, layers), src.copy(), max_len, 1, 2, 0)
@@ -1870,11 +1866,17 @@ def _greedy_rows_case(first=(0, 1.0)) -> Case:
                 run, [Expect("the tokens", want, kind="i")])
 
 
-def _weights_to_try(first, n, scales):
-    """(seed, scale) pairs to draw weights with, ``first`` first (the pair that a search from the
-    start found, kept so that the grader starts where it will stop), then the rest in order."""
-    yield first
-    yield from ((seed, scale) for seed in range(n) for scale in scales if (seed, scale) != first)
+def _weights_where(ref, first, seeds, scales, answer, holds, what):
+    """(state, answer()) for the first weights given to ``ref`` for which ``holds(state,
+    answer())``: drawn with (seed, scale) pairs, ``first`` first (the pair a search from the
+    start found, kept so that the grader starts where it will stop), then seed by seed."""
+    pairs = [first] + [(seed, scale) for seed in range(seeds) for scale in scales if (seed, scale) != first]
+    for seed, scale in pairs:
+        state = _seeded_weights(ref, seed, scale=scale)
+        want = answer()
+        if holds(state, want):
+            return state, want
+    raise AssertionError(f"no weights found for {what}")
 
 
 def _greedy_padded_case(reference, first=(0, 1.0)) -> Case:
@@ -1885,15 +1887,12 @@ def _greedy_padded_case(reference, first=(0, 1.0)) -> Case:
     src = np.array([[3, 4, 0, 0]])
     ref = _model_15(V, d, h, layers)
     unmasked = _greedy(reference, masked=False)
-    for seed, scale in _weights_to_try(first, 300, (1.0, 2.0, 3.0)):
-        state = _seeded_weights(ref, seed, scale=scale)
-        want = np.asarray(_greedy_ref(ref, mt.tensor(src), max_len=max_len))
+    def unmasked_differs(state, want):
         theirs = unmasked(_learners_model(types.SimpleNamespace(__track__=reference.__track__), state, V, d, h,
                                           layers), src.copy(), max_len, 1, 2, 0)
-        if theirs.shape != want.shape or (theirs != want).any():
-            break
-    else:
-        raise AssertionError("no weights found for the greedy padded case")
+        return theirs.shape != want.shape or bool((theirs != want).any())
+    state, want = _weights_where(ref, first, 300, (1.0, 2.0, 3.0), lambda: np.asarray(_greedy_ref(
+        ref, mt.tensor(src), max_len=max_len)), unmasked_differs, "the greedy padded case")
 
     def run(ns):
         yield ns.greedy_decode(_learners_model(ns, state, V, d, h, layers), src.copy(), max_len, 1, 2, 0)
@@ -1912,15 +1911,12 @@ def _beam_rule_case(reference, rule, beam, alpha, max_len, title, first=(0, 1.0)
     src = np.array([3, 4, 5, 0, 0] if rule == "mask" else [3, 4, 5, 6])
     ref = _model_15(V, d, h, layers)
     broken = _beam_variant(reference, **_BEAM_RULES[rule][0])
-    for seed, scale in _weights_to_try(first, 400, (1.0, 2.0, 3.0)):
-        state = _seeded_weights(ref, seed, scale=scale)
-        want = _beam_ref(ref, mt.tensor(src[None]), beam_size=beam, alpha=alpha, max_len=max_len)[0][0].tokens
-        theirs = broken(_learners_model(types.SimpleNamespace(__track__=reference.__track__), state, V, d, h, layers),
-                        src.copy(), beam, alpha, max_len, 1, 2, 0)
-        if list(theirs) != list(want):
-            break
-    else:
-        raise AssertionError(f"no weights found for the beam rule {rule!r}")
+    def broken_differs(state, want):
+        return list(broken(_learners_model(types.SimpleNamespace(__track__=reference.__track__), state, V, d, h,
+                                           layers), src.copy(), beam, alpha, max_len, 1, 2, 0)) != list(want)
+    state, want = _weights_where(ref, first, 400, (1.0, 2.0, 3.0), lambda: _beam_ref(
+        ref, mt.tensor(src[None]), beam_size=beam, alpha=alpha, max_len=max_len)[0][0].tokens, broken_differs,
+        f"the beam rule {rule!r}")
 
     def run(ns):
         yield np.asarray(ns.beam_search(_learners_model(ns, state, V, d, h, layers), src.copy(), beam, alpha, max_len,
@@ -2067,15 +2063,13 @@ def noam(self):
     return transformer.noam_lr(self.steps, self.d_model, self.warmup, self.factor)
 
 
-def _noam_from_zero(self):
-    rate = noam_lr_of(self, self.steps)
-    self.steps += 1
-    self.optimizer.lr = rate
-    return rate
-
-
-def noam_lr_of(self, step):
-    return self.factor * self.d_model**-0.5 * min(step**-0.5, step * self.warmup**-1.5)
+def _noam_from_zero(mod):
+    def step(self):     # the rate of the step count before this call
+        rate = mod.noam_lr(self.steps, self.d_model, self.warmup, self.factor)
+        self.steps += 1
+        self.optimizer.lr = rate
+        return rate
+    return step
 
 
 def _noam_step_unset(self):
@@ -2096,7 +2090,7 @@ MISTAKES_16 = (
     Mistake("the rate is returned but the optimiser's lr is not set: optimizer.lr = the rate",
             {"Noam.step": _noam_step_unset}),
     Mistake("the steps were counted from 0: the first call of step is step 1 (count, then compute the rate)",
-            {"Noam.step": _noam_from_zero}),
+            {"Noam.step": Using(_noam_from_zero)}),
 )
 
 

@@ -330,7 +330,7 @@ def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer=None) ->
             found[mistake.hint] = wrong
     if len(found) < 2 or answer is None:
         return list(found)
-    later = [c for c in cases[n:] if c is not cases[n - 1]]
+    later = cases[n:]
     mine = [_values(c, answer, len(c.expected) - 1) for c in later]
     agree = {hint: sum(_agree(c, _values(c, wrong, len(c.expected) - 1), m) for c, m in zip(later, mine))
              for hint, wrong in found.items()}

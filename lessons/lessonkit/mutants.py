@@ -18,10 +18,10 @@ The score of an exercise is killed / (mutants − equivalent); the test suite ke
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import ast
 import copy
-import re
+import dataclasses
+import random
 import shutil
 import sys
 import tempfile
@@ -33,7 +33,6 @@ from pathlib import Path
 from . import grader, track
 from .exercises import EXERCISES
 
-_BLOCK = re.compile(r"^[ \t]*# >>> exercise: write (?P<what>[\w.]+)\n(?P<body>.*?)^[ \t]*# <<<\n", re.S | re.M)
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,7 @@ def _sym(op) -> str:
 def _blocks(source: str) -> list:
     """(name, first line, last line) of each piece the learner writes."""
     out = []
-    for m in _BLOCK.finditer(source):
+    for m in track.BLOCK.finditer(source):
         first = source.count("\n", 0, m.start()) + 2
         out.append((m["what"], first, first + m["body"].count("\n") - 1))
     return out
@@ -291,16 +290,14 @@ LIMIT = 3.0   # seconds a mutant may take on one case (grader.LIMIT while mutant
 def score(numbers=None, sample: int | None = None, seed: int = 0, say=None) -> dict:
     """number -> {"mutants", "equivalent", "killed", "survivors": [Mutant]} for the exercises
     ``numbers`` (default all); ``sample``: that many mutants per exercise, drawn with ``seed``."""
-    import random
-    results = {}
     limit, grader.LIMIT = grader.LIMIT, LIMIT
     try:
-        return _score(numbers, sample, seed, say, random)
+        return _score(numbers, sample, seed, say)
     finally:
         grader.LIMIT = limit
 
 
-def _score(numbers, sample, seed, say, random) -> dict:
+def _score(numbers, sample, seed, say) -> dict:
     results = {}
     with solved_track() as d:
         for number in numbers or list(EXERCISES):
@@ -336,11 +333,6 @@ def _line(number, r) -> str:
 # ---------------------------------------------------------------- reviewed: mutants no input can tell apart
 # (exercise, piece, the statement as written, the statement as mutated) -> why it is the same program
 EQUIVALENT: dict = {
-    ("17", "silent_parameters", "named = list(model.named_parameters())", "named = model.named_parameters()"):
-        "named_parameters returns a list (exercise 05's docstring, graded there)",
-    ("17", "silent_parameters",
-     "norms = [0.0 if p.grad is None else float(np.linalg.norm(p.grad)) for _, p in named]",
-     "norms = [0.0 if p.grad is None else np.linalg.norm(p.grad) for _, p in named]"): "a NumPy float64 is a float",
     ("01", "Tensor.backward", "continue", "pass"):
         "the continue after order.append: the tensor is in seen, so the next test continues the loop anyway",
     ("01", "Tensor.backward", "if t.requires_grad:", "if True:"):
@@ -537,6 +529,11 @@ EQUIVALENT: dict = {
     ('15', 'beam_search', 'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[0, j]))',
      'k, w, s = (int(which[0, j]), int(token[0, j]), float(total[-1, j]))'):
         'one sentence: row −1 is row 0',
+    ("17", "silent_parameters", "named = list(model.named_parameters())", "named = model.named_parameters()"):
+        "named_parameters returns a list (exercise 05's docstring, graded there)",
+    ("17", "silent_parameters",
+     "norms = [0.0 if p.grad is None else float(np.linalg.norm(p.grad)) for _, p in named]",
+     "norms = [0.0 if p.grad is None else np.linalg.norm(p.grad) for _, p in named]"): "a NumPy float64 is a float",
 }
 
 

@@ -122,13 +122,14 @@ def _remember_track() -> None:
         m.__track__ = modules
 
 
-_BLOCK = re.compile(r"^(?P<indent>[ \t]*)# >>> exercise: write (?P<what>[\w.]+)\n.*?^[ \t]*# <<<\n", re.S | re.M)
+BLOCK = re.compile(r"^(?P<indent>[ \t]*)# >>> exercise: write (?P<what>[\w.]+)\n(?P<body>.*?)^[ \t]*# <<<\n",
+                   re.S | re.M)   # a piece the learner writes
 
 
 def stub_text(solution: str, number: str) -> str:
     """A solution's text with every ``# >>> exercise: write X`` ... ``# <<<`` block replaced by
     ``raise NotImplementedError("exercise NN: write X")``: the learner's starting file."""
-    return _BLOCK.sub(lambda m: f'{m["indent"]}raise NotImplementedError("exercise {number}: write {m["what"]}")\n',
+    return BLOCK.sub(lambda m: f'{m["indent"]}raise NotImplementedError("exercise {number}: write {m["what"]}")\n',
                       solution)
 
 
