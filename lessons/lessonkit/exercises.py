@@ -2272,6 +2272,8 @@ _CORPORA_20 = [
     ("a corpus: the counts are added over the sentences before the precisions",
      ["a cat sat on the mat", "two dogs ran in the park", "the sun is up"],
      ["a cat sat on a mat", "two dogs ran in a big park", "the sun is up now"]),
+    ("a one-word sentence has no 2-, 3- or 4-grams: it adds nothing to those totals",
+     ["a cat sat on the mat", "yes"], ["a cat sat on a mat", "yes"]),
 ]
 
 
@@ -2326,7 +2328,7 @@ def _cases_21():
     rng = np.random.default_rng(21)
     cases = []
     for lengths, max_tokens, title in [([3, 1, 2], 4, "three examples"), ([2, 2, 2, 2], 4, "equal lengths"),
-                                       ([5], 5, "one example that just fits"),
+                                       ([5], 5, "one example that just fits"), ([], 4, "no examples: no batches"),
                                        (list(rng.integers(2, 9, 12)), 16, "twelve examples"),
                                        (list(rng.integers(2, 30, 40)), 60, "forty examples")]:
         lengths = [int(n) for n in lengths]
@@ -2413,14 +2415,17 @@ def _batch_22() -> dict:
     return _BATCH_22[0]
 
 
-def _case_22(rows: list, title: str) -> Case:
-    """accumulate over the micro-batches of the grader's batch whose rows are ``rows`` [(a, b), ...]."""
+def _case_22(rows: list, title: str, spare=False) -> Case:
+    """accumulate over the micro-batches of the grader's batch whose rows are ``rows`` [(a, b), ...];
+    ``spare``: the model holds one more parameter, which the loss does not reach."""
     b = _batch_22()
     V, d, h, layers, want = b["V"], b["d"], b["h"], b["layers"], b["want"]
 
     def run(ns):
         m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
         m.load_state_dict({k: v.copy() for k, v in b["state"].items()})
+        if spare:
+            m.spare = engine(ns, "05").Parameter(np.zeros(3))
         for p in m.parameters():       # left over from an earlier update: accumulate must clear them
             p.grad = np.ones_like(p.data)
         yield np.int64(ns.accumulate(m, [(b["src"][i:j], b["tgt_in"][i:j], b["tgt_out"][i:j]) for i, j in rows],
@@ -2430,13 +2435,19 @@ def _case_22(rows: list, title: str) -> Case:
             g = params[k].grad
             yield Missing(f"the parameter {k} got no gradient: its module was not used in the computation "
                           "(or its result did not reach the output)") if g is None else g
+        if spare:
+            yield np.bool_(m.spare.grad is None or not np.any(m.spare.grad))
     spans = ", ".join(f"{i}–{j - 1}" if j - i > 1 else f"{i}" for i, j in rows)
+    model = f"your Transformer (vocab {V}, d_model {d}) with the grader's weights, every .grad full of ones before the call"
+    if spare:
+        model += ", and one more parameter, model.spare, that the loss does not use"
     return Case(title, "accumulate(model, micro_batches, smoothing=0.1, pad=0)",
                 {"micro-batches": f"sentence pairs {spans} of a batch of 6", "target tokens": b["lengths"],
-                 "model": f"your Transformer (vocab {V}, d_model {d}) with the grader's weights, every .grad "
-                          "full of ones before the call"}, run,
+                 "model": model}, run,
                 [Expect("the returned number of tokens", np.int64(sum(b["lengths"])), kind="i")]
-                + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7) for k, g in want])
+                + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7) for k, g in want]
+                + ([Expect("model.spare.grad None (or zeros): no gradient reached it", np.bool_(True), kind="b")]
+                   if spare else []))
 
 
 def _cases_22():
@@ -2444,7 +2455,9 @@ def _cases_22():
         ([(0, 6)], "one micro-batch: the whole batch"),
         ([(0, 3), (3, 6)], "two micro-batches with the same number of tokens"),
         ([(0, 1), (1, 6)], "two micro-batches with different numbers of tokens"),
-        ([(0, 2), (2, 3), (3, 6)], "three micro-batches")]]
+        ([(0, 2), (2, 3), (3, 6)], "three micro-batches")]] + [
+        _case_22([(0, 3), (3, 6)], "a parameter the loss does not reach keeps no gradient (its .grad stays None)",
+                 spare=True)]
 
 
 def _accumulate(mod, how="sum then divide", clear=True):
@@ -2481,10 +2494,14 @@ def _cases_23():
     for Tq, Tk, d, block, title in [(1, 1, 2, 1, "one key"), (2, 4, 2, 4, "one block: all the keys"),
                                     (2, 4, 2, 2, "two blocks"), (3, 5, 4, 2, "a last block shorter than the others"),
                                     (2, 6, 2, 1, "a block per key"), (2, 4, 2, 2, "scores near 1000: exp overflows "
-                                                                                   "without the running maximum")]:
+                                                                                   "without the running maximum"),
+                                    (2, 4, 2, 4, "rows a thousand apart, and scores a thousand apart within a row: "
+                                                 "each query's row needs its own maximum")]:
         q, k, v = _r(rng, (Tq, d)), _r(rng, (Tk, d)), _r(rng, (Tk, 3))
-        if "1000" in title:
+        if "near 1000" in title:
             q, k = q + 30, k + 30
+        if "apart" in title:          # q·k/√2 ≈ +1270 for query 0 and −1270 for query 1 on keys 0 and 1
+            q, k = q + [[30], [-30]], k + [[30], [30], [0], [0]]
         want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
 
         def run(ns, a=(q, k, v), block=block):
@@ -2494,12 +2511,12 @@ def _cases_23():
     return cases
 
 
-def _blockwise(rescale=True, shift=True):
+def _blockwise(rescale=True, shift=True, per_row=True):
     def blockwise_attention(q, k, v, block):
         m, l, a = np.full((len(q), 1), -np.inf if shift else 0.0), np.zeros((len(q), 1)), np.zeros((len(q), v.shape[1]))
         for s0 in range(0, len(k), block):
             s = q @ k[s0:s0 + block].T / np.sqrt(q.shape[1])
-            m_new = np.maximum(m, s.max(axis=1, keepdims=True)) if shift else m
+            m_new = np.maximum(m, s.max(axis=1 if per_row else None, keepdims=True)) if shift else m
             r = np.exp(m - m_new) if rescale else 1.0
             p = np.exp(s - m_new)
             l, a, m = l * r + p.sum(axis=1, keepdims=True), a * r + p @ v[s0:s0 + block], m_new
@@ -2512,6 +2529,9 @@ MISTAKES_23 = (
             dict(blockwise_attention=_blockwise(rescale=False))),
     Mistake("exp overflowed: subtract the running maximum from the scores before exp",
             dict(blockwise_attention=_blockwise(shift=False))),
+    Mistake("the maximum is taken over the whole block: a query whose scores lie far below the block's largest gets "
+            "exp(s − m) = 0 everywhere, and 0/0; take each row's own, s.max(axis=1, keepdims=True)",
+            dict(blockwise_attention=_blockwise(per_row=False))),
 )
 
 
@@ -2585,7 +2605,23 @@ _PROGRAMS_25 = {
         {"MatMul": (2, 2), "BroadcastAdd": (1, 1), "ReLU": (1, 1), "Sum": (1, 1)}),
     "a forward without backward": ("(x @ w * 2.0).sum()", {"MatMul": (1, 0), "BroadcastMul": (1, 0), "Sum": (1, 0)}),
     "two forwards": ("(x @ w).sum(); (x @ w).sum().backward()", {"MatMul": (2, 1), "Sum": (2, 1)}),
+    "a Function that sleeps 10 ms a call: its seconds add up over its four calls": (
+        "Slow.apply(Slow.apply(w)).sum().backward()", {"Slow": (2, 2), "Sum": (1, 1)}),
 }
+_SLEEP_25 = 0.01    # seconds each call of Slow sleeps
+
+
+def _slow_function(Function):
+    """A Function of the learner's engine that passes its input through after sleeping."""
+    class Slow(Function):
+        def forward(self, x):
+            time.sleep(_SLEEP_25)
+            return x
+
+        def backward(self, grad):
+            time.sleep(_SLEEP_25)
+            return (grad,)
+    return Slow
 
 
 def _cases_25():
@@ -2598,6 +2634,8 @@ def _cases_25():
             env = {"x": T(x), "w": T(w, requires_grad=True), "b": T(b, requires_grad=True),
                    "w2": T(w2, requires_grad=True)}
             Function = engine(ns).Function
+            if "Slow" in program:
+                env["Slow"] = _slow_function(Function)
             before = {cls: dict(vars(cls)) for cls in _subclasses(Function)}
             t0 = time.perf_counter()
             table = ns.profile(lambda: exec(program, {}, env))
@@ -2609,15 +2647,22 @@ def _cases_25():
             seconds = [table[n].get("seconds", -1.0) for n in sorted(table)]
             yield np.bool_(all(0 <= s for s in seconds) and sum(seconds) <= wall)
             yield np.bool_(all(dict(vars(cls)) == before[cls] for cls in before))
+            if "Slow" in program:
+                yield np.bool_(table.get("Slow", {}).get("seconds", 0.0) >= 4 * _SLEEP_25)
         names = sorted(calls)
-        cases.append(Case(title, "profile(fn)", {"fn": f"lambda: {program}", "x, w, b, w2": "Tensors of your engine"},
+        slept = [Expect(f"Slow's seconds at least the {4 * _SLEEP_25:.2f} s its four calls slept", np.bool_(True),
+                        kind="b")] if "Slow" in program else []
+        shown = {"fn": f"lambda: {program}", "x, w, b, w2": "Tensors of your engine"}
+        if "Slow" in program:
+            shown["Slow"] = "a subclass of your Function whose forward and backward sleep 10 ms, then pass their input on"
+        cases.append(Case(title, "profile(fn)", shown,
                           run, [Expect("the Functions that ran, sorted", names, kind="s"),
                                 Expect("their [forward, backward] calls, in that order",
                                        np.array([calls[n] for n in names]), kind="i"),
                                 Expect("every 'seconds' at least 0, and all of them at most fn()'s wall time",
                                        np.bool_(True), kind="b"),
                                 Expect("every Function class as it was before (the originals put back)", np.bool_(True),
-                                       kind="b")]))
+                                       kind="b")] + slept))
     return cases
 
 

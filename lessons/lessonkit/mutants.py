@@ -13,7 +13,7 @@ passes is either an *equivalent* program, one no input can tell from the referen
 
 The score of an exercise is killed / (mutants − equivalent); the test suite keeps it at 100%
 (``tests/lessons/test_mutants.py``: a sample in the default run, every mutant with
-``--all-mutants``, as ``.ci/run`` does) for exercises 01-17; 18-25 are scored, not yet held.
+``--all-mutants``, as ``.ci/run`` does) for every exercise.
 """
 from __future__ import annotations
 
@@ -534,6 +534,106 @@ EQUIVALENT: dict = {
     ("17", "silent_parameters",
      "norms = [0.0 if p.grad is None else float(np.linalg.norm(p.grad)) for _, p in named]",
      "norms = [0.0 if p.grad is None else np.linalg.norm(p.grad) for _, p in named]"): "a NumPy float64 is a float",
+    ("20", "corpus_bleu", "h = Counter((tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1)))",
+     "h = Counter((tuple(hyp[i:i + n]) for i in range(len(hyp) + n + 1)))"):
+        "the extra windows past the end are shorter than n (down to the empty tuple) and appear on one side "
+        "only, so they never match; the totals are counted apart",
+    ("20", "corpus_bleu", "h = Counter((tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1)))",
+     "h = Counter((tuple(hyp[i:i + n]) for i in range(len(hyp) + 1)))"):
+        "the extra windows past the end are shorter than n (down to the empty tuple) and appear on one side "
+        "only, so they never match; the totals are counted apart",
+    ("20", "corpus_bleu", "h = Counter((tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1)))",
+     "h = Counter((tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 2)))"):
+        "the extra windows past the end are shorter than n (down to the empty tuple) and appear on one side "
+        "only, so they never match; the totals are counted apart",
+    ("20", "corpus_bleu", "f = Counter((tuple(ref[i:i + n]) for i in range(len(ref) - n + 1)))",
+     "f = Counter((tuple(ref[i:i + n]) for i in range(len(ref) + n + 1)))"):
+        "the extra windows past the end are shorter than n (down to the empty tuple) and appear on one side "
+        "only, so they never match; the totals are counted apart",
+    ("20", "corpus_bleu", "f = Counter((tuple(ref[i:i + n]) for i in range(len(ref) - n + 1)))",
+     "f = Counter((tuple(ref[i:i + n]) for i in range(len(ref) + 1)))"):
+        "the extra windows past the end are shorter than n (down to the empty tuple) and appear on one side "
+        "only, so they never match; the totals are counted apart",
+    ("20", "corpus_bleu", "f = Counter((tuple(ref[i:i + n]) for i in range(len(ref) - n + 1)))",
+     "f = Counter((tuple(ref[i:i + n]) for i in range(len(ref) - n + 2)))"):
+        "the extra windows past the end are shorter than n (down to the empty tuple) and appear on one side "
+        "only, so they never match; the totals are counted apart",
+    ("20", "corpus_bleu", "matches, totals = ([0] * 4, [0] * 4)", "matches, totals = ([0] * 4, [0] * 5)"):
+        "zip with the four matches stops before the fifth total",
+    ("20", "corpus_bleu", "matches[n - 1] += sum((min(k, f[g]) for g, k in h.items()))",
+     "matches[1 - n] += sum((min(k, f[g]) for g, k in h.items()))"):
+        "BLEU takes the product of the four ratios, (m1·m2·m3·m4)/(t1·t2·t3·t4), so putting the counts of one"
+        " list in other slots changes neither the product nor the smallest count (1 − n sends n = 2 and 4 to "
+        "each other's slot)",
+    ("20", "corpus_bleu", "matches[n - 1] += sum((min(k, f[g]) for g, k in h.items()))",
+     "matches[n - 2] += sum((min(k, f[g]) for g, k in h.items()))"):
+        "BLEU takes the product of the four ratios, (m1·m2·m3·m4)/(t1·t2·t3·t4), so putting the counts of one"
+        " list in other slots changes neither the product nor the smallest count (n − 2 turns the slots round"
+        " by one)",
+    ("20", "corpus_bleu", "totals[n - 1] += max(0, len(hyp) - n + 1)", "totals[1 - n] += max(0, len(hyp) - n + 1)"):
+        "BLEU takes the product of the four ratios, (m1·m2·m3·m4)/(t1·t2·t3·t4), so putting the counts of one"
+        " list in other slots changes neither the product nor the smallest count (1 − n sends n = 2 and 4 to "
+        "each other's slot)",
+    ("20", "corpus_bleu", "totals[n - 1] += max(0, len(hyp) - n + 1)", "totals[n - 2] += max(0, len(hyp) - n + 1)"):
+        "BLEU takes the product of the four ratios, (m1·m2·m3·m4)/(t1·t2·t3·t4), so putting the counts of one"
+        " list in other slots changes neither the product nor the smallest count (n − 2 turns the slots round"
+        " by one)",
+    ("20", "corpus_bleu", "if c == 0 or min(matches) == 0:", "if min(matches) == 0:"):
+        "with no hypothesis words (c = 0) there are no matches either, so min(matches) == 0 already returns 0",
+    ("20", "corpus_bleu", "if c == 0 or min(matches) == 0:", "if c == 1 or min(matches) == 0:"):
+        "a corpus of one word has no 2-gram to match, so min(matches) == 0 already returns 0",
+    ("20", "corpus_bleu", "if c == 0 or min(matches) == 0:", "if c == -1 or min(matches) == 0:"):
+        "a length is never negative",
+    ("20", "corpus_bleu", "bp = 1.0 if c > r else math.exp(1 - r / c)", "bp = 1.0 if c >= r else math.exp(1 - r / c)"):
+        "when c = r, exp(1 − r/c) = exp(0) = 1",
+    ("21", "token_batches", "order = np.argsort(np.asarray(lengths), kind='stable')",
+     "order = np.argsort(lengths, kind='stable')"):
+        "argsort makes an array of the list itself",
+    ("21", "token_batches", "if current and (len(current) + 1) * lengths[i] > max_tokens:",
+     "if (len(current) + 1) * lengths[i] > max_tokens:"):
+        "every example fits alone (the docstring's lengths[i] <= max_tokens), so the test never passes while "
+        "the batch is empty",
+    ("21", "token_batches", "batches.append(np.array(current))", "batches.append(current)"):
+        "a list of indices indexes an array as the array of them does (the docstring's 'index arrays')",
+    ("21", "token_batches", "batches.append(np.array(current))", "batches.append(current)", 1):
+        "a list of indices indexes an array as the array of them does (the docstring's 'index arrays')",
+    ("21", "token_batches", "current.append(int(i))", "current.append(i)"):
+        "a NumPy integer is an index as an int is",
+    ("21", "average", "return {name: sum((s[name] for s in states)) / len(states) for name in states[0]}",
+     "return {name: sum((s[name] for s in states)) / len(states) for name in states[-1]}"):
+        "the states have the same names (the docstring's)",
+    ("22", "accumulate", "n = int((np.asarray(tgt_out) != pad).sum())", "n = (np.asarray(tgt_out) != pad).sum()"):
+        "a NumPy integer multiplies, adds and divides as an int does",
+    ("22", "accumulate", "n = int((np.asarray(tgt_out) != pad).sum())", "n = int((tgt_out != pad).sum())"):
+        "the micro-batches are integer arrays (the docstring's), which != compares entry by entry already",
+    ("23", "blockwise_attention", "l = np.zeros((Tq, 1))", "l = np.ones((Tq, 1))"):
+        "the first block rescales ℓ by exp(m − m') = exp(−∞) = 0, so its first value never shows",
+    ("23", "blockwise_attention", "a = np.zeros((Tq, v.shape[1]))", "a = np.ones((Tq, v.shape[1]))"):
+        "the first block rescales a by exp(m − m') = exp(−∞) = 0, so its first value never shows",
+    ("23", "blockwise_attention", "a = np.zeros((Tq, v.shape[1]))", "a = np.zeros((Tq, m.shape[1]))"):
+        "a (Tq, 1) zero broadcasts against the first block's (Tq, d_v) sum, and the result has that shape "
+        "from then on",
+    ("24", "ring_all_reduce", "chunks = [[c.copy() for c in np.array_split(np.asarray(a).ravel(), R)] for a in arrays]",
+     "chunks = [[c.copy() for c in np.array_split(a.ravel(), R)] for a in arrays]"):
+        "the ranks' arrays are NumPy arrays (the docstring's), which have .ravel() already",
+    ("24", "ring_all_reduce", "messages = [(r, (r - s) % R, chunks[r][(r - s) % R].copy()) for r in range(R)]",
+     "messages = [(r, r - s, chunks[r][(r - s) % R].copy()) for r in range(R)]"):
+        "r − s is at least −(R − 2), and a negative list index counts from the end as % R does",
+    ("24", "ring_all_reduce", "messages = [(r, (r - s) % R, chunks[r][(r - s) % R].copy()) for r in range(R)]",
+     "messages = [(r, (r - s) % R, chunks[r][r - s].copy()) for r in range(R)]"):
+        "r − s is at least −(R − 2), and a negative list index counts from the end as % R does",
+    ("24", "ring_all_reduce", "messages = [(r, (r - s) % R, chunks[r][(r - s) % R].copy()) for r in range(R)]",
+     "messages = [(r, (r - s) % R, chunks[r][(r - s) % R]) for r in range(R)]"):
+        "a step adds into rank r + 1's chunk (r − s), never the chunk (r + 1 − s) that rank r + 1 sends in "
+        "the same step, so no message changes before it is added",
+    ("24", "ring_all_reduce", "messages = [(r, (r + 1 - s) % R, chunks[r][(r + 1 - s) % R].copy()) for r in range(R)]",
+     "messages = [(r, (r + 1 - s) % R, chunks[r][(r + 1 - s) % R]) for r in range(R)]"):
+        "the all-gather only rebinds chunks (=), never writes into one, so two ranks sharing a chunk's array "
+        "is harmless",
+    ("24", "ring_all_reduce", "shape = np.shape(arrays[0])", "shape = np.shape(arrays[-1])"):
+        "every rank's array has the same shape (the docstring's)",
+    ("25", "profile", "for cls in list(_all_subclasses(Function)):", "for cls in _all_subclasses(Function):"):
+        "setting a method on a class leaves the subclass lists the generator walks unchanged",
 }
 
 

@@ -5,7 +5,8 @@ Write:
    longer side of a pair plus one for eos) into batches that fit ``max_tokens`` once padded:
    a batch of b examples whose longest has L tokens costs b·L. Sort the indices by length
    (a stable sort, so that equal lengths keep their order), then fill batches in that order,
-   each as large as fits before starting the next. Return the list of index arrays.
+   each as large as fits before starting the next. Return the list of index arrays. Every
+   example fits alone (``lengths[i] <= max_tokens``); no examples give no batches.
 2. ``average(states)``: Section 6.1's checkpoint averaging: the entry-by-entry mean of several
    state dicts (name -> array) with the same names and shapes, as one state dict.
 

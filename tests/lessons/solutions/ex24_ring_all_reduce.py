@@ -27,7 +27,7 @@ import numpy as np
 def ring_all_reduce(arrays):
     # >>> exercise: write ring_all_reduce
     R = len(arrays)
-    chunks = [[c.copy() for c in np.array_split(np.asarray(a, dtype=np.float64).ravel(), R)] for a in arrays]
+    chunks = [[c.copy() for c in np.array_split(np.asarray(a).ravel(), R)] for a in arrays]
     sent = [0] * R
     for s in range(R - 1):
         messages = [(r, (r - s) % R, chunks[r][(r - s) % R].copy()) for r in range(R)]
