@@ -10,7 +10,9 @@ hypothesis), as a number from 0 to 100:
    n-grams;
 2. the brevity penalty BP = 1 when the hypotheses' total length c exceeds the references'
    total r, else exp(1 − r/c);
-3. BLEU = 100 · BP · exp(¼ Σ log p_n), and 0 when some p_n is 0 (no smoothing).
+3. BLEU = 100 · BP · exp(¼ Σ log p_n), and 0 when some order n has no matching n-gram (no
+   smoothing): p_n is then 0, or 0/0 where the hypotheses have no n-grams of that order at
+   all (hypotheses shorter than n words, or none with a word).
 
 Check by hand: a corpus whose hypotheses equal their references scores 100.
 

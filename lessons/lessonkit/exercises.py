@@ -2122,6 +2122,10 @@ def _cases_17():
         "a loss of the first decoder layer's feed-forward output alone": (
             lambda ns, m: (m.decoder.layers[0].ffn(engine(ns).Tensor(np.ones((1, d)))) * 1.0).sum(),
             lambda m: (m.decoder.layers[0].ffn(mt.tensor(np.ones((1, d)))) * 1.0).sum()),
+        "the whole model's loss plus 1e9: silent is relative to the largest gradient, not to the loss": (
+            lambda ns, m: engine(ns, "04").cross_entropy(m(src, tgt_in), tgt_out, 0.1, 0) + 1e9,
+            lambda m: transformer.label_smoothed_loss(m(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0,
+                                                      0.1) + 1e9),
     }
     cases = []
     for i, (title, (mine, theirs)) in enumerate(losses.items()):
@@ -2130,18 +2134,26 @@ def _cases_17():
         for p in ref.parameters():
             p.grad = None
         theirs(ref).backward()
-        want = _package_silent(ref)
-        for before in ([False, True] if i == 1 else [False]):
-            def run(ns, mine=mine, state=state, before=before):
+        # the default rel for each loss; for the whole model's loss also rel = 0.05 and 0.3, where the
+        # gradients' norms (not their largest or mean entry) decide
+        for before, rel in ([(False, None), (False, 0.05), (False, 0.3)] if i == 0 else
+                            [(False, None), (True, None)] if i == 1 else [(False, None)]):
+            want = _package_silent(ref, *([] if rel is None else [rel]))
+
+            def run(ns, mine=mine, state=state, before=before, rel=rel):
                 m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
                 m.load_state_dict({k: v.copy() for k, v in state.items()})
                 if before:   # gradients left over from an earlier backward must not count
                     losses["the whole model's loss"][0](ns, m).backward()
-                yield ns.silent_parameters(m, lambda m: mine(ns, m))
-            cases.append(Case(title + (", after an earlier backward of the whole loss" if before else ""),
-                              "silent_parameters(model, loss_fn)",
-                              {"model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layer each) "
-                                        "with the grader's weights", "loss_fn": title}, run,
+                yield ns.silent_parameters(m, lambda m: mine(ns, m), *([] if rel is None else [rel]))
+            shown = {"model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layer each) "
+                              "with the grader's weights", "loss_fn": title}
+            if rel is not None:
+                shown["rel"] = rel
+            cases.append(Case(title + (", after an earlier backward of the whole loss" if before else "")
+                              + (f", with rel = {rel}" if rel is not None else ""),
+                              "silent_parameters(model, loss_fn)" if rel is None else
+                              "silent_parameters(model, loss_fn, rel)", shown, run,
                               [Expect("the silent parameters, in order", want, kind="s")]))
     return cases
 
@@ -2171,13 +2183,14 @@ MISTAKES_17 = (
 # ---------------------------------------------------------------- 18: a shift as a linear map
 def _cases_18():
     cases = []
-    for k, d in [(0, 2), (1, 2), (1, 4), (3, 6), (25, 8)]:
-        table = _package_table(k + 40, d).astype(np.float64)
+    for k, d in [(0, 2), (1, 2), (1, 4), (3, 6), (25, 8), (-1, 2), (-7, 4)]:
+        table = _package_table(2 * abs(k) + 40, d).astype(np.float64)
         want = np.zeros((d, d))
         for i in range(d // 2):
             a = k / 10000.0 ** (2 * i / d)
             want[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
-        assert np.allclose(table[:40] @ want, table[k:k + 40], atol=1e-5)   # the package's table agrees
+        pos = abs(k) + np.arange(40)     # the package's table agrees, at positions where pos + k >= 0
+        assert np.allclose(table[pos] @ want, table[pos + k], atol=1e-5)
 
         def run(ns, k=k, d=d):
             yield ns.shift_matrix(k, d)
@@ -2208,7 +2221,7 @@ MISTAKES_18 = (
 # ---------------------------------------------------------------- 19: the parameter count
 def _cases_19():
     cases = []
-    for V, d, d_ff, n, title in [(5, 2, 3, 1, "a tiny model"), (13, 64, 128, 2, "the copy task's model"),
+    for V, d, d_ff, n, title in [(5, 3, 5, 1, "a tiny model"), (13, 64, 128, 2, "the copy task's model"),
                                  (37000, 512, 2048, 6, "the base model (Table 3: 65 million)"),
                                  (37000, 1024, 4096, 6, "the big model (Table 3: 213 million)")]:
         cfg = transformer.TransformerConfig(V, d_model=d, n_heads=1, d_ff=d_ff, n_encoder_layers=n,
@@ -2274,6 +2287,7 @@ _CORPORA_20 = [
      ["a cat sat on a mat", "two dogs ran in a big park", "the sun is up now"]),
     ("a one-word sentence has no 2-, 3- or 4-grams: it adds nothing to those totals",
      ["a cat sat on the mat", "yes"], ["a cat sat on a mat", "yes"]),
+    ("hypotheses without a word: 0", ["", ""], ["a cat sat on the mat", "yes"]),
 ]
 
 
@@ -2345,16 +2359,20 @@ def _cases_21():
                           {"lengths": lengths, "max_tokens": max_tokens}, run,
                           [Expect("the number of batches", np.int64(len(want)), kind="i")]
                           + [Expect(f"batch {j}", np.asarray(b), kind="i") for j, b in enumerate(want)]))
-    for k, title in [(1, "one state: itself"), (2, "two states"), (5, "five states, as Section 6.1 averages")]:
+    for k, title in [(1, "one state: itself"), (2, "two states"), (5, "five states, as Section 6.1 averages"),
+                     (6, "six states: every one counts")]:
         states = [{"w": _r(rng, (2, 3)), "b": _r(rng, (3,))} for _ in range(k)]
         want = {n: np.mean([s[n] for s in states], axis=0) for n in ("w", "b")}
 
         def run(ns, states=states):
-            out = ns.average([{n: a.copy() for n, a in s.items()} for s in states])
+            given = [{n: a.copy() for n, a in s.items()} for s in states]
+            out = ns.average(given)
             yield out.get("w", Missing("the result has no 'w'")) if isinstance(out, dict) else out
             yield out.get("b", Missing("the result has no 'b'")) if isinstance(out, dict) else out
+            yield np.bool_(all(np.array_equal(g[n], s[n]) for g, s in zip(given, states) for n in s))
         cases.append(Case(f"average: {title}", "average(states)", {"states": states}, run,
-                          [Expect("'w'", want["w"], atol=1e-12), Expect("'b'", want["b"], atol=1e-12)]))
+                          [Expect("'w'", want["w"], atol=1e-12), Expect("'b'", want["b"], atol=1e-12),
+                           Expect("the states given unchanged", np.bool_(True), kind="b")]))
     return cases
 
 
@@ -2387,18 +2405,18 @@ MISTAKES_21 = (
 
 
 # ---------------------------------------------------------------- 22: micro-batches
-_BATCH_22 = []
+_BATCH_22 = {}
 
 
-def _batch_22() -> dict:
+def _batch_22(pad: int = 0) -> dict:
     """The grader's batch of 6 sentence pairs, its weights, and minitensor's gradient of the
-    whole batch's loss (made once)."""
-    if _BATCH_22:
-        return _BATCH_22[0]
+    whole batch's loss (made once for each ``pad``: the ids 0 and ``pad`` swapped in the data)."""
+    if pad in _BATCH_22:
+        return _BATCH_22[pad]
     rng = np.random.default_rng(22)
     V, d, h, layers = 9, 4, 2, 1
     cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
-                                        n_decoder_layers=layers, dropout=0.0, max_len=16)
+                                        n_decoder_layers=layers, dropout=0.0, max_len=16, pad_id=pad)
     lengths = [5, 3, 1, 4, 4, 2]           # real target tokens of each sentence pair
     src = rng.integers(3, V, (6, 4))
     tgt_in, tgt_out = np.zeros((6, 6), np.int64), np.zeros((6, 6), np.int64)
@@ -2406,30 +2424,31 @@ def _batch_22() -> dict:
         words = rng.integers(3, V, n)
         tgt_in[row, 0], tgt_in[row, 1:n] = 1, words[:-1]
         tgt_out[row, :n - 1], tgt_out[row, n - 1] = words[:-1], 2
+    src, tgt_in, tgt_out = (np.where(a == 0, pad, np.where(a == pad, 0, a)) for a in (src, tgt_in, tgt_out))
     ref = transformer.Transformer(cfg)
     state = _seeded_weights(ref, 220)
-    transformer.label_smoothed_loss(ref(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0, 0.1).backward()
+    transformer.label_smoothed_loss(ref(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), pad, 0.1).backward()
     named = sorted(ref.named_parameters(), key=lambda kv: (kv[1].size, kv[0]))
-    _BATCH_22.append(dict(V=V, d=d, h=h, layers=layers, lengths=lengths, src=src, tgt_in=tgt_in, tgt_out=tgt_out,
-                          state=state, want=[(k, p.grad.numpy()) for k, p in named]))
-    return _BATCH_22[0]
+    _BATCH_22[pad] = dict(V=V, d=d, h=h, layers=layers, lengths=lengths, src=src, tgt_in=tgt_in, tgt_out=tgt_out,
+                          state=state, want=[(k, p.grad.numpy()) for k, p in named])
+    return _BATCH_22[pad]
 
 
-def _case_22(rows: list, title: str, spare=False) -> Case:
+def _case_22(rows: list, title: str, spare=False, pad=0) -> Case:
     """accumulate over the micro-batches of the grader's batch whose rows are ``rows`` [(a, b), ...];
-    ``spare``: the model holds one more parameter, which the loss does not reach."""
-    b = _batch_22()
+    ``spare``: the model holds one more parameter, which the loss does not reach; ``pad``: the pad id."""
+    b = _batch_22(pad)
     V, d, h, layers, want = b["V"], b["d"], b["h"], b["layers"], b["want"]
 
     def run(ns):
-        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16,
+                                         pad=pad)
         m.load_state_dict({k: v.copy() for k, v in b["state"].items()})
         if spare:
             m.spare = engine(ns, "05").Parameter(np.zeros(3))
         for p in m.parameters():       # left over from an earlier update: accumulate must clear them
             p.grad = np.ones_like(p.data)
-        yield np.int64(ns.accumulate(m, [(b["src"][i:j], b["tgt_in"][i:j], b["tgt_out"][i:j]) for i, j in rows],
-                                     0.1, 0))
+        yield ns.accumulate(m, [(b["src"][i:j], b["tgt_in"][i:j], b["tgt_out"][i:j]) for i, j in rows], 0.1, pad)
         params = dict(m.named_parameters())
         for k, _ in want:
             g = params[k].grad
@@ -2438,10 +2457,11 @@ def _case_22(rows: list, title: str, spare=False) -> Case:
         if spare:
             yield np.bool_(m.spare.grad is None or not np.any(m.spare.grad))
     spans = ", ".join(f"{i}–{j - 1}" if j - i > 1 else f"{i}" for i, j in rows)
-    model = f"your Transformer (vocab {V}, d_model {d}) with the grader's weights, every .grad full of ones before the call"
+    model = (f"your Transformer (vocab {V}, d_model {d}, pad={pad}) with the grader's weights, every .grad full of "
+             "ones before the call")
     if spare:
         model += ", and one more parameter, model.spare, that the loss does not use"
-    return Case(title, "accumulate(model, micro_batches, smoothing=0.1, pad=0)",
+    return Case(title, f"accumulate(model, micro_batches, smoothing=0.1, pad={pad})",
                 {"micro-batches": f"sentence pairs {spans} of a batch of 6", "target tokens": b["lengths"],
                  "model": model}, run,
                 [Expect("the returned number of tokens", np.int64(sum(b["lengths"])), kind="i")]
@@ -2457,7 +2477,9 @@ def _cases_22():
         ([(0, 1), (1, 6)], "two micro-batches with different numbers of tokens"),
         ([(0, 2), (2, 3), (3, 6)], "three micro-batches")]] + [
         _case_22([(0, 3), (3, 6)], "a parameter the loss does not reach keeps no gradient (its .grad stays None)",
-                 spare=True)]
+                 spare=True),
+        _case_22([(0, 2), (2, 6)], "pad id 8 (and 0 a word): the tokens not counted are the pad argument's",
+                 pad=8)]
 
 
 def _accumulate(mod, how="sum then divide", clear=True):
@@ -2491,17 +2513,19 @@ MISTAKES_22 = (
 def _cases_23():
     rng = np.random.default_rng(23)
     cases = []
-    for Tq, Tk, d, block, title in [(1, 1, 2, 1, "one key"), (2, 4, 2, 4, "one block: all the keys"),
-                                    (2, 4, 2, 2, "two blocks"), (3, 5, 4, 2, "a last block shorter than the others"),
-                                    (2, 6, 2, 1, "a block per key"), (2, 4, 2, 2, "scores near 1000: exp overflows "
-                                                                                   "without the running maximum"),
-                                    (2, 4, 2, 4, "rows a thousand apart, and scores a thousand apart within a row: "
-                                                 "each query's row needs its own maximum")]:
-        q, k, v = _r(rng, (Tq, d)), _r(rng, (Tk, d)), _r(rng, (Tk, 3))
-        if "near 1000" in title:
-            q, k = q + 30, k + 30
-        if "apart" in title:          # q·k/√2 ≈ +1270 for query 0 and −1270 for query 1 on keys 0 and 1
-            q, k = q + [[30], [-30]], k + [[30], [30], [0], [0]]
+    # (Tq, Tk, d, block, title, what is added to each query's and each key's entries); with d = 2, an offset
+    # of 30 on both sides adds about 30·30·2/√2 ≈ 1270 to the score, far beyond where exp overflows (709)
+    for Tq, Tk, d, block, title, q_add, k_add in [
+            (1, 1, 2, 1, "one key", 0, 0), (2, 4, 2, 4, "one block: all the keys", 0, 0),
+            (2, 4, 2, 2, "two blocks", 0, 0), (3, 5, 4, 2, "a last block shorter than the others", 0, 0),
+            (2, 6, 2, 1, "a block per key", 0, 0),
+            (2, 4, 2, 2, "scores near 1000: exp overflows without the running maximum", 30, 30),
+            (2, 4, 2, 4, "rows a thousand apart, and scores a thousand apart within a row: each query's row "
+                         "needs its own maximum", [[30], [-30]], [[30], [30], [0], [0]]),
+            (2, 3, 2, 1, "every score near −1000: the running maximum starts at −∞, not 0", 30, -30),
+            (2, 4, 2, 2, "a later block's scores a thousand below the first block's: the maximum so far is kept, "
+                         "not replaced by the block's", 30, [[30], [30], [-30], [-30]])]:
+        q, k, v = _r(rng, (Tq, d)) + q_add, _r(rng, (Tk, d)) + k_add, _r(rng, (Tk, 3))
         want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
 
         def run(ns, a=(q, k, v), block=block):
@@ -2511,12 +2535,13 @@ def _cases_23():
     return cases
 
 
-def _blockwise(rescale=True, shift=True, per_row=True):
+def _blockwise(rescale=True, shift=True, per_row=True, start=-np.inf, running=True):
     def blockwise_attention(q, k, v, block):
-        m, l, a = np.full((len(q), 1), -np.inf if shift else 0.0), np.zeros((len(q), 1)), np.zeros((len(q), v.shape[1]))
+        m, l, a = np.full((len(q), 1), start if shift else 0.0), np.zeros((len(q), 1)), np.zeros((len(q), v.shape[1]))
         for s0 in range(0, len(k), block):
             s = q @ k[s0:s0 + block].T / np.sqrt(q.shape[1])
-            m_new = np.maximum(m, s.max(axis=1 if per_row else None, keepdims=True)) if shift else m
+            largest = s.max(axis=1 if per_row else None, keepdims=True)
+            m_new = (np.maximum(m, largest) if running else largest) if shift else m
             r = np.exp(m - m_new) if rescale else 1.0
             p = np.exp(s - m_new)
             l, a, m = l * r + p.sum(axis=1, keepdims=True), a * r + p @ v[s0:s0 + block], m_new
@@ -2532,6 +2557,10 @@ MISTAKES_23 = (
     Mistake("the maximum is taken over the whole block: a query whose scores lie far below the block's largest gets "
             "exp(s − m) = 0 everywhere, and 0/0; take each row's own, s.max(axis=1, keepdims=True)",
             dict(blockwise_attention=_blockwise(per_row=False))),
+    Mistake("the running maximum starts at 0: a row whose scores all lie far below 0 gets exp(s − 0) = 0 "
+            "everywhere, and 0/0; start it at −∞", dict(blockwise_attention=_blockwise(start=0.0))),
+    Mistake("m' is the block's own maximum, not the largest so far: after a block of lower scores, exp(m − m') "
+            "overflows; take m' = max(m, max s_b)", dict(blockwise_attention=_blockwise(running=False))),
 )
 
 
@@ -2659,10 +2688,26 @@ def _cases_25():
                           run, [Expect("the Functions that ran, sorted", names, kind="s"),
                                 Expect("their [forward, backward] calls, in that order",
                                        np.array([calls[n] for n in names]), kind="i"),
-                                Expect("every 'seconds' at least 0, and all of them at most fn()'s wall time",
+                                Expect("every 'seconds' at least 0, and their sum at most fn()'s wall time",
                                        np.bool_(True), kind="b"),
                                 Expect("every Function class as it was before (the originals put back)", np.bool_(True),
                                        kind="b")] + slept))
+
+    def raising(ns):
+        T, Function = engine(ns).Tensor, engine(ns).Function
+        env = {"x": T(x), "w": T(w, requires_grad=True)}
+        before = {cls: dict(vars(cls)) for cls in _subclasses(Function)}
+        try:
+            ns.profile(lambda: exec("(x @ w).sum(); 1 / 0", {}, env))
+            yield ["returned"]
+        except ZeroDivisionError:
+            yield ["raised ZeroDivisionError"]
+        yield np.bool_(all(dict(vars(cls)) == before[cls] for cls in before))
+    cases.append(Case("fn() raises: the error goes on to the caller, and the originals are put back all the same",
+                      "profile(fn)", {"fn": "lambda: ((x @ w).sum(), 1 / 0)"}, raising,
+                      [Expect("what profile did", ["raised ZeroDivisionError"], kind="s"),
+                       Expect("every Function class as it was before (the originals put back)", np.bool_(True),
+                              kind="b")]))
     return cases
 
 
@@ -2673,7 +2718,7 @@ def _subclasses(cls):
     return out
 
 
-def _profile(mod, by="object", restore=True):
+def _profile(mod, by="object", restore=True, finally_=True):
     def profile(fn):
         table, originals = {}, []
 
@@ -2693,10 +2738,18 @@ def _profile(mod, by="object", restore=True):
                 if kind in vars(cls):
                     originals.append((cls, kind, vars(cls)[kind]))
                     setattr(cls, kind, timed(vars(cls)[kind], kind, cls))
-        fn()
-        if restore:
-            for cls, kind, method in originals:
-                setattr(cls, kind, method)
+        def put_back():
+            if restore:
+                for cls, kind, method in originals:
+                    setattr(cls, kind, method)
+        if finally_:
+            try:
+                fn()
+            finally:
+                put_back()
+        else:
+            fn()
+            put_back()
         return table
     return profile
 
@@ -2706,6 +2759,8 @@ MISTAKES_25 = (
             "object that ran (type(self).__name__)", dict(profile=Using(lambda m: _profile(m, by="owner")))),
     Mistake("the original methods were not put back: every Function class must be as it was afterwards",
             dict(profile=Using(lambda m: _profile(m, restore=False)))),
+    Mistake("when fn() raised, the originals stayed wrapped: put them back in a finally, which runs on the way out "
+            "whether fn() returns or raises", dict(profile=Using(lambda m: _profile(m, finally_=False)))),
 )
 
 
@@ -3135,7 +3190,7 @@ def _drawn_18():
 
     @st.composite
     def case(draw):
-        k, d = draw(st.integers(0, 60)), 2 * draw(st.integers(1, 5))
+        k, d = draw(st.integers(-60, 60)), 2 * draw(st.integers(1, 5))
         want = np.zeros((d, d))
         for i in range(d // 2):
             a = k / 10000.0 ** (2 * i / d)

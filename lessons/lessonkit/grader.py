@@ -166,6 +166,20 @@ def _quiet(fn):
         return fn()
 
 
+def _names(names: list, most: int = 6) -> str:
+    return ", ".join(map(str, names[:most])) + (f" … ({len(names)} in all)" if len(names) > most else "")
+
+
+def _compare_names(got: list, want: list) -> list:
+    """What is wrong with a list of names against the expected one: those missing, those not
+    expected, or the order."""
+    if got == want:
+        return []
+    missing, extra = [n for n in want if n not in got], [n for n in got if n not in want]
+    lines = ([f"missing: {_names(missing)}"] if missing else []) + ([f"not expected: {_names(extra)}"] if extra else [])
+    return lines or ["the same names, but not in the same order (or one repeated)"]
+
+
 def _compare(got, exp: Expect) -> list:
     """What is wrong with ``got`` against ``exp`` (lines for the report); [] when it passes."""
     if isinstance(got, Missing):
@@ -173,7 +187,7 @@ def _compare(got, exp: Expect) -> list:
     if got is None:
         return ["got None: the function returns nothing (is a `return` missing?)"]
     if exp.kind == "s":
-        return [] if list(got) == list(exp.value) else ["not the same names, or not in the same order"]
+        return _compare_names(list(got), list(exp.value))
     try:
         g = _array(got)
     except Malformed as e:

@@ -99,10 +99,21 @@ def test_a_known_mistake_fails_with_a_report_that_teaches(number, k):
     if "your code raised" not in report:
         assert re.search(r"^ +expected ", report, re.M), report
         assert re.search(r"^ +got", report, re.M), report
-        assert re.search(r"off in|off by|off: |wrong shape|wrong dtype|got nothing|not the same names", report), report
+        assert re.search(r"off in|off by|off: |wrong shape|wrong dtype|got nothing|missing: |not expected: |not in the same order", report), report
     assert f"  hint: {mistake.hint}\n" in report + "\n", report
     for word in ("Hypothesis", "Falsifying", "Traceback", 'File "', "lessonkit", "exercises.py", "grader.py"):
         assert word not in report, (word, report)
+
+
+def test_a_wrong_list_of_names_is_reported_by_what_is_missing_what_is_not_expected_or_the_order():
+    assert grader._compare_names(["a", "b"], ["a", "b"]) == []
+    assert grader._compare_names(["a"], ["a", "b"]) == ["missing: b"]
+    assert grader._compare_names(["a", "c", "b"], ["a", "b"]) == ["not expected: c"]
+    assert grader._compare_names(["c"], ["a"]) == ["missing: a", "not expected: c"]
+    assert grader._compare_names(["b", "a"], ["a", "b"]) == ["the same names, but not in the same order (or one repeated)"]
+    assert grader._compare_names(["a", "a"], ["a"]) == ["the same names, but not in the same order (or one repeated)"]
+    many = [f"n{i}" for i in range(10)]
+    assert grader._compare_names([], many) == ["missing: n0, n1, n2, n3, n4, n5 … (10 in all)"]
 
 
 def test_a_wrong_answer_the_grader_does_not_know_fails_without_a_hint():

@@ -43,3 +43,38 @@ def test_a_planted_gap_is_reported_as_a_survivor(monkeypatch):
     monkeypatch.setitem(mutants.EXERCISES, "16", dataclasses.replace(ex, drawn=None))
     result = mutants.score(["16"])["16"]
     assert result["survivors"]
+
+
+# Wrong answers a learner trial wrote (from the lessons alone) that an earlier grader passed: each is a
+# change to the reference solution, and each must now fail.
+TRIALS = [
+    ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
+    ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
+    ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm
+    ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).mean())"),            # mean entry, not the norm
+    ("18", "a = k / 10000.0", "a = abs(k) / 10000.0"),                                 # a shift back taken forward
+    ("19", "attention = 4 * linear(d_model, d_model)", "attention = 4 * d_model * d_model"),  # attention biases
+    ("20", "    if c == 0 or min(matches) == 0:\n        return 0.0\n    bp = 1.0 if c > r else math.exp(1 - r / c)",
+     "    bp = 1.0 if c > r else math.exp(1 - r / c)\n    if c == 0 or min(matches) == 0:\n        return 0.0"),
+    ("21", "sum(s[name] for s in states) / len(states)", "sum(s[name] for s in states[-5:]) / len(states[-5:])"),
+    ("21", "    return {name: sum(s[name] for s in states) / len(states) for name in states[0]}",
+     "    out = states[0]\n    for s in states[1:]:\n        for n in out:\n            out[n] += s[n]\n"
+     "    for n in out:\n        out[n] /= len(states)\n    return out"),                    # the first state overwritten
+    ("22", "(cross_entropy(model(src, tgt_in), tgt_out, smoothing, pad) * n)",
+     "(cross_entropy(model(src, tgt_in), tgt_out, smoothing, 0) * n)"),               # pad taken as 0
+    ("23", "m = np.full((Tq, 1), -np.inf)", "m = np.zeros((Tq, 1))"),                 # the maximum starts at 0
+    ("23", "m_new = np.maximum(m, s.max(axis=1, keepdims=True))",
+     "m_new = s.max(axis=1, keepdims=True)"),                                          # the block's own maximum
+    ("25", "    try:\n        fn()\n    finally:\n        for cls, kind, method in originals:\n"
+           "            setattr(cls, kind, method)",
+     "    fn()\n    for cls, kind, method in originals:\n        setattr(cls, kind, method)"),  # no finally
+]
+
+
+@pytest.mark.parametrize("number,old,new", TRIALS, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(TRIALS)])
+def test_a_wrong_answer_a_learner_trial_wrote_fails_the_grader(number, old, new):
+    source = track.path(track.SOLUTIONS, number).read_text()
+    assert source.count(old) == 1, "the trial's change no longer applies to the solution"
+    wrong = mutants.Mutant(number, "trial", 0, "trial", old, new, source.replace(old, new))
+    with mutants.solved_track() as d:
+        assert mutants.verdict(wrong, d).startswith("killed"), f"passes the grader:\n{new}"

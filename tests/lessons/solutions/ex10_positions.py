@@ -2,7 +2,8 @@
 
 Write:
 1. ``sinusoidal_table(T, d)``: the (T, d) float64 array PE with
-   PE(pos, 2i) = sin(pos / 10000^(2i/d)) and PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+   PE(pos, 2i) = sin(pos / 10000^(2i/d)) and PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), for
+   every column 0 … d − 1 (an odd d ends with a sine column of its own).
 2. ``Embedding``, a Function of the table W (V, d) with integer ``ids`` of any shape, called
    as ``Embedding.apply(W, ids=ids)``: ids by keyword, a parameter and not an input (it needs
    no gradient, and ``backward`` returns one gradient, W's). Forward returns the rows W[ids]

@@ -8,7 +8,8 @@ Write:
    each as large as fits before starting the next. Return the list of index arrays. Every
    example fits alone (``lengths[i] <= max_tokens``); no examples give no batches.
 2. ``average(states)``: Section 6.1's checkpoint averaging: the entry-by-entry mean of several
-   state dicts (name -> array) with the same names and shapes, as one state dict.
+   state dicts (name -> array) with the same names and shapes, as one new state dict (the
+   states given are checkpoints: leave them unchanged).
 
 Check by hand: lengths [3, 1, 2] and max_tokens 4 give batches [1, 2] (2 · 2 = 4) and [0].
 
