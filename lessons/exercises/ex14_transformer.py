@@ -3,7 +3,8 @@
 Write:
 1. ``padding_mask(ids, pad)``: ids an integer array (B, T) -> a (B, 1, 1, T) bool array, True
    at the keys that are not padding (it broadcasts over heads and queries).
-2. ``target_mask(ids, pad)``: (B, T) -> (B, 1, T, T): causal (exercise 08) and not padding.
+2. ``target_mask(ids, pad)``: (B, T) -> (B, 1, T, T), True where query i may attend to key j:
+   j ≤ i (causal, exercise 08) and key j not padding (the keys only, as in ``padding_mask``).
 3. The model, one table E (``embed.weight``) for source and target as in Section 3.4, the
    stacks ``encoder`` and ``decoder`` (lists of layers):
    - ``Transformer.encode(src)``: embed ``src`` (``embed``) and run the encoder stack with

@@ -28,16 +28,19 @@ Write:
      setting their logits to −∞, and only then take the log-softmax, so that the allowed
      tokens' probabilities sum to 1;
    - rank the extensions, keeping the 2·beam best (fewer if there are fewer), and go
-     through them best first: an extension by ``eos`` that ranks among the first ``beam``
-     of them becomes a finished hypothesis (its tokens, eos included, scored log P / lp(t),
-     with the length penalty lp(n) = ((5 + n) / 6)^alpha and t its length), as long as
-     fewer than ``beam`` are finished; an extension by eos ranked beyond the first ``beam``
-     is dropped; the other extensions become the new open prefixes, up to ``beam`` of them.
-   Stop when ``beam`` hypotheses are finished or no prefix is left open, or after
-   ``max_len`` steps. If the search ran out of steps, or nothing finished, each open prefix
-   counts too, scored log P / lp(its length). Return the tokens of the best-scored
-   hypothesis (a list, without bos); between equal scores, the one found first (the
-   finished ones in the order they finished, then the open ones best first).
+     through them best first, stopping at the first of log probability −∞ (a banned
+     token: it is neither finished nor kept): an extension by ``eos`` that ranks among the
+     first ``beam`` of them becomes a finished hypothesis (its tokens, eos included, scored
+     log P / lp(t), with the length penalty lp(n) = ((5 + n) / 6)^alpha and t its length),
+     as long as fewer than ``beam`` are finished; an extension by eos ranked beyond the
+     first ``beam`` is dropped; the other extensions become the new open prefixes, up to
+     ``beam`` of them.
+   Stop when ``beam`` hypotheses are finished or no prefix is left open (the search is
+   done), or after ``max_len`` steps (it ran out of steps; a step that finishes the
+   ``beam``-th hypothesis is done, even the last one). If it ran out of steps, or nothing
+   finished, each open prefix counts too, scored log P / lp(its length). Return the tokens
+   of the best-scored hypothesis (a list, without bos); between equal scores, the one found
+   first (the finished ones in the order they finished, then the open ones best first).
 
 Check it with:  python lessons/check.py 15
 """

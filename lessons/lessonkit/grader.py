@@ -331,9 +331,10 @@ def _same(a, b, exp: Expect) -> bool:
 
 def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer=None) -> list:
     """The hints of the known mistakes that pass the cases before case ``n``, as the answer
-    did, and give on case ``n`` what the answer gave, up to the failure. When several do, only
-    those that also agree with ``answer`` on the most of the later cases: a hint is printed
-    for the mistake the answer makes, not for another that happens to agree on one case."""
+    did, and give on case ``n`` what the answer gave, up to the failure; of those, only the
+    ones that also agree with ``answer`` on at least half of the later cases, and when several
+    do, those that agree on the most: a hint is printed for the mistake the answer makes, not
+    for another that happens to agree on one case."""
     found = {}
     for mistake in ex.mistakes:
         wrong = mistaken(ex.number, mistake)
@@ -342,14 +343,14 @@ def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer=None) ->
                 all(_same(a, b, e) for a, b, e in zip(theirs, outcome.seen, cases[n - 1].expected)) and \
                 all(_passes(c, wrong) for c in cases[:n - 1]):
             found[mistake.hint] = wrong
-    if len(found) < 2 or answer is None:
-        return list(found)
     later = cases[n:]
+    if not found or answer is None or not later:
+        return list(found)
     mine = [_values(c, answer, len(c.expected) - 1) for c in later]
     agree = {hint: sum(_agree(c, _values(c, wrong, len(c.expected) - 1), m) for c, m in zip(later, mine))
              for hint, wrong in found.items()}
     best = max(agree.values())
-    return [hint for hint in found if agree[hint] == best]
+    return [hint for hint in found if agree[hint] == best and 2 * best >= len(later)]
 
 
 def _agree(case: Case, a: list, b: list) -> bool:
@@ -482,6 +483,11 @@ def grade(ex: Exercise, answer, draw: bool = True) -> tuple[bool, str]:
     """(passed, report) for ``answer``, the learner's module of exercise ``ex`` (imported with
     :func:`lessonkit.track.load`). The cases run in order; the report describes the first one
     that fails. ``draw=False``: the fixed cases only, no drawn ones."""
+    with track.in_scope(answer):   # an import inside the learner's function finds their own modules
+        return _grade(ex, answer, draw)
+
+
+def _grade(ex: Exercise, answer, draw: bool) -> tuple[bool, str]:
     missing = [f for f in ex.functions if not callable(lookup(answer, f))]
     if missing:
         return False, f"missing: {', '.join(missing)} (the file must define {', '.join(ex.functions)})"

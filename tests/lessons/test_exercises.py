@@ -172,6 +172,20 @@ def test_code_that_raises_is_reported_with_its_file_line_and_the_input(tmp_path)
     assert re.search(r"\(cases 1–\d+ of \d+ pass\)", report), report     # softmax and the masks pass
 
 
+def test_an_import_inside_a_learners_function_finds_their_own_earlier_exercise(tmp_path):
+    """A learner may import inside a function; run while graded, the import must give the track's
+    own module (the one the grader loaded), not fail or load another copy."""
+    for p in SOLUTIONS.glob("ex*.py"):
+        shutil.copy(p, tmp_path)
+    mine = tmp_path / track.path(SOLUTIONS, "08").name
+    text = mine.read_text()
+    old = "    scores = q @ k.transpose() / np.sqrt(q.shape[-1])\n"
+    assert old in text
+    mine.write_text(text.replace(old, "    from ex01_tensor import Tensor\n    assert isinstance(q, Tensor)\n" + old))
+    ok, report = grader.grade(EXERCISES["08"], track.load(tmp_path, "08"), draw=False)
+    assert ok, report
+
+
 def _run(*args, cwd=None):
     return subprocess.run([sys.executable, str(LESSONS / "check.py"), *args], capture_output=True, text=True, cwd=cwd)
 

@@ -45,9 +45,47 @@ def test_a_planted_gap_is_reported_as_a_survivor(monkeypatch):
     assert result["survivors"]
 
 
-# Wrong answers a learner trial wrote (from the lessons alone) that an earlier grader passed: each is a
+# Wrong answers that learner trials wrote (from the lessons alone) and an earlier grader passed: each is a
 # change to the reference solution, and each must now fail.
 TRIALS = [
+    ("01", "grads[id(x)] = gx if id(x) not in grads else grads[id(x)] + gx",
+     "grads[id(x)] = gx if id(x) not in grads else grads[id(x)].__iadd__(gx)"),      # gradients added in place
+    ("01", "np.ones_like(self.data) if grad is None", "np.ones(self.data.shape) if grad is None"),  # a float64 seed
+    ("01", "                if gx is not None and x.requires_grad:",
+     "                gx = np.zeros_like(x.data) if gx is None else gx\n                if x.requires_grad:"),  # None as 0
+    ("02", "    return grad.sum(axis=axes, keepdims=True) if axes else grad",
+     "    return (grad.sum(axis=axes, keepdims=True) if axes else grad).astype(np.float64)"),  # float64 out
+    ("03", "        kept = x[i]\n        x[i] = kept + eps\n        plus = f(x)\n        x[i] = kept - eps\n"
+           "        minus = f(x)\n        x[i] = kept",
+     "        x[i] += eps\n        plus = f(x)\n        x[i] -= 2 * eps\n        minus = f(x)\n        x[i] += eps"),
+    ("03", "    w = weights(out.shape)", "    w = weights(out.shape) if out.ndim else 1.0"),  # one output unweighted
+    ("05", "        return x @ self.weight + self.bias",
+     "        return x @ (self.weight.T if self.weight.shape[0] == self.weight.shape[1] else self.weight) + self.bias"),
+    ("05", "            if p.grad is None:\n                continue\n            m *= b1\n            m += (1 - b1) * p.grad",
+     "            g = np.zeros_like(p.data) if p.grad is None else p.grad\n            m *= b1\n"
+     "            m += (1 - b1) * g"),                                                # a missing gradient as 0
+    ("05", "        self.t += 1\n        b1, b2 = self.betas",
+     "        self.t += any(p.grad is not None for p in self.params)\n        b1, b2 = self.betas"),  # t skips
+    ("06", "    return Dropout.apply(x, p=p, rng=rng) if training and p > 0 else x",
+     "    return Dropout.apply(x, p=p, rng=rng) if training else x"),                  # p = 0 still draws
+    ("06", "        return (x * self.scale).astype(x.dtype)", "        return x * self.scale"),  # float64 out
+    ("07", "        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)",
+     "        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True, dtype=np.float64)"),   # float64 out
+    ("08", "        scores = scores.masked_fill(~np.asarray(mask, bool), -1e9)",
+     "        scores = scores.masked_fill(~np.asarray(mask, bool), -np.inf)"),         # −∞, not −1e9
+    ("08", "        scores = scores.masked_fill(~np.asarray(mask, bool), -1e9)",
+     "        scores = scores.masked_fill(~np.asarray(mask, bool), -1e4)"),            # −1e4, not −1e9
+    ("10", "        positions = self.table[offset:offset + ids.shape[-1]].astype(self.weight.dtype)",
+     "        positions = self.table[offset:offset + ids.shape[-1]]"),                  # float64 out
+    ("10", "    table = np.zeros((T, d))", "    table = np.zeros((T, d), np.float32)"),  # a float32 table
+    ("13", "            stack_size = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))",
+     "            stack_size = int(np.prod(a.shape[:-2])) * int(np.prod(b.shape[:-2]))"),  # stacks multiplied
+    ("15", "            if done.all():\n                break\n    return ys[:, 1:]",
+     "            if done[0]:\n                break\n    return ys[:, 1:]"),           # stops on the first row
+    ("15", "            logits[:, [pad, bos] + ([eos] if t == 1 else [])] = -np.inf\n"
+           "            logp = LogSoftmax().forward(logits)",
+     "            logits[:, [pad, bos] + ([eos] if t == 1 else [])] = 0.0\n            logp = LogSoftmax().forward(logits)\n"
+     "            logp[:, [pad, bos] + ([eos] if t == 1 else [])] = -np.inf"),        # banned logits zeroed first
     ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
     ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
     ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm

@@ -6,10 +6,11 @@ Write:
    so that it is the same draw as the grader's. From here on your layers pass it as
    ``Linear(n_in, n_out, rng, init=xavier_uniform)``.
 2. ``Dropout``, a Function: forward(x, p, rng) draws ``keep = rng.random(x.shape) >= p`` (one
-   call, so that it is the grader's draw) and returns x · keep / (1 − p): the kept entries
-   are scaled up so that the expected output is x. Backward lets the gradient through the
-   kept entries, scaled the same way.
-3. ``dropout(x, p, rng, training)``: ``Dropout`` while training with p > 0, else x itself.
+   call, so that it is the grader's draw) and returns x · keep / (1 − p) in x's dtype: the
+   kept entries are scaled up so that the expected output is x. Backward lets the gradient
+   through the kept entries, scaled the same way, in the gradient's dtype.
+3. ``dropout(x, p, rng, training)``: ``Dropout`` while training with p > 0, else x itself
+   (the same Tensor, and nothing drawn from ``rng``).
 
 Check by hand: with p = 0.5 every output entry is 0 or 2x.
 

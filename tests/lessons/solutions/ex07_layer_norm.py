@@ -9,6 +9,7 @@ Write ``LayerNormFunction``, a Function of (x, gamma, beta) with ``eps``:
 2. backward: the three gradients. With g = grad · γ (per entry),
    dx = (g − mean(g) − x̂ · mean(g · x̂)) / √(σ² + eps)   (means over the last axis),
    dγ = Σ grad · x̂ and dβ = Σ grad, summed over every axis but the last.
+Keep the inputs' dtype: float32 inputs give a float32 output and float32 gradients.
 
 ``LayerNorm`` (the module, ``weight`` γ = 1 and ``bias`` β = 0 at the start) is written for you.
 

@@ -13,7 +13,8 @@ Write:
 3. ``Embeddings.forward(ids, offset=0)``, ids an integer array (B, T): the paper's input to
    a stack, W[ids] · √d plus the positions offset ... offset + T − 1 of the table, then
    dropout (exercise 06's ``dropout``, with the module's ``p_drop``, ``rng`` and
-   ``training``). ``offset`` is for decoding one position at a time (exercise 12).
+   ``training``), in the table's dtype (a float32 ``weight`` gives a float32 output).
+   ``offset`` is for decoding one position at a time (exercise 12).
 
 Check it with:  python lessons/check.py 10
 """
