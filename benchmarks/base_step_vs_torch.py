@@ -266,6 +266,7 @@ def main() -> None:
                         "caches of the ones before it)")
     p.add_argument("--out", help="also write the JSON here (e.g. benchmarks/results/...json)")
     a = p.parse_args()
+    mt.allocator.from_environment()  # as the programs that train do: freed arrays are reused
     precisions = a.precisions.split(",")
     if a.device == "cpu" and set(precisions) - {"fp32", "fp16"}:
         p.error("on the CPU only fp32 and fp16 (NumPy float16) exist")

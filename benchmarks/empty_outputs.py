@@ -98,6 +98,7 @@ def main(argv=None) -> None:
     p.add_argument("--train-sentences", type=int, default=5000, help="also decode the first N training sources (0: none)")
     p.add_argument("--out", help="write the results as JSON here")
     args = p.parse_args(argv)
+    mt.allocator.from_environment()  # as the programs that train do: freed arrays are reused
     loaded = load_model(Path(args.run_dir), args.checkpoint)
     model, tok = loaded.model, loaded.tokenizer
     rows = []

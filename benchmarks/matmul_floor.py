@@ -157,6 +157,7 @@ def main() -> None:
     p.add_argument("--compare-ms", type=float, help="a step time (ms) to hold the floor against")
     p.add_argument("--out", help="also write the JSON here")
     a = p.parse_args()
+    mt.allocator.from_environment()  # as the programs that train do: freed arrays are reused
     if a.setup == "multi30k-cpu" and not a.data_dir:
         p.error("multi30k-cpu needs --data-dir")
     steps = a.steps or (5 if a.setup == "base" else 30)

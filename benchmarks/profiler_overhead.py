@@ -95,6 +95,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15, help="updates each way, alternating (default 15)")
     ap.add_argument("--out", help="also write the JSON here")
     a = ap.parse_args()
+    mt.allocator.from_environment()  # as the programs that train do: freed arrays are reused
     out = {"benchmark": "the profiler's cost, off and on", "environment": environment("cpu"), "off": off_cost(), "on": {}}
     for name, (model_kw, batch, length) in SETUPS.items():
         out["on"][name] = on_cost(update_fn(model_kw, batch, length), a.rounds)

@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="rounds, each trainer then bare (default 3)")
     ap.add_argument("--out", help="also write the JSON here")
     a = ap.parse_args()
+    mt.allocator.from_environment()  # as the programs that train do: freed arrays are reused
     preset = PRESETS["multi30k-cpu"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from minitensor import blas, environment
+from minitensor import allocator, blas, environment
 
 from transformer.config import RANGES as MODEL_RANGES
 from transformer.copytask import OUTPUTS, RANGES, CopyTaskSettings, train_copy_task
@@ -69,6 +69,7 @@ def parse_args(argv=None) -> CopyTaskSettings:
 
 def main(argv=None) -> dict:
     settings = parse_args(argv)
+    allocator.from_environment()  # a program's choice for its whole process: freed arrays are reused
     blas.print_advice(settings.device)
     summary = train_copy_task(settings)
     copied = round(summary["exact_match"] * settings.test_size)

@@ -15,7 +15,6 @@ from .tensor import Tensor, arange, from_array, full, ones, ones_like, rand, ran
 __version__ = "0.1.0"
 
 functional.bind_tensor_methods()  # a + b, x.sum(), x == y, ...: the functions of F (functional.TENSOR_METHODS)
-allocator._on_import()  # freed arrays are reused, not page-faulted in again: see minitensor/allocator.py
 
 __all__ = [
     "Tensor", "tensor", "from_array", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",

@@ -13,9 +13,12 @@ back and faulted in again every step (``docs/performance.md`` has the measuremen
 
 :func:`keep_freed_memory` raises both thresholds with ``mallopt``, which is what
 ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=…:glibc.malloc.trim_threshold=…`` would do at
-process start. ``import minitensor`` calls it unless ``MINITENSOR_KEEP_FREED_MEMORY=0``. The
-cost is memory: up to ``trim_bytes`` of freed blocks stay in the process for reuse. On other
-C libraries (macOS, musl) it does nothing and says so.
+process start. The settings hold for the whole process, so a library never makes them on its
+own: ``import minitensor`` leaves malloc as it is, and a program that trains calls
+:func:`from_environment` at its start (the command line, the examples, the benchmarks do),
+which applies them unless ``MINITENSOR_KEEP_FREED_MEMORY=0``. The cost is memory: up to
+``trim_bytes`` of freed blocks stay in the process for reuse. On other C libraries (macOS,
+musl) it does nothing and says so.
 """
 from __future__ import annotations
 
@@ -68,12 +71,10 @@ def status() -> dict:
     return dict(_state)
 
 
-def _on_import() -> None:
-    try:
-        keep = environment.switch("MINITENSOR_KEEP_FREED_MEMORY")
-    except environment.VariableError:  # (import goes on; the command line names the bad value before any work)
-        keep = True
-    if not keep:
+def from_environment() -> bool:
+    """:func:`keep_freed_memory` unless ``MINITENSOR_KEEP_FREED_MEMORY=0``: what a program that
+    trains calls at its start. True when the thresholds are raised."""
+    if not environment.switch("MINITENSOR_KEEP_FREED_MEMORY"):
         _state.update(applied=False, why="MINITENSOR_KEEP_FREED_MEMORY=0")
-        return
-    keep_freed_memory()
+        return False
+    return keep_freed_memory()

@@ -84,6 +84,7 @@ declare("MINITENSOR_EMULATOR_CACHE", Text("folder"), None,
         "where the emulator keeps compiled kernels (default: $XDG_CACHE_HOME/minitensor/emulator, "
         "or ~/.cache/minitensor/emulator)")
 declare("MINITENSOR_KEEP_FREED_MEMORY", SWITCH, "1",
-        "0: leave glibc's malloc thresholds as they are (1 raises them, so freed arrays are reused, not unmapped)")
+        "0: the programs that train leave glibc's malloc thresholds as they are (1: they raise them at their "
+        "start, so freed arrays are reused, not unmapped)")
 declare("MINITENSOR_DIST_TIMEOUT", Real(0, low_open=True), 600.0,
         "seconds a distributed run waits for its other ranks before it gives up")

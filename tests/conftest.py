@@ -79,6 +79,7 @@ def pytest_configure(config):
         # The processes the tests start (the command line, the lessons) inherit the share.
         if (share := distributed.share_cores(workers())) is not None:
             os.environ["OPENBLAS_NUM_THREADS"] = str(share)
+    mt.allocator.from_environment()   # the suite trains as the programs do: freed arrays reused
     if config.getoption("--cupy-double"):
         from tests.cupy_double import install  # noqa: PLC0415
 

@@ -25,7 +25,7 @@ import traceback
 
 from tqdm import tqdm
 
-from minitensor import environment
+from minitensor import allocator, environment
 
 from . import wmt14
 from .checkpoint import CheckpointWriteError
@@ -262,6 +262,7 @@ def run(argv=None) -> int:
     try:
         environment.check()  # every variable the project reads, before any work
         debug = debug or environment.switch("MINITENSOR_DEBUG")
+        allocator.from_environment()  # a program's choice for its whole process: freed arrays are reused
         with handled((signal.SIGTERM, signal.SIGHUP), raise_stopped):  # as Ctrl-C: training catches them itself
             main(argv)
         sys.stdout.flush()

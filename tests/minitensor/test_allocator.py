@@ -1,4 +1,5 @@
-"""minitensor keeps freed array memory for reuse (glibc's malloc thresholds raised at import)."""
+"""A program that trains keeps freed array memory for reuse (glibc's malloc thresholds raised by
+``allocator.from_environment()`` at its start); ``import minitensor`` alone changes nothing."""
 import os
 import subprocess
 import sys
@@ -11,8 +12,10 @@ import minitensor as mt
 LINUX_GLIBC = sys.platform.startswith("linux") and os.confstr("CS_GNU_LIBC_VERSION") is not None
 
 FAULTS = textwrap.dedent("""
-    import resource, numpy as np
+    import resource, sys, numpy as np
     import minitensor
+    if sys.argv[1] == "program":
+        minitensor.allocator.from_environment()
     x = np.ones((1408, 128), np.float32)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(20):      # like a training step: many activations alive, then all freed
@@ -22,15 +25,17 @@ FAULTS = textwrap.dedent("""
 """)
 
 
-def _faults(env_value: str) -> tuple[int, bool]:
+def _faults(env_value: str, how: str = "program") -> tuple[int, bool]:
+    """(page faults of 20 steps, whether the thresholds were raised) in a fresh process that
+    imports minitensor and, as a ``program``, calls from_environment (or only imports)."""
     env = {**os.environ, "MINITENSOR_KEEP_FREED_MEMORY": env_value}
-    out = subprocess.run([sys.executable, "-c", FAULTS], env=env, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", FAULTS, how], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
     return int(out[0]), out[1] == "True"
 
 
 @pytest.mark.skipif(not LINUX_GLIBC, reason="the thresholds are glibc's")
-def test_import_raises_the_thresholds_so_freed_arrays_are_reused_without_page_faults():
-    assert mt.allocator.status()["applied"] or os.environ.get("MINITENSOR_KEEP_FREED_MEMORY") == "0"
+def test_a_program_raises_the_thresholds_so_freed_arrays_are_reused_without_page_faults():
     kept, applied = _faults("1")
     returned, not_applied = _faults("0")
     assert applied and not not_applied
@@ -44,6 +49,7 @@ def test_import_raises_the_thresholds_so_freed_arrays_are_reused_without_page_fa
 BIG_STEP = textwrap.dedent("""
     import resource, numpy as np
     import minitensor
+    minitensor.allocator.from_environment()
     before = None
     for step in range(4):    # a step that frees ~400 MB at its end (a multi30k-cpu update frees ~500)
         ys = [np.ones((20_000_000,), np.float32) for _ in range(5)]
@@ -65,14 +71,47 @@ def test_a_step_that_frees_more_than_256_mib_gets_its_memory_back_without_page_f
 
 def test_status_says_why_when_switched_off():
     env = {**os.environ, "MINITENSOR_KEEP_FREED_MEMORY": "0"}
-    out = subprocess.run([sys.executable, "-c", "import minitensor; print(minitensor.allocator.status())"], env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", "import minitensor; minitensor.allocator.from_environment(); "
+                          "print(minitensor.allocator.status())"], env=env, capture_output=True, text=True,
+                         check=True).stdout
     assert "'applied': False" in out and "MINITENSOR_KEEP_FREED_MEMORY=0" in out
+
+
+@pytest.mark.skipif(not LINUX_GLIBC, reason="the thresholds are glibc's")
+def test_importing_minitensor_leaves_the_processs_malloc_as_it_is():
+    """A library has no process-wide effect of its own: importing it, even with the variable at 1,
+    raises no threshold, and the freed arrays of every step fault in again."""
+    faults, applied = _faults("1", how="import")
+    returned, _ = _faults("0")
+    assert not applied
+    assert faults > returned / 2, (faults, returned)
+
+
+def test_the_command_line_and_the_copy_task_example_raise_the_thresholds_at_their_start(monkeypatch, tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from transformer import cli
+    asked = []
+    monkeypatch.setattr(mt.allocator, "keep_freed_memory", lambda *a, **k: asked.append("keep") or True)
+    monkeypatch.delenv("MINITENSOR_KEEP_FREED_MEMORY", raising=False)
+    with pytest.raises(SystemExit):      # argparse's --help: the program started, and stops after the help
+        cli.run(["--help"])
+    assert asked == ["keep"]
+    spec = importlib.util.spec_from_file_location("copy_task_example",
+                                                  Path(__file__).parents[2] / "examples" / "copy_task.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    summary = dict(exact_match=1.0, token_accuracy=1.0, train_seconds=0.0, steps=0, parameters=0, stopped_by=None)
+    monkeypatch.setattr(example, "train_copy_task", lambda settings: summary)
+    example.main(["--run-dir", str(tmp_path)])
+    assert asked == ["keep", "keep"]
 
 
 RELEASE = textwrap.dedent("""
     import numpy as np
     import minitensor
+    minitensor.allocator.from_environment()
 
     def resident_mib():
         with open("/proc/self/statm") as f:
