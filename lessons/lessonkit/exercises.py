@@ -95,6 +95,7 @@ def op_case(title: str, call: str, arrays: dict, mine, theirs, grads=None, shown
         for _ in range(2 if twice else 1):
             y.backward(w.copy()) if start else y.backward()
         yield from _grads_of(ts, grads)
+        yield np.bool_(all(np.array_equal(t.data, np.asarray(arrays[k], dtype)) for k, t in ts.items()))
 
     inputs = {**arrays, **(shown or {})}
     if start:
@@ -105,7 +106,9 @@ def op_case(title: str, call: str, arrays: dict, mine, theirs, grads=None, shown
     if exact:
         inputs["dtypes"] = f"every input {dtype}"
     return Case(title, call, inputs, run, [Expect("the output", out, atol=atol, rtol=rtol, dtype=exact)]
-                + [Expect(f"the gradient of {k}", g, atol=atol, rtol=rtol, dtype=exact) for k, g in zip(grads, want)])
+                + [Expect(f"the gradient of {k}", g, atol=atol, rtol=rtol, dtype=exact) for k, g in zip(grads, want)]
+                + [Expect("every input's array unchanged (an op makes new arrays; it never writes into its inputs)",
+                          np.bool_(True), kind="b")])
 
 
 def _seeded_weights(module: mt.nn.Module, seed: int, scale=0.5) -> dict:
@@ -180,6 +183,7 @@ def _cases_01():
     cases.append(_float32_case(n(2), n(2), _r(rng, 2)))
     cases.append(_float32_case(n(2), n(2), None))
     cases.append(_only_through_stop(n(2), n(2)))
+    cases.append(_constant_case(n(2), n(2)))
     x, y = n(2), n(2)
     cases.append(op_case("a Function whose backward gives an input None (the grader's Stop)",
                          "u = x * y; out = Stop(u) + u + Stop(x * x); out.backward(output gradient)",
@@ -288,6 +292,19 @@ def _float32_case(x, y, g) -> Case:
                         rtol=1e-6, dtype="float32"),
                  Expect("the gradient of y (float32, y's dtype)", (seed * x).astype(np.float32), atol=1e-6,
                         rtol=1e-6, dtype="float32")])
+
+
+def _constant_case(x, c) -> Case:
+    """A Tensor made without requires_grad is a constant: it gets no .grad, whatever it meets."""
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        tx, tc = Tensor(x.copy(), requires_grad=True), Tensor(c.copy())
+        (tx * tc).backward(np.ones(2))
+        yield tx.grad if tx.grad is not None else Missing("x.grad is None: no gradient reached x")
+        yield np.bool_(tc.grad is None)
+    return Case("a constant (a Tensor without requires_grad) gets no .grad", "c = Tensor(c); out = x * c; "
+                "out.backward(ones)", {"x": x, "c": c}, run,
+                [Expect("the gradient of x", c), Expect("c.grad is None", np.bool_(True), kind="b")])
 
 
 def _only_through_stop(x, y) -> Case:
@@ -428,7 +445,8 @@ def _cases_02():
                                   ((2, 3), (1, 3), "a size-1 axis"), ((2, 3), (2, 1), "a size-1 axis last"),
                                   ((2, 3, 4), (3, 1), "both: a new axis in front and a size-1 axis"),
                                   ((2, 3), (), "down to one number"), ((2, 1, 4), (1, 1, 4), "a size-1 axis of grad"),
-                                  ((2, 3, 4), (3, 1), "a float32 grad: the sum is float32 too")]:
+                                  ((2, 3, 4), (3, 1), "a float32 grad: the sum is float32 too"),
+                                  ((1, 2, 3), (2, 1), "a new axis of size 1 in front, and a size-1 axis")]:
         g = _r(rng, g_shape).astype(np.float32 if "float32" in title else np.float64)
         want = g.sum(axis=tuple(range(len(g_shape) - len(shape))))
         want = want.sum(axis=tuple(i for i, k in enumerate(shape) if k == 1), keepdims=True) if shape else want
@@ -446,6 +464,10 @@ def _cases_02():
     cases.append(op_case("x + y and x · y broadcast", "out = (x + y) * y; out.backward(output gradient)",
                          dict(x=_r(rng, (2, 3)), y=_r(rng, (3,))), lambda ns, x, y: (x + y) * y,
                          lambda x, y: (x + y) * y, seed=30))
+    cases.append(op_case("x @ y, backward twice: the gradients add up (backward keeps what it reads)",
+                         "out = x @ y; out.backward(output gradient); out.backward(output gradient)",
+                         dict(x=_r(rng, (2, 3)), y=_r(rng, (3, 2))), lambda ns, x, y: x @ y, lambda x, y: x @ y,
+                         seed=31, twice=True))
     return cases
 
 
@@ -515,7 +537,8 @@ def _cases_03():
                dict(positive=True)),
               ("the arrays hold integers (np.arange): right", 1.0, 1.0, (3,), True, dict(integers=True)),
               ("one number out, a backward that ignores the output's gradient: wrong (the weight of a single "
-               "output matters too)", "scalar", 1.0, (3,), False, {})]
+               "output matters too)", "scalar", 1.0, (3,), False, {}),
+              ("a backward that gives NaN: wrong (NaN agrees with nothing)", float("nan"), 1.0, (2,), False, {})]
     for title, sx, sy, shape, right, how in checks:
         x, y = _r(rng, shape), _r(rng, shape)
         if how.get("positive"):
@@ -534,6 +557,9 @@ def _cases_03():
             x, y = np.arange(1, 4), np.arange(2, 5)
         cases.append(_gradcheck_case(title, x, y, sx, sy, right))
     cases.append(_exact_gradcheck_case())
+    x, y = np.abs(_r(rng, (3,))) + 0.5, np.abs(_r(rng, (3,))) + 0.5
+    cases.append(_gradcheck_case("a backward 1.8 times too large, atol = 0, rtol = 0.5: wrong (the tolerance is "
+                                 "relative to the numerical gradient)", x, y, 1.8, 1.0, False, atol=0.0, rtol=0.5))
     return cases
 
 
@@ -732,6 +758,10 @@ def _cases_04():
                                                         ((1, 3), np.array([[-400.0, 400.0, 0.0]]),
                                                          "a row spanning 800: subtract its largest entry, not its "
                                                          "smallest")])]
+    cases.append(op_case("log_softmax, backward twice: the gradients add up (backward keeps what it reads)",
+                         "out = log_softmax(x); out.backward(output gradient); out.backward(output gradient)",
+                         dict(x=_r(rng, (2, 3))), lambda ns, x: ns.log_softmax(x), lambda x: F.log_softmax(x, axis=-1),
+                         seed=47, twice=True))
     specs = [((1, 2), 0.0, None, "no smoothing (ε = 0): plain cross-entropy"), ((1, 3), 0.1, None, "three classes"),
              ((2, 4), 0.1, None, "two positions"), ((3, 5), 1.0, None, "ε = 1: the target is uniform"),
              ((2, 3, 5), 0.1, None, "a batch of sequences (B, T, V)"),
@@ -840,7 +870,12 @@ def _modules_05(ns):
         def __init__(self):
             self.table = ns.Tensor(np.ones(3))     # a constant: no gradient wanted
             self.weight = P(np.ones(2))
-    return {"One": One, "Two": Two, "Stack": Stack, "Shared": Shared, "Constant": Constant}
+
+    class Listed(Module):
+        def __init__(self):
+            self.ps = [P(np.ones(2)), P(np.ones(1))]
+            self.out = Linear(1, 1, rng)
+    return {"One": One, "Two": Two, "Stack": Stack, "Shared": Shared, "Constant": Constant, "Listed": Listed}
 
 
 _NAMES_05 = {
@@ -852,16 +887,19 @@ _NAMES_05 = {
               + ["out.weight", "out.bias"]),
     "Shared": ("one parameter held by two attributes: named once, by the first", ["first.weight", "first.bias"]),
     "Constant": ("a Tensor that needs no gradient is not a parameter", ["weight"]),
+    "Listed": ("a list of parameters: ps.0, ps.1", ["ps.0", "ps.1", "out.weight", "out.bias"]),
 }
 
 
-def _adam_reference(params: list, grads: list, lr, betas, eps) -> list:
+def _adam_reference(params: list, grads: list, lr, betas, eps, lrs=None) -> list:
     """minitensor's Adam on ``params``: the parameters after each step (grads[t] is step t's; None
-    where a parameter has no gradient at that step)."""
+    where a parameter has no gradient at that step; ``lrs[t]``, when given, step t's lr)."""
     ps = [mt.tensor(np.array(p, dtype=np.float64), requires_grad=True) for p in params]
     opt = mt.optim.Adam(ps, lr=lr, betas=betas, eps=eps)
     out = []
-    for step in grads:
+    for t, step in enumerate(grads):
+        if lrs is not None:
+            opt.lr = lrs[t]
         for p, g in zip(ps, step):
             p.grad = None if g is None else mt.tensor(np.array(g, dtype=np.float64))
         opt.step()
@@ -897,26 +935,37 @@ def _cases_05():
             ("a gradient at step 1 and none at step 2: the parameter stays where step 1 left it", [(2,), (2,)], 2,
              (0.01, (0.9, 0.98), 1e-9), ((1, 1),)),
             ("a first step without any gradient still counts: t is 2 at the second", [(2,)], 2,
-             (0.01, (0.9, 0.98), 1e-9), ((0, 0),))]:
+             (0.01, (0.9, 0.98), 1e-9), ((0, 0),)),
+            ("opt.lr changed between steps, as exercise 16's schedule does: each step uses the lr of its time",
+             [(2,)], 3, (0.01, (0.9, 0.98), 1e-9), ())]:
         params = [_r(rng, s) for s in shapes]
         grads = [[None if (t, k) in gaps else _r(rng, s) for k, s in enumerate(shapes)] for t in range(steps)]
-        want = _adam_reference(params, grads, *hyper)
+        lrs = [0.01, 0.5, 0.02] if "changed" in title else None
+        want = _adam_reference(params, grads, *hyper, lrs=lrs)
 
-        def run(ns, params=params, grads=grads, hyper=hyper):
+        def run(ns, params=params, grads=grads, hyper=hyper, lrs=lrs):
             ps = [ns.Parameter(p.copy()) for p in params]
             opt = ns.Adam(ps, lr=hyper[0], betas=hyper[1], eps=hyper[2])
-            for step in grads:
+            for t, step in enumerate(grads):
+                if lrs is not None:
+                    opt.lr = lrs[t]
                 opt.zero_grad()
                 for p, g in zip(ps, step):
                     p.grad = None if g is None else g.copy()
                 opt.step()
                 yield from (p.data.copy() for p in ps)
+                yield np.bool_(all(p.grad is None if g is None else np.array_equal(p.grad, g) for p, g in zip(ps, step)))
         lr, betas, eps = hyper
+        shown = {"params": params, "grads (one list per step)": grads, "lr": lr, "betas": betas, "eps": eps}
+        if lrs is not None:
+            shown["opt.lr before each step"] = lrs
         cases.append(Case(f"Adam: {title}", "Adam(params, lr, betas, eps); then, for each step: set .grad; step()",
-                          {"params": params, "grads (one list per step)": grads, "lr": lr, "betas": betas,
-                           "eps": eps}, run,
-                          [Expect(f"after step {t + 1}: parameter {k}", w, atol=1e-12, rtol=1e-8)
-                           for t, step in enumerate(want) for k, w in enumerate(step)]))
+                          shown, run,
+                          [e for t, step in enumerate(want) for e in
+                           [Expect(f"after step {t + 1}: parameter {k}", w, atol=1e-12, rtol=1e-8)
+                            for k, w in enumerate(step)]
+                           + [Expect(f"after step {t + 1}: every .grad as it was set (step() only reads them)",
+                                     np.bool_(True), kind="b")]]))
     return cases
 
 
@@ -926,6 +975,7 @@ _MODULE_TEXT_05 = {
     "Stack": "layers = [Two(), Two()]; out = Linear(1, 1)",
     "Shared": "first = Linear(1, 2); again = first.weight; note = 'not a parameter'",
     "Constant": "table = Tensor(ones(3)); weight = Parameter(ones(2))",
+    "Listed": "ps = [Parameter(ones(2)), Parameter(ones(1))]; out = Linear(1, 1)",
 }
 
 
@@ -1036,18 +1086,21 @@ def _cases_06():
         def run(ns, x=x, p=p, training=training, seed=seed, w=w, itself=itself):
             t = engine(ns).Tensor(x.copy(), requires_grad=True)
             drawn = np.random.default_rng(seed)
-            y = ns.dropout(t, p, drawn, training)
+            y = ns.dropout(t, p, drawn, training=training)
             yield y
             if itself:   # x itself: the same Tensor, and nothing drawn from rng
                 yield np.bool_(y is t and drawn.random() == np.random.default_rng(seed).random())
+            else:
+                yield np.bool_(np.array_equal(t.data, x))
             y.backward(w.copy())
             yield Missing("x.grad is None") if t.grad is None else t.grad
-        cases.append(Case(f"dropout: {title}", "out = dropout(x, p, rng, training); out.backward(output gradient)",
+        cases.append(Case(f"dropout: {title}", "out = dropout(x, p, rng, training=training); "
+                          "out.backward(output gradient)",
                           {"x": x, "p": p, "training": training, "rng": f"np.random.default_rng({seed})",
                            "output gradient": w}, run,
                           [Expect("the output", out, atol=tol, dtype=np.dtype(dtype).name)]
-                          + ([Expect("out is x itself, and rng was not drawn from", np.bool_(True), kind="b")]
-                             if itself else [])
+                          + [Expect("out is x itself, and rng was not drawn from", np.bool_(True), kind="b") if itself
+                             else Expect("x's array unchanged (the output is a new array)", np.bool_(True), kind="b")]
                           + [Expect("the gradient of x", gx, atol=tol, dtype=np.dtype(dtype).name)]))
     return cases
 
@@ -1089,8 +1142,11 @@ def _cases_07():
     for i, (shape, eps, title) in enumerate([((1, 2), 1e-5, "one vector of two entries"),
                                              ((2, 3), 1e-5, "two vectors"), ((2, 4), 0.1, "a large eps"),
                                              ((2, 2, 3), 1e-5, "three axes: normalise over the last"),
-                                             ((3, 5), 1e-5, "five entries each")]):
-        arrays = dict(x=_r(rng, shape), gamma=_r(rng, shape[-1:]) + 1.0, beta=_r(rng, shape[-1:]))
+                                             ((3, 5), 1e-5, "five entries each"),
+                                             ((2, 3), 1e-5, "entries near a million: the variance from (x − μ)², "
+                                                            "not E[x²] − μ²")]):
+        arrays = dict(x=_r(rng, shape) + (1e6 if "million" in title else 0.0), gamma=_r(rng, shape[-1:]) + 1.0,
+                      beta=_r(rng, shape[-1:]))
         cases.append(op_case(f"LayerNormFunction: {title}",
                              "out = LayerNormFunction.apply(x, gamma, beta, eps=eps); out.backward(output gradient)",
                              arrays, lambda ns, x, gamma, beta, eps=eps: ns.LayerNormFunction.apply(x, gamma, beta,
@@ -1098,6 +1154,11 @@ def _cases_07():
                              lambda x, gamma, beta, eps=eps: F.layer_norm(x, gamma, beta, eps), shown={"eps": eps},
                              seed=70 + i))
     arrays = dict(x=_r(rng, (2, 3)), gamma=_r(rng, (3,)) + 1.0, beta=_r(rng, (3,)))
+    cases.append(op_case("LayerNormFunction, backward twice: the gradients add up (backward keeps what it reads)",
+                         "out = LayerNormFunction.apply(x, gamma, beta, eps=eps); out.backward(output gradient) twice",
+                         arrays, lambda ns, x, gamma, beta: ns.LayerNormFunction.apply(x, gamma, beta, eps=1e-5),
+                         lambda x, gamma, beta: F.layer_norm(x, gamma, beta, 1e-5), shown={"eps": 1e-5}, seed=77,
+                         twice=True))
     cases.append(op_case("LayerNormFunction: float32 in, float32 out (the output and every gradient)",
                          "out = LayerNormFunction.apply(x, gamma, beta, eps=eps); out.backward(output gradient)",
                          arrays, lambda ns, x, gamma, beta: ns.LayerNormFunction.apply(x, gamma, beta, eps=1e-5),
@@ -1673,7 +1734,22 @@ def _cases_13():
         cases.append(_products_case(f"x @ w, {title}", "out = x @ w", a, b, 0, stack * a[-2] * a[-1] * b[-1], 1))
     cases.append(_products_case("30 doublings of x @ w: 2^30 paths, one product", "u = x @ w; 30 times: u = u + u",
                                 (2, 3), (3, 2), 30, 2 * 3 * 2, 1))
+    cases.append(_right_nested_case())
     return cases
+
+
+def _right_nested_case() -> Case:
+    """x @ (w @ v): the longer path runs through the second input of the outer product."""
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        x, w, v = (Tensor(np.ones(s), requires_grad=True) for s in ((2, 3), (3, 4), (4, 5)))
+        out = x @ (w @ v)
+        yield ns.multiply_adds(out)
+        yield ns.sequential_products(out)
+    return Case("x @ (w @ v): the longer path through the second input", "multiply_adds(out), "
+                "sequential_products(out)", {"out": "x @ (w @ v)", "x": "(2, 3)", "w": "(3, 4)", "v": "(4, 5)"}, run,
+                [Expect("multiply_adds", np.int64(3 * 4 * 5 + 2 * 3 * 5), kind="i"),
+                 Expect("sequential_products", np.int64(2), kind="i")])
 
 
 def _products_case(title, text, a, b, doublings, madds, seq) -> Case:
@@ -1773,19 +1849,22 @@ def _cases_14():
             cases.append(Case(f"{name}: ids of shape {ids.shape}" + (", padded" if (ids == 0).any() else ""),
                               f"{name}(ids, pad)", {"ids": ids, "pad": 0}, run,
                               [Expect("", np.asarray(ref(mt.tensor(ids), 0).numpy(), bool), kind="b")]))
-    for i, (V, d, h, d_ff, layers, B, Ts, Tt, title) in enumerate([
-            (6, 2, 1, 3, 1, 1, 2, 2, "one layer each, one head"),
-            (8, 4, 2, 6, 2, 2, 3, 4, "two layers each, a padded batch")]):
+    for i, (V, d, h, d_ff, layers, B, Ts, Tt, pad, title) in enumerate([
+            (6, 2, 1, 3, 1, 1, 2, 2, 0, "one layer each, one head"),
+            (8, 4, 2, 6, 2, 2, 3, 4, 0, "two layers each, a padded batch"),
+            (8, 4, 2, 6, 1, 2, 3, 4, 3, "pad id 3 (and 0 a word): the padding is the pad argument's")]):
         src = _ids(rng, B, Ts, V, pad_from=2 if B > 1 else None)
         tgt = _ids(rng, B, Tt, V, pad_from=3 if B > 1 else None)
         tgt[:, 0] = 1
+        src, tgt = (np.where(a == 0, pad, np.where(a == pad, 0, a)) for a in (src, tgt))   # ids 0 and pad swapped
         cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=d_ff, n_encoder_layers=layers,
-                                            n_decoder_layers=layers, dropout=0.0, max_len=16)
+                                            n_decoder_layers=layers, dropout=0.0, max_len=16, pad_id=pad)
         cases.append(module_case(
             f"Transformer: {title}",
-            "logits = Transformer(vocab, d_model, h, d_ff, n_layers, 0.0, max_len)(src, tgt_in)",
-            lambda ns, V=V, d=d, h=h, f=d_ff, n=layers: ns.Transformer(V, d_model=d, h=h, d_ff=f, n_layers=n,
-                                                                       p_drop=0.0, max_len=16),
+            "logits = Transformer(vocab, d_model, h, d_ff, n_layers, 0.0, max_len" + (f", pad={pad}" if pad else "")
+            + ")(src, tgt_in)",
+            lambda ns, V=V, d=d, h=h, f=d_ff, n=layers, pad=pad: ns.Transformer(V, d_model=d, h=h, d_ff=f, n_layers=n,
+                                                                                p_drop=0.0, max_len=16, pad=pad),
             transformer.Transformer(cfg), {"src": src, "tgt_in": tgt}, lambda ns, m, src, tgt_in: m(src, tgt_in),
             lambda m, src, tgt_in: m(mt.tensor(src), mt.tensor(tgt_in)), seed=140 + i, atol=1e-6, rtol=1e-6))
     return cases
@@ -1849,12 +1928,16 @@ def _cases_15():
         def run(ns, src=src, state=state, V=V, d=d, h=h, n=layers, max_len=max_len):
             m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=n, p_drop=0.0, max_len=16)
             m.load_state_dict({k: v.copy() for k, v in state.items()})
+            recording, generator = [], m.generator     # whether a graph is recorded at each step's generator
+            m.generator = lambda h: (recording.append(engine(ns)._grad_enabled), generator(h))[1]
             yield ns.greedy_decode(m, src.copy(), max_len, 1, 2, 0)
+            yield np.bool_(not any(recording))
         cases.append(Case(f"greedy_decode: {title}", "greedy_decode(model, src, max_len, bos=1, eos=2, pad=0)",
                           {"src": src, "max_len": max_len,
                            "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, "
                            f"{layers} layer{'s' if layers > 1 else ''} each) with the grader's weights"},
-                          run, [Expect("the tokens", np.asarray(want), kind="i")]))
+                          run, [Expect("the tokens", np.asarray(want), kind="i"),
+                                Expect("decoded under no_grad(): no step records a graph", np.bool_(True), kind="b")]))
     for i, (V, d, h, layers, src, beam, alpha, max_len, title) in enumerate([
             (7, 4, 2, 1, [3, 4, 5], 1, 0.6, 4, "a beam of one: greedy decoding"),
             (8, 4, 2, 1, [3, 4, 5], 2, 0.6, 6, "a beam of two"),
@@ -1915,17 +1998,20 @@ def _cases_15():
                 break
 
         def run(ns, scores=scores, logp=logp, n=n):
-            out = ns.rank_extensions(scores.copy(), logp.copy(), n)
+            given = scores.copy(), logp.copy()
+            out = ns.rank_extensions(*given, n)
             if not isinstance(out, (tuple, list)) or len(out) != 3:
                 got = f"{len(out)} values" if isinstance(out, (tuple, list)) else f"a {type(out).__name__}"
                 raise Malformed(f"rank_extensions must return three arrays (beam, token, score); it returned {got}")
             yield from out
+            yield np.bool_(np.array_equal(given[0], scores) and np.array_equal(given[1], logp))
 
         beam, token, score = _rank_extensions(scores, logp, n)
         cases.append(Case(f"rank_extensions: {title}", "rank_extensions(scores, logp, n)",
                           {"scores": scores, "logp": logp, "n": n}, run,
                           [Expect("beam", beam, kind="i"), Expect("token", token, kind="i"),
-                           Expect("score", score, atol=1e-12)]))
+                           Expect("score", score, atol=1e-12),
+                           Expect("scores and logp unchanged (the caller's arrays)", np.bool_(True), kind="b")]))
     return cases
 
 
@@ -2174,11 +2260,19 @@ def _cases_16():
              (100_000, 512, 4000, 1.0, "step 100,000"), (10, 64, 100, 0.5, "a factor of 0.5")]
     cases = []
     for step, d_model, warmup, factor, title in specs:
-        def run(ns, a=(step, d_model, warmup, factor)):
-            yield ns.noam_lr(*a)
-        cases.append(Case(f"noam_lr: {title}", "noam_lr(step, d_model, warmup, factor)",
+        def run(ns, a=(step, d_model, warmup), factor=factor):
+            yield ns.noam_lr(*a, factor=factor)
+        cases.append(Case(f"noam_lr: {title}", "noam_lr(step, d_model, warmup, factor=factor)",
                           {"step": step, "d_model": d_model, "warmup": warmup, "factor": factor}, run,
                           [Expect("", transformer.noam_lr(step, d_model, warmup, factor), atol=0, rtol=1e-9)]))
+
+    def run(ns):
+        yield ns.noam_lr(1, 16, 3, factor=2.0)
+        yield ns.noam_lr(1, 16, 3)
+    cases.append(Case("noam_lr: factor left out is 1, even after a call with factor 2", "noam_lr(1, 16, 3, factor=2.0); "
+                      "then noam_lr(1, 16, 3)", {"step": 1, "d_model": 16, "warmup": 3}, run,
+                      [Expect("with factor 2", transformer.noam_lr(1, 16, 3, 2.0), atol=0, rtol=1e-9),
+                       Expect("then without a factor", transformer.noam_lr(1, 16, 3, 1.0), atol=0, rtol=1e-9)]))
     for steps, d_model, warmup, factor in [(3, 64, 2, 1.0), (5, 16, 3, 2.0)]:
         def run(ns, a=(d_model, warmup, factor), steps=steps):
             opt = types.SimpleNamespace(lr=123.0)   # an optimiser as Noam sees it: an lr to set
@@ -2282,7 +2376,7 @@ def _cases_17():
                 m.load_state_dict({k: v.copy() for k, v in state.items()})
                 if before:   # gradients left over from an earlier backward must not count
                     losses["the whole model's loss"][0](ns, m).backward()
-                yield ns.silent_parameters(m, lambda m: mine(ns, m), *([] if rel is None else [rel]))
+                yield ns.silent_parameters(m, lambda m: mine(ns, m), **({} if rel is None else {"rel": rel}))
             shown = {"model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layer each) "
                               "with the grader's weights", "loss_fn": title}
             if rel is not None:
@@ -2290,7 +2384,7 @@ def _cases_17():
             cases.append(Case(title + (", after an earlier backward of the whole loss" if before else "")
                               + (f", with rel = {rel}" if rel is not None else ""),
                               "silent_parameters(model, loss_fn)" if rel is None else
-                              "silent_parameters(model, loss_fn, rel)", shown, run,
+                              "silent_parameters(model, loss_fn, rel=rel)", shown, run,
                               [Expect("the silent parameters, in order", want, kind="s")]))
     return cases
 
@@ -2425,6 +2519,7 @@ _CORPORA_20 = [
     ("a one-word sentence has no 2-, 3- or 4-grams: it adds nothing to those totals",
      ["a cat sat on the mat", "yes"], ["a cat sat on a mat", "yes"]),
     ("hypotheses without a word: 0", ["", ""], ["a cat sat on the mat", "yes"]),
+    ("case matters: 'The' is not 'the'", ["The cat sat on the mat"], ["the cat sat on the mat"]),
 ]
 
 
@@ -2666,9 +2761,12 @@ def _cases_23():
         want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
 
         def run(ns, a=(q, k, v), block=block):
-            yield ns.blockwise_attention(*(x.copy() for x in a), block)
+            given = [x.copy() for x in a]
+            yield ns.blockwise_attention(*given, block)
+            yield np.bool_(all(np.array_equal(g, x) for g, x in zip(given, a)))
         cases.append(Case(title, "blockwise_attention(q, k, v, block)", {"q": q, "k": k, "v": v, "block": block}, run,
-                          [Expect("", want, atol=1e-9, rtol=1e-7)]))
+                          [Expect("the output", want, atol=1e-9, rtol=1e-7),
+                           Expect("q, k and v unchanged (the caller's arrays)", np.bool_(True), kind="b")]))
     return cases
 
 
@@ -2730,11 +2828,15 @@ def _cases_24():
             yield np.asarray(sent_)
             for r in range(len(arrays)):
                 yield given[r]
+            yield np.bool_(not any(np.shares_memory(results[r], other) for r in range(len(arrays))
+                                   for other in [*given, *results[:r]] if isinstance(results[r], np.ndarray)))
         cases.append(Case(title, "ring_all_reduce(arrays)", {f"arrays[{r}]": a for r, a in enumerate(arrays)}, run,
                           [Expect(f"results[{r}]: the sum", total, atol=1e-12) for r in range(R)]
                           + [Expect("sent: entries each rank sent", np.asarray(sent), kind="i")]
                           + [Expect(f"arrays[{r}] after the call (unchanged)", a, atol=0, rtol=0)
-                             for r, a in enumerate(arrays)]))
+                             for r, a in enumerate(arrays)]
+                          + [Expect("each result an array of its own (no memory shared with an input or another "
+                                    "rank's result)", np.bool_(True), kind="b")]))
     return cases
 
 

@@ -331,7 +331,9 @@ def _same(a, b, exp: Expect) -> bool:
 
 def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer=None) -> list:
     """The hints of the known mistakes that pass the cases before case ``n``, as the answer
-    did, and give on case ``n`` what the answer gave, up to the failure; of those, only the
+    did, fail case ``n`` too and give on it what the answer gave, up to the failure (a mistake
+    that agrees in value but passes, where the answer failed on its dtype, is not the answer's);
+    of those, only the
     ones that also agree with ``answer`` on at least half of the later cases, and when several
     do, those that agree on the most: a hint is printed for the mistake the answer makes, not
     for another that happens to agree on one case."""
@@ -341,7 +343,7 @@ def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer=None) ->
         theirs = _values(cases[n - 1], wrong, outcome.index)
         if len(theirs) == len(outcome.seen) and mistake.hint not in found and \
                 all(_same(a, b, e) for a, b, e in zip(theirs, outcome.seen, cases[n - 1].expected)) and \
-                all(_passes(c, wrong) for c in cases[:n - 1]):
+                all(_passes(c, wrong) for c in cases[:n - 1]) and not _passes(cases[n - 1], wrong):
             found[mistake.hint] = wrong
     later = cases[n:]
     if not found or answer is None or not later:

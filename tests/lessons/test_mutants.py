@@ -86,6 +86,45 @@ TRIALS = [
            "            logp = LogSoftmax().forward(logits)",
      "            logits[:, [pad, bos] + ([eos] if t == 1 else [])] = 0.0\n            logp = LogSoftmax().forward(logits)\n"
      "            logp[:, [pad, bos] + ([eos] if t == 1 else [])] = -np.inf"),        # banned logits zeroed first
+    ("02", "    if extra > 0:", "    if extra > 0 and grad.shape[0] > 1:"),            # a new axis of size 1 kept
+    ("02", "        gx = grad @ np.swapaxes(self.y, -1, -2)",
+     "        gx = grad @ np.swapaxes(self.y, -1, -2)\n        self.x = None"),       # freed by the first backward
+    ("03", "        if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
+     "        if np.any(np.abs(analytic - numeric) > atol + rtol * np.abs(numeric)):"),  # NaN agrees
+    ("03", "        if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
+     "        if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(analytic)):"),  # relative to analytic
+    ("04", "        shifted = x - x.max(axis=-1, keepdims=True)",
+     "        x -= x.max(axis=-1, keepdims=True)\n        shifted = x"),                # the input changed in place
+    ("04", "        return (grad - np.exp(self.out) * grad.sum(axis=-1, keepdims=True),)",
+     "        out, self.out = self.out, None\n        return (grad - np.exp(out) * grad.sum(axis=-1, keepdims=True),)"),
+    ("05", "                    items = [(f\"{name}.{i}\", v) for i, v in enumerate(value)]",
+     "                    items = [(f\"{name}.{i}\", v) for i, v in enumerate(value) if not isinstance(v, Tensor)]"),
+    ("05", "            v += (1 - b2) * p.grad**2", "            v += (1 - b2) * np.square(p.grad, out=p.grad)"),
+    ("05", "            p.data -= self.lr * m_hat", "            self.lr0 = getattr(self, 'lr0', self.lr)\n"
+                                                 "            p.data -= self.lr0 * m_hat"),  # lr read once
+    ("06", "        return (x * self.scale).astype(x.dtype)",
+     "        x *= self.scale.astype(x.dtype)\n        return x"),                       # the input scaled in place
+    ("07", "        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)",
+     "        var = (x ** 2).mean(axis=-1, keepdims=True) - mu ** 2"),                   # E[x²] − μ²
+    ("07", "        self.rstd = 1.0 / np.sqrt(var + eps)",
+     "        x -= mu\n        mu = 0.0\n        self.rstd = 1.0 / np.sqrt(var + eps)"),  # the input centred in place
+    ("07", "        axes = tuple(range(grad.ndim - 1))",
+     "        axes = tuple(range(grad.ndim - 1))\n        self.rstd = None"),             # freed by the first backward
+    ("13", "            memo[id(fn)] = isinstance(fn, MatMul) + max(longest(x) for x in fn.inputs)",
+     "            memo[id(fn)] = isinstance(fn, MatMul) + longest(fn.inputs[0])"),        # the first input's path only
+    ("14", "        mask = padding_mask(src, self.pad)\n        x = self.embed(src)",
+     "        mask = padding_mask(src, 0)\n        x = self.embed(src)"),                # pad taken as 0
+    ("15", "    with no_grad():\n        src_mask = padding_mask(src, pad)\n        memory = model.encode(src)",
+     "    if True:\n        src_mask = padding_mask(src, pad)\n        memory = model.encode(src)"),  # a graph recorded
+    ("15", "    total = (scores[:, :, None] + logp).reshape(B, K * V)",
+     "    logp += scores[:, :, None]\n    total = logp.reshape(B, K * V)"),             # the caller's logp changed
+    ("16", "def noam_lr(step, d_model, warmup, factor=1.0):",
+     "_FACTOR = [1.0]\n\n\ndef noam_lr(step, d_model, warmup, factor=None):\n"
+     "    factor = _FACTOR[0] if factor is None else _FACTOR.__setitem__(0, factor) or factor"),  # a factor remembered
+    ("20", "            h = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))",
+     "            h = Counter(tuple(w.lower() for w in hyp[i:i + n]) for i in range(len(hyp) - n + 1))"),  # lowercased
+    ("23", "        s = q @ k[start:start + block].T / np.sqrt(q.shape[1])",
+     "        q /= np.sqrt(q.shape[1]) if start == 0 else 1.0\n        s = q @ k[start:start + block].T"),  # q scaled in place
     ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
     ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
     ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm

@@ -4,16 +4,16 @@ Section 4 compares layers by the work they do and by how many steps lie between 
 positions. Your engine records every computation as a graph (``out.creator.inputs`` lead
 back to the inputs), so both can be counted, not quoted. Write:
 
-1. ``multiply_adds(out)``: the multiply-adds of every matrix product in the graph that made
-   ``out``: a product (..., n, k) @ (..., k, m) costs n·k·m per matrix of the stack (the
-   stack's size is the product of the broadcast leading axes of the two inputs). Count each
-   product once, even when the graph reaches it along several paths. The Function of a
-   product is your ``MatMul`` (exercise 02): ``isinstance(fn, MatMul)``; its inputs' arrays are
-   ``fn.inputs[0].data`` and ``fn.inputs[1].data``.
-2. ``sequential_products(out)``: the largest number of matrix products on one path from an
-   input to ``out``: products on one path must run one after another, products on different
-   paths may run at once. A recurrent layer over n positions has n; self-attention a
-   constant.
+1. ``multiply_adds(out)``: the multiply-adds (an int) of every matrix product in the graph
+   that made ``out``: a product (..., n, k) @ (..., k, m) costs n·k·m per matrix of the stack
+   (the stack's size is the product of the broadcast leading axes of the two inputs). Count
+   each product once, even when the graph reaches it along several paths. The Function of a
+   product is your ``MatMul`` (exercise 02): ``isinstance(fn, MatMul)``; its inputs' arrays
+   are ``fn.inputs[0].data`` and ``fn.inputs[1].data``.
+2. ``sequential_products(out)``: the largest number (an int) of matrix products on one path
+   from an input to ``out``: products on one path must run one after another, products on
+   different paths may run at once. A recurrent layer over n positions has n; self-attention
+   a constant.
 
 Check by hand: for out = (x @ w) @ v, with x (2, 3), w (3, 4) and v (4, 5),
 multiply_adds(out) = 2·3·4 + 2·4·5 = 64 and sequential_products(out) = 2.

@@ -17,7 +17,9 @@ return ``(results, sent)``: ``results[r]`` rank r's array afterwards (the sum of
 in the original shape) and ``sent[r]`` the number of entries rank r sent. Do not change the
 arrays you are given.
 
-Check by hand: with R = 1 nothing is sent and the result is the array itself.
+Check by hand: with R = 1 nothing is sent and the result equals the array (a new array:
+each ``results[r]`` is one of its own, so that a rank may change it without changing another's
+or the input).
 
 Check it with:  python lessons/check.py 24
 """
