@@ -331,7 +331,7 @@ def _accumulate_leaf(leaf, g, alone: bool = False) -> None:
     or one array for two inputs, and the caller may change ``leaf.grad`` in place (clipping),
     and the optimizer reads it in flat passes. ``alone`` says nothing else holds ``g``: then
     an array that owns its memory, C-contiguous and of the leaf's dtype, is kept as it is
-    (why: copying every weight's gradient each step; docs/performance.md, "Gradients kept as made").
+    (why: copying every weight's gradient each step; docs/design.md, "Gradients kept as made").
     Later ones (a weight used twice, micro-batches) make a new sum, so an array the caller
     holds is never written into.
     """

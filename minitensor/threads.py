@@ -62,7 +62,7 @@ def share(work, items: list) -> None:
     ``its_items`` is an iterator that hands it the next item not yet taken by any worker, so
     every item goes to exactly one worker and a worker whose core is busy with something else
     takes fewer (why: OpenBLAS's threads keep a core spinning for a while after a product;
-    docs/performance.md, "Items taken, not dealt")."""
+    docs/design.md, "Items taken, not dealt")."""
     global _pool, _pool_size
     k = min(count(), len(items))
     if k <= 1:

@@ -13,7 +13,7 @@ import numpy as np
 from .. import threads
 
 # Up to this many entries per row ``max_last`` folds the columns one by one; above it
-# NumPy's own reduction is faster (docs/performance.md, "Short rows").
+# NumPy's own reduction is faster (docs/design.md, "Short rows").
 SHORT_ROW = 64
 
 
@@ -188,7 +188,7 @@ def product(a, b, out_dtype=None, into=None):
 
 # ---------------------------------------------------------------------------- rows in blocks, on every core
 # A block of rows holds at most this many bytes of the first array, so that a row-wise
-# function's several passes over it stay in a core's L2 cache (docs/performance.md, "Rows in blocks").
+# function's several passes over it stay in a core's L2 cache (docs/design.md, "Rows in blocks").
 BLOCK_BYTES = 1 << 20
 # Arrays of fewer elements are passed to the function whole, in the calling thread: they fit in
 # the last-level cache already, and cutting them up would cost more than it saves.
