@@ -158,14 +158,22 @@ class ThreeToOneWrong(grader.Using):
         super().__init__(make)
 
 
-def test_code_that_raises_is_reported_with_its_file_line_and_the_input(tmp_path):
+def _solved_but(tmp_path, number: str, old: str, new: str):
+    """The reference track copied to ``tmp_path``, exercise ``number``'s ``old`` text replaced
+    by ``new``: that exercise, loaded as the grader loads a learner's."""
     for p in SOLUTIONS.glob("ex*.py"):
         shutil.copy(p, tmp_path)
-    mine = tmp_path / track.path(SOLUTIONS, "08").name
+    mine = tmp_path / track.path(SOLUTIONS, number).name
     text = mine.read_text()
-    mine.write_text(text.replace("    scores = q @ k.transpose() / np.sqrt(q.shape[-1])\n",
-                                 "    raise ValueError('not like this')\n"))
-    ok, report = grader.grade(EXERCISES["08"], track.load(tmp_path, "08"))
+    assert text.count(old) == 1, old
+    mine.write_text(text.replace(old, new))
+    return track.load(tmp_path, number)
+
+
+def test_code_that_raises_is_reported_with_its_file_line_and_the_input(tmp_path):
+    answer = _solved_but(tmp_path, "08", "    scores = q @ k.transpose() / np.sqrt(q.shape[-1])\n",
+                         "    raise ValueError('not like this')\n")
+    ok, report = grader.grade(EXERCISES["08"], answer)
     assert not ok, report
     assert "your code raised ValueError: not like this\n" in report, report
     assert "ex08_attention.py, in attention, line" in report and ": raise ValueError('not like this')" in report, report
@@ -175,14 +183,9 @@ def test_code_that_raises_is_reported_with_its_file_line_and_the_input(tmp_path)
 def test_an_import_inside_a_learners_function_finds_their_own_earlier_exercise(tmp_path):
     """A learner may import inside a function; run while graded, the import must give the track's
     own module (the one the grader loaded), not fail or load another copy."""
-    for p in SOLUTIONS.glob("ex*.py"):
-        shutil.copy(p, tmp_path)
-    mine = tmp_path / track.path(SOLUTIONS, "08").name
-    text = mine.read_text()
     old = "    scores = q @ k.transpose() / np.sqrt(q.shape[-1])\n"
-    assert old in text
-    mine.write_text(text.replace(old, "    from ex01_tensor import Tensor\n    assert isinstance(q, Tensor)\n" + old))
-    ok, report = grader.grade(EXERCISES["08"], track.load(tmp_path, "08"), draw=False)
+    answer = _solved_but(tmp_path, "08", old, "    from ex01_tensor import Tensor\n    assert isinstance(q, Tensor)\n" + old)
+    ok, report = grader.grade(EXERCISES["08"], answer, draw=False)
     assert ok, report
 
 
@@ -276,17 +279,10 @@ def test_the_lessons_readme_lists_every_exercise_with_its_file_and_what_to_write
 def test_an_error_raised_in_an_earlier_exercise_shows_the_graded_exercises_line_first(tmp_path):
     """Exercise 12's decoder calls exercise 02's masked_fill through 08 and 09: a bad mask raises
     in 02, and the report names the learner's line in 12 that led there, then the innermost."""
-    for p in SOLUTIONS.glob("ex*.py"):
-        shutil.copy(p, tmp_path)
-    mine = tmp_path / track.path(SOLUTIONS, "12").name
-    text = mine.read_text()
     old = "        x = self.sub1(x, lambda x: self.self_attn(x, x, x, tgt_mask))\n        x = self.sub2"
-    assert old in text
-    mine.write_text(text.replace(old, "        x = self.sub1(x, lambda x: self.self_attn(x, x, x, np.ones((5, 7), "
-                                      "bool)))\n        x = self.sub2", 1))
-    if "import numpy as np" not in text:
-        mine.write_text("import numpy as np\n" + mine.read_text())
-    ok, report = grader.grade(EXERCISES["12"], track.load(tmp_path, "12"))
+    answer = _solved_but(tmp_path, "12", old, "        x = self.sub1(x, lambda x: self.self_attn(x, x, x, "   # (ex12 has no np)
+                         "__import__('numpy').ones((5, 7), bool)))\n        x = self.sub2")
+    ok, report = grader.grade(EXERCISES["12"], answer)
     assert not ok and "your code raised" in report, report
     line = report.split("your code raised", 1)[1].splitlines()[1]
     assert line.strip().startswith("ex12_decoder_layer.py, in ") and "; inside ex0" in line, report
