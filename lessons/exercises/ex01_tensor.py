@@ -13,15 +13,15 @@ Write:
 2. ``Tensor.backward(grad=None)``: the gradient of this tensor with respect to every tensor
    it was computed from. Visit the graph in reverse topological order (a tensor only after
    every tensor that used it, so that each Function's backward runs once per pass), start
-   from ``grad`` as an array of this tensor's dtype (ones when None), and add up the
-   gradients that reach a tensor along different paths. A Function's backward may give
-   None for an input: no gradient flows back along that edge (a tensor that receives none
-   passes none on). Store the result in ``.grad`` of every leaf: a tensor you made yourself
-   with ``Tensor(..., requires_grad=True)``, not one a Function returned (those need no
-   ``.grad``). Add it to what ``.grad`` already holds, so that a second backward adds up,
-   and never change an array in place that someone else holds: ``grad`` is the caller's,
-   and one array may reach several tensors (x + y gives both the same). (``backward`` is
-   only called on tensors that need a gradient.)
+   from ``grad`` as an array of this tensor's dtype (ones of its shape when None), and add
+   up the gradients that reach a tensor along different paths. A Function's backward may
+   give None for an input: no gradient flows back along that edge (a tensor that receives
+   none passes none on). Store the result in ``.grad`` of every leaf: a tensor you made
+   yourself with ``Tensor(..., requires_grad=True)``, not one a Function returned (those
+   need no ``.grad``). Add it to what ``.grad`` already holds, so that a second backward
+   adds up, and never change an array in place that someone else holds: ``grad`` is the
+   caller's, and one array may reach several tensors (x + y gives both the same).
+   (``backward`` is only called on tensors that need a gradient.)
 
 Check by hand: x = Tensor(3.0, requires_grad=True); (x * x + x).backward() gives x.grad = 7.
 

@@ -31,10 +31,10 @@ Write:
      through them best first, stopping at the first of log probability −∞ (a banned
      token: it is neither finished nor kept): an extension by ``eos`` that ranks among the
      first ``beam`` of them becomes a finished hypothesis (its tokens, eos included, scored
-     log P / lp(t), with the length penalty lp(n) = ((5 + n) / 6)^alpha and t its length),
-     as long as fewer than ``beam`` are finished; an extension by eos ranked beyond the
-     first ``beam`` is dropped; the other extensions become the new open prefixes, up to
-     ``beam`` of them.
+     log P / lp(t), with the length penalty lp(n) = ((5 + n) / 6)^alpha and t its length:
+     its tokens without bos, eos included), as long as fewer than ``beam`` are finished;
+     an extension by eos ranked beyond the first ``beam`` is dropped; the other extensions
+     become the new open prefixes, up to ``beam`` of them.
    Stop when ``beam`` hypotheses are finished or no prefix is left open (the search is
    done), or after ``max_len`` steps (it ran out of steps; a step that finishes the
    ``beam``-th hypothesis is done, even the last one). If it ran out of steps, or nothing

@@ -184,6 +184,7 @@ def _cases_01():
     cases.append(_float32_case(n(2), n(2), None))
     cases.append(_only_through_stop(n(2), n(2)))
     cases.append(_constant_case(n(2), n(2)))
+    cases.append(_ones_of_its_shape(n(2)))
     x, y = n(2), n(2)
     cases.append(op_case("a Function whose backward gives an input None (the grader's Stop)",
                          "u = x * y; out = Stop(u) + u + Stop(x * x); out.backward(output gradient)",
@@ -292,6 +293,17 @@ def _float32_case(x, y, g) -> Case:
                         rtol=1e-6, dtype="float32"),
                  Expect("the gradient of y (float32, y's dtype)", (seed * x).astype(np.float32), atol=1e-6,
                         rtol=1e-6, dtype="float32")])
+
+
+def _ones_of_its_shape(x) -> Case:
+    """backward() on an output of two entries starts from ones of that shape (not one number,
+    which broadcasting would carry through x · y but not through x + x)."""
+    def run(ns):
+        tx = engine(ns).Tensor(x.copy(), requires_grad=True)
+        (tx + tx).backward()
+        yield tx.grad if tx.grad is not None else Missing("x.grad is None: no gradient reached x")
+    return Case("backward() with no gradient on an output of two entries: the seed is ones of its shape",
+                "out = x + x; out.backward()", {"x": x}, run, [Expect("the gradient of x", np.full(2, 2.0))])
 
 
 def _constant_case(x, c) -> Case:
@@ -560,6 +572,10 @@ def _cases_03():
     x, y = np.abs(_r(rng, (3,))) + 0.5, np.abs(_r(rng, (3,))) + 0.5
     cases.append(_gradcheck_case("a backward 1.8 times too large, atol = 0, rtol = 0.5: wrong (the tolerance is "
                                  "relative to the numerical gradient)", x, y, 1.8, 1.0, False, atol=0.0, rtol=0.5))
+    cases.append(_gradcheck_case("a backward 0.001% off, with atol = 0 and rtol = 1e-7: wrong (the tolerances "
+                                 "given, not the defaults)", x, y, 1.00001, 1.0, False, atol=0.0, rtol=1e-7))
+    cases.append(_gradcheck_case("a backward 0.1% off, with rtol = 0.01: right (the tolerances given, not the "
+                                 "defaults)", x, y, 1.001, 1.0, True, rtol=0.01))
     return cases
 
 
@@ -1895,11 +1911,10 @@ MISTAKES_14 = (
             dict(padding_mask=lambda ids, pad: (np.asarray(ids) == pad)[:, None, None, :])),
     Mistake("the target mask is causal only: the target's padding must be hidden too",
             dict(target_mask=Using(_target_mask_no_padding))),
-    Mistake("the padding is masked on the queries too: only the keys at padding are hidden (the last axis); a "
-            "query at padding still attends, and the loss ignores its output",
-            dict(target_mask=Using(_target_mask_on_queries))),
-    Mistake("the padding is masked on the queries: it is the keys at padding that are hidden (the last axis), as "
-            "padding_mask does", dict(target_mask=Using(lambda m: _target_mask_on_queries(m, keys=False)))),
+    *(Mistake("the padding is masked on the queries: only the keys at padding are hidden (the last axis, as "
+              "padding_mask does); a query at padding still attends, and the loss ignores its output",
+              dict(target_mask=Using(lambda m, keys=keys: _target_mask_on_queries(m, keys=keys))))
+      for keys in (True, False)),
     Mistake("the decoder attends to the source's padding: pass the source's padding mask to decode",
             {"Transformer.forward": _forward_without_src_mask}),
 )
@@ -1975,6 +1990,7 @@ def _cases_15():
                                                "length"),
             "ban": (3, 1.0, 6, (1, 3.0), "the tokens banned before the log-softmax"),
             "ban zeroed": (3, 1.0, 6, (191, 1.0), "the banned tokens set to −∞ before the log-softmax, not zeroed"),
+            "no bos": (2, 1.0, 8, (248, 1.0), "the length in the penalty counts the tokens without bos"),
             "alpha": (2, 2.0, 8, (130, 2.0), "alpha = 2: the penalty is squared"),
             "five": (2, 1.0, 8, (36, 2.0), "the penalty's 5 + n"),
             "start": (2, 1.0, 8, (36, 2.0), "the empty prefix starts at log probability 0"),
@@ -2215,6 +2231,8 @@ _BEAM_RULES = {   # rule -> (the variant that breaks it, the hint of the mistake
                                        "sum to 1"),
     "alpha": (dict(lp_form=lambda n, a: (5.0 + n) / 6.0), "the length penalty is ((5 + n) / 6) to the power alpha"),
     "five": (dict(lp_form=lambda n, a: ((10.0 + n) / 6.0) ** a), "the length penalty is ((5 + n) / 6)^alpha"),
+    "no bos": (dict(lp_form=lambda n, a: ((6.0 + n) / 6.0) ** a), "bos was counted in the length: n in lp(n) counts "
+                                                                 "the hypothesis' tokens without bos (eos counts)"),
     "start": (dict(start=1.0), "the empty prefix starts with log probability 0 (probability 1)"),
     "ranked": (dict(ranked=1), "rank the 2·beam best extensions: with only beam, an eos among them leaves fewer "
                                "than beam to keep open"),
@@ -2520,6 +2538,7 @@ _CORPORA_20 = [
      ["a cat sat on the mat", "yes"], ["a cat sat on a mat", "yes"]),
     ("hypotheses without a word: 0", ["", ""], ["a cat sat on the mat", "yes"]),
     ("case matters: 'The' is not 'the'", ["The cat sat on the mat"], ["the cat sat on the mat"]),
+    ("an n-gram is a tuple of tokens: 'a bc' is not 'ab c'", ["a bc d e"], ["ab c d e"]),
 ]
 
 

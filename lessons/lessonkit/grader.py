@@ -435,9 +435,9 @@ def _precision(got, exp: Expect) -> int | None:
         if finite.size == 0:
             return None
         rel = finite.max() / max(abs(float(e)), 1e-300)
-        return min(15, max(6, math.ceil(-math.log10(rel)) + 2))
+        return min(17, max(6, math.ceil(-math.log10(rel)) + 2))
     p = _decimals(np.concatenate([e.ravel(), g.ravel()]))
-    return p if finite.size == 0 else min(12, max(p, math.ceil(-math.log10(finite.max())) + 1))
+    return p if finite.size == 0 else min(17, max(p, math.ceil(-math.log10(finite.max())) + 1))
 
 
 def _report(ex: Exercise, cases: list, n: int, outcome: _Outcome, drawn: bool = False, answer=None) -> str:

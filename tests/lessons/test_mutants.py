@@ -125,6 +125,15 @@ TRIALS = [
      "            h = Counter(tuple(w.lower() for w in hyp[i:i + n]) for i in range(len(hyp) - n + 1))"),  # lowercased
     ("23", "        s = q @ k[start:start + block].T / np.sqrt(q.shape[1])",
      "        q /= np.sqrt(q.shape[1]) if start == 0 else 1.0\n        s = q @ k[start:start + block].T"),  # q scaled in place
+    ("01", "np.ones_like(self.data) if grad is None", "np.ones((), self.data.dtype) if grad is None"),  # a 0-d seed
+    ("03", "        if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
+     "        if not np.all(np.abs(analytic - numeric) <= 1e-5 + 1e-4 * np.abs(numeric)):"),  # the defaults, always
+    ("15", "    lp = lambda n: ((5.0 + n) / 6.0) ** alpha   # noqa: E731",
+     "    lp = lambda n: ((6.0 + n) / 6.0) ** alpha   # noqa: E731"),                   # bos counted in the length
+    ("20", "            h = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))\n"
+           "            f = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))",
+     "            h = Counter(''.join(hyp[i:i + n]) for i in range(len(hyp) - n + 1))\n"
+     "            f = Counter(''.join(ref[i:i + n]) for i in range(len(ref) - n + 1))"),   # n-grams joined to strings
     ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
     ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
     ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm
