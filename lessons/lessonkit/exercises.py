@@ -469,7 +469,8 @@ def _cases_02():
                           [Expect("", want, atol=1e-6 if g.dtype == np.float32 else 1e-9, dtype=str(g.dtype))]))
     mm = [("two matrices", (2, 3), (3, 2)), ("a row times a matrix", (1, 3), (3, 4)),
           ("a stack of matrices times one matrix", (2, 2, 3), (3, 2)),
-          ("two stacks", (2, 2, 3), (2, 3, 2)), ("stacks that broadcast", (2, 1, 2, 3), (3, 3, 2))]
+          ("two stacks", (2, 2, 3), (2, 3, 2)), ("stacks that broadcast", (2, 1, 2, 3), (3, 3, 2)),
+          ("a stack of 3 times a stack of 1: y's gradient summed back to one", (3, 2, 3), (1, 3, 2))]
     for i, (title, a, b) in enumerate(mm):
         cases.append(op_case(f"x @ y: {title}", "out = x @ y; out.backward(output gradient)",
                              dict(x=_r(rng, a), y=_r(rng, b)), lambda ns, x, y: x @ y, lambda x, y: x @ y, seed=20 + i))
@@ -572,6 +573,8 @@ def _cases_03():
     x, y = np.abs(_r(rng, (3,))) + 0.5, np.abs(_r(rng, (3,))) + 0.5
     cases.append(_gradcheck_case("a backward 1.8 times too large, atol = 0, rtol = 0.5: wrong (the tolerance is "
                                  "relative to the numerical gradient)", x, y, 1.8, 1.0, False, atol=0.0, rtol=0.5))
+    cases.append(_gradcheck_case("one small entry wrong among large ones: each entry against its own tolerance",
+                                 np.array([0.5, 0.7]), np.array([0.001, 100.0]), "one entry", 1.0, False))
     cases.append(_gradcheck_case("a backward 0.001% off, with atol = 0 and rtol = 1e-7: wrong (the tolerances "
                                  "given, not the defaults)", x, y, 1.00001, 1.0, False, atol=0.0, rtol=1e-7))
     cases.append(_gradcheck_case("a backward 0.1% off, with rtol = 0.01: right (the tolerances given, not the "
@@ -1243,7 +1246,7 @@ def _cases_08():
              ("a padding mask: the last key of the second sequence is padding", (2, 2, 2), (2, 3, 2), "padding"),
              ("heads: (B, h, T, d_k) with a causal mask", (1, 2, 3, 2), (1, 2, 3, 2), "causal")]
     for i, (title, qs, ks, kind) in enumerate(specs):
-        arrays = dict(q=_r(rng, qs), k=_r(rng, ks), v=_r(rng, ks[:-1] + (3,)))
+        arrays = dict(q=_r(rng, qs), k=_r(rng, ks), v=_r(rng, ks[:-1] + (4,)))   # d_v = 4: never Tk
         if kind == "causal":
             mask = np.tril(np.ones((qs[-2], ks[-2]), bool))
         elif kind == "padding":
@@ -1535,28 +1538,76 @@ def _cases_11():
                                  shown={"x": x, "mask": mask, "h": h}, atol=1e-8, rtol=1e-7))
     for training in (True, False):
         cases.append(_residual_dropout_case(_r(rng, (2, 3, 4)), _r(rng, (4,)), training))
+    cases.append(_layer_dropout_case("encoder", _r(rng, (1, 3, 4))))
     return cases
+
+
+def _layer_dropout_case(kind, x, memory=None, p=0.5, seed=111) -> Case:
+    """An encoder (or decoder) layer with p_drop = 0.5, training, its residual sublayers drawing
+    from one generator of the grader's (as the constructor gives them one): each sublayer's
+    dropout over its sublayer's output, in the order the sublayers run."""
+    from transformer.layers import DecoderLayer, EncoderLayer
+    d, h, d_ff = x.shape[-1], 2, 8
+    T = x.shape[1]
+    n = 2 if kind == "encoder" else 3
+    draws = np.random.default_rng(seed)
+    scales = [_kept(draws, x.shape, p) / (1.0 - p) for _ in range(n)]
+    causal = np.tril(np.ones((T, T), bool))
+
+    def residual(sub, x, scale, f):
+        return sub.norm(x + mt.tensor(scale) * f(x))
+
+    def theirs(m, x, memory=None):
+        if kind == "encoder":
+            x = residual(m.sub1, x, scales[0], lambda y: m.self_attn(y, y, y, None))
+            return residual(m.sub2, x, scales[1], m.ffn)
+        x = residual(m.sub1, x, scales[0], lambda y: m.self_attn(y, y, y, mt.tensor(causal)))
+        x = residual(m.sub2, x, scales[1], lambda y: m.cross_attn(y, memory, memory, None))
+        return residual(m.sub3, x, scales[2], m.ffn)
+
+    def mine(ns, m, x, memory=None):
+        m.train(True)
+        shared = np.random.default_rng(seed)      # one generator for every sublayer, as the constructor shares it
+        for k in range(1, n + 1):
+            getattr(m, f"sub{k}").rng = shared
+        T_ = engine(ns).Tensor
+        if kind == "encoder":
+            return m(T_(x), np.ones((1, 1, 1, T), bool))
+        return m(T_(x), T_(memory), causal, np.ones((1, 1, 1, memory.shape[1]), bool))
+    inputs = {"x": x} if kind == "encoder" else {"x": x, "memory": memory}
+    build = (lambda ns: ns.EncoderLayer(d, h, d_ff, p, np.random.default_rng(0))) if kind == "encoder" else \
+        (lambda ns: ns.DecoderLayer(d, h, d_ff, p, np.random.default_rng(0)))
+    reference = EncoderLayer(d, h, d_ff, 0.0) if kind == "encoder" else DecoderLayer(d, h, d_ff, 0.0)
+    call = "out = EncoderLayer(d_model, h, d_ff, 0.5, rng)(x, mask)" if kind == "encoder" else \
+        "out = DecoderLayer(d_model, h, d_ff, 0.5, rng)(x, memory, tgt_mask, src_mask)"
+    return module_case(f"{kind.capitalize()}Layer with dropout p = {p}, training: each sublayer's output dropped, "
+                       "in the order they run", call, build, reference, inputs, mine,
+                       lambda m, **a: theirs(m, *(mt.tensor(v) for v in a.values())), seed=seed + 1,
+                       shown={**inputs, "rng of the sublayers": f"np.random.default_rng({seed}), one for all of them "
+                                                                "(the grader's, set after the constructor)"},
+                       atol=1e-8, rtol=1e-7)
 
 
 def _residual_dropout_case(x, c, training, p=0.5, seed=118) -> Case:
     """Residual with p_drop = 0.5 and the grader's seeded generator: LayerNorm(x + Dropout(sublayer(x)))
     in training (dropout over the sublayer's output alone, drawn as exercise 06 draws); after
-    ``eval()``, LayerNorm(x + sublayer(x)). The sublayer is x · c, c a fixed row."""
+    ``eval()``, LayerNorm(x + sublayer(x)). The sublayer is x · c + 1, c a fixed row: not linear,
+    so that a dropout of its input shows."""
     keep = _kept(np.random.default_rng(seed), x.shape, p) if training else np.ones(x.shape, bool)
     scale = keep / (1.0 - p) if training else np.ones(x.shape)
     d = x.shape[-1]
-    theirs = lambda x: F.layer_norm(x + mt.tensor(scale) * (x * mt.tensor(c)), mt.tensor(np.ones(d)),  # noqa: E731
-                                    mt.tensor(np.zeros(d)), 1e-5)
+    theirs = lambda x: F.layer_norm(x + mt.tensor(scale) * (x * mt.tensor(c) + 1.0),  # noqa: E731
+                                    mt.tensor(np.ones(d)), mt.tensor(np.zeros(d)), 1e-5)
 
     def mine(ns, x):
         res = ns.Residual(d, p, np.random.default_rng(seed))
         res.train(training)
-        return res(x, lambda t: t * engine(ns).Tensor(c.copy()))
+        return res(x, lambda t: t * engine(ns).Tensor(c.copy()) + 1.0)
     mode = "training: dropout over the sublayer's output" if training else "after eval(): no dropout"
     return op_case(f"Residual with dropout p = {p}, {mode}", f"res = Residual(d_model, {p}, rng); "
                    f"res.{'train()' if training else 'eval()'}; out = res(x, sublayer); out.backward(output gradient)",
                    dict(x=x), mine, theirs,
-                   shown={"sublayer": "x · c", "c": c, "rng": f"np.random.default_rng({seed}), the grader's (your "
+                   shown={"sublayer": "x · c + 1", "c": c, "rng": f"np.random.default_rng({seed}), the grader's (your "
                                                              "dropout draws from it as exercise 06's does)"},
                    seed=119, atol=1e-8, rtol=1e-7)
 
@@ -1650,6 +1701,7 @@ def _cases_12():
                            "weights": f"the grader's, loaded by name ({len(state)} arrays)",
                            "expected": "position t of forward over the whole sequence, under the causal mask"},
                           run, expected))
+    cases.append(_layer_dropout_case("decoder", _r(rng, (1, 3, 4)), memory=_r(rng, (1, 2, 4))))
     return cases
 
 
@@ -1945,7 +1997,10 @@ def _cases_15():
             m.load_state_dict({k: v.copy() for k, v in state.items()})
             recording, generator = [], m.generator     # whether a graph is recorded at each step's generator
             m.generator = lambda h: (recording.append(engine(ns)._grad_enabled), generator(h))[1]
-            yield ns.greedy_decode(m, src.copy(), max_len, 1, 2, 0)
+            out = ns.greedy_decode(m, src.copy(), max_len, 1, 2, 0)
+            if not isinstance(out, np.ndarray):
+                raise Malformed(f"greedy_decode must return a (B, L) integer array; it returned a {type(out).__name__}")
+            yield out
             yield np.bool_(not any(recording))
         cases.append(Case(f"greedy_decode: {title}", "greedy_decode(model, src, max_len, bos=1, eos=2, pad=0)",
                           {"src": src, "max_len": max_len,
@@ -1973,7 +2028,10 @@ def _cases_15():
         def run(ns, src=src, state=state, V=V, d=d, h=h, n=layers, a=(beam, alpha, max_len)):
             m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=n, p_drop=0.0, max_len=16)
             m.load_state_dict({k: v.copy() for k, v in state.items()})
-            yield np.asarray(ns.beam_search(m, src.copy(), *a, 1, 2, 0))
+            out = ns.beam_search(m, src.copy(), *a, 1, 2, 0)
+            if not isinstance(out, list):
+                raise Malformed(f"beam_search must return the tokens as a list; it returned a {type(out).__name__}")
+            yield np.asarray(out)
         cases.append(Case(f"beam_search: {title}", "beam_search(model, src, beam, alpha, max_len, bos=1, eos=2, pad=0)",
                           {"src": src, "beam": beam, "alpha": alpha, "max_len": max_len,
                            "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layer"

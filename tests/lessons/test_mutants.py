@@ -134,6 +134,17 @@ TRIALS = [
            "            f = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))",
      "            h = Counter(''.join(hyp[i:i + n]) for i in range(len(hyp) - n + 1))\n"
      "            f = Counter(''.join(ref[i:i + n]) for i in range(len(ref) - n + 1))"),   # n-grams joined to strings
+    ("02", "        return sum_to(gx, self.x.shape), sum_to(gy, self.y.shape)",
+     "        return sum_to(gx, self.x.shape), (gy.reshape(-1, *self.y.shape).sum(0) if gy.ndim > self.y.ndim "
+     "else gy)"),                                                                     # a size-1 stack left as 3
+    ("03", "        if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
+     "        if not np.abs(analytic - numeric).max() <= atol + rtol * np.abs(numeric).max():"),  # the largest only
+    ("11", "        return self.norm(x + dropout(sublayer(x), self.p_drop, self.rng, self.training))",
+     "        return self.norm(x + sublayer(dropout(x, self.p_drop, self.rng, self.training)))"),  # dropout of the input
+    ("11", "        return self.sub2(x, self.ffn)", "        return self.sub2.norm(x + self.ffn(x))"),  # no dropout there
+    ("12", "        return self.sub3(x, self.ffn)\n        # <<<\n\n    def step",
+     "        return self.sub3.norm(x + self.ffn(x))\n        # <<<\n\n    def step"),   # no dropout there
+    ("15", "    return ys[:, 1:]", "    return ys[:, 1:].tolist()"),                       # a list, not an array
     ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
     ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
     ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm
