@@ -2057,6 +2057,8 @@ def _cases_15():
             "eos kept": (2, 1.0, 8, (0, 1.0), "an extension by eos never stays open"),
             "mask": (2, 1.0, 8, (1, 3.0), "a source that ends in padding: masked")}.items():
         cases.append(_beam_rule_case(reference, rule, beam, alpha, max_len, title, first))
+    for table, (beam, alpha, max_len), title in _SCRIPTED_15:
+        cases.append(_scripted_beam_case(reference, table, beam, alpha, max_len, title))
     specs = [((1, 1, 2, 1), "one beam, two tokens, the best one"), ((1, 2, 2, 2), "two beams"),
              ((1, 2, 3, 6), "n = K·V: every extension, in order"), ((2, 2, 3, 4), "two sentences"),
              ((2, 3, 4, 6), "three beams, four tokens"), ((1, 2, 3, 3), "beam 1 is unused (score −∞)")]
@@ -2126,6 +2128,59 @@ def _model_15(V, d, h, layers):
     cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
                                         n_decoder_layers=layers, dropout=0.0, max_len=16)
     return transformer.Transformer(cfg)
+
+
+# Scripted models for beam search's rules that a trained model's numbers seldom reach: the next
+# token's probabilities depend on the prefix alone (a dict prefix -> {token: probability}; any other
+# prefix gives token 3), and 2 is eos.
+_SCRIPTED_15 = [
+    ({(): {3: .6, 4: .4}, (3,): {2: .5, 3: .42, 4: .08}, (4,): {2: .6, 3: .2, 4: .2}, (3, 3): {2: .1, 3: .9},
+      (4, 3): {2: .5, 3: .5}, (4, 2): {3: 1.0}}, (2, 2.0, 3),
+     "an eos ranked beyond the first beam is dropped, even with open slots still free"),
+    ({(): {3: .5, 4: .5}}, (2, 0.0, 1), "equal scores at the end: the open prefix ranked first wins"),
+]
+
+
+def _scripted_model(ns, table: dict, V: int = 5):
+    """A model with the Transformer's decoding interface (encode, decode, generator, and the
+    whole forward) whose logits at each position are log P(next | prefix) from ``table``, −50
+    for a token it does not list (bos first in every target row, not part of the prefix)."""
+    Tensor = engine(ns).Tensor
+
+    def logits_of(prefix):
+        probs = table.get(tuple(prefix), {3: 1.0})
+        return [float(np.log(probs[w])) if w in probs else -50.0 for w in range(V)]
+
+    class Scripted:
+        def encode(self, src):
+            return Tensor(np.zeros(np.shape(src) + (1,)))
+
+        def decode(self, tgt_in, memory=None, src_mask=None):
+            rows = np.asarray(tgt_in)
+            return Tensor(np.array([[logits_of(row[1:t + 1]) for t in range(rows.shape[1])] for row in rows]))
+
+        def generator(self, h):
+            return h
+
+        def __call__(self, src, tgt_in):
+            return self.decode(tgt_in)
+    return Scripted()
+
+
+def _scripted_beam_case(reference, table, beam, alpha, max_len, title) -> Case:
+    """beam_search on a scripted model; the answer is the reference solution's on it."""
+    src = np.array([3])
+    ours = types.SimpleNamespace(__track__=reference.__track__)
+    want = reference.beam_search(_scripted_model(ours, table), src.copy(), beam, alpha, max_len, 1, 2, 0)
+
+    def run(ns):
+        yield np.asarray(ns.beam_search(_scripted_model(ns, table), src.copy(), beam, alpha, max_len, 1, 2, 0))
+    shown = "; ".join(f"after {list(k)}: " + ", ".join(f"{w} {p:g}" for w, p in v.items()) for k, v in table.items())
+    return Case(f"beam_search: {title}", "beam_search(model, src, beam, alpha, max_len, bos=1, eos=2, pad=0)",
+                {"src": src, "beam": beam, "alpha": alpha, "max_len": max_len,
+                 "model": f"a scripted model of 5 tokens (pad 0, bos 1, eos 2): next-token probabilities {shown}; "
+                          "after any other prefix, token 3"}, run,
+                [Expect("the best hypothesis' tokens", np.asarray(want), kind="i")])
 
 
 def _learners_model(ns, state, V, d, h, layers):
@@ -2225,14 +2280,14 @@ def _beam_variant(mod, penalty="length", eos_rank="beam", at_end="open count", b
                   masked=True):
     """Beam search on the track ``mod`` with the rules of exercise 15, one of them broken when a
     setting is changed: ``penalty`` "t - 1" (a finished hypothesis' penalty one short),
-    ``eos_rank`` "any" (an eos beyond the first beam finishes), ``at_end`` "finished only"
-    (open prefixes never count), ``ban`` "after" (banned after the log-softmax) or "zeroed" (zeroed
-    before it and set to −∞ after),
-    ``alpha_used`` False (no length penalty), ``pick`` "first" (the first to finish), ``lp_form``
-    another penalty (n, alpha) -> lp, ``start`` the empty prefix's score, ``ranked`` the
-    extensions ranked per beam, ``kept_up_to`` open prefixes kept per beam, ``eos_kept`` an
-    eos extension kept open as well, ``finish_cap`` False (more than beam finish), ``masked``
-    False (the source's padding not masked)."""
+    ``eos_rank`` "any" (an eos beyond the first beam finishes) or "open" (it stays open),
+    ``at_end`` "finished only" (open prefixes never count), ``ban`` "after" (banned after the
+    log-softmax) or "zeroed" (zeroed before it and set to −∞ after), ``alpha_used`` False (no
+    length penalty), ``pick`` "first" (the first to finish) or "last of equals" (ties to the
+    last found), ``lp_form`` another penalty (n, alpha) -> lp, ``start`` the empty prefix's
+    score, ``ranked`` the extensions ranked per beam, ``kept_up_to`` open prefixes kept per
+    beam, ``eos_kept`` an eos extension kept open as well, ``finish_cap`` False (more than beam
+    finish), ``masked`` False (the source's padding not masked)."""
     def beam_search(model, src, beam, alpha, max_len, bos, eos, pad):
         a = alpha if alpha_used else 0.0
         lp = (lambda n: ((5.0 + n) / 6.0) ** a) if lp_form is None else (lambda n: lp_form(n, a))   # noqa: E731
@@ -2257,7 +2312,7 @@ def _beam_variant(mod, penalty="length", eos_rank="beam", at_end="open count", b
                     k, w, s = int(which[0, j]), int(token[0, j]), float(total[0, j])
                     if not np.isfinite(s):
                         break
-                    if w == eos:
+                    if w == eos and (j < beam or eos_rank != "open"):
                         if (j < beam or eos_rank == "any") and (len(finished) < beam or not finish_cap):
                             finished.append((open_[k][0] + [w], s / lp(t - 1 if penalty == "t - 1" else t)))
                         if not eos_kept:
@@ -2271,6 +2326,8 @@ def _beam_variant(mod, penalty="length", eos_rank="beam", at_end="open count", b
             hypotheses = list(finished)
             if (not done or not hypotheses) and (at_end == "open count" or not hypotheses):
                 hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]
+        if pick == "last of equals":
+            hypotheses.reverse()
         return hypotheses[0][0] if pick == "first" else max(hypotheses, key=lambda h: h[1])[0]
     return beam_search
 
@@ -2280,6 +2337,10 @@ _BEAM_RULES = {   # rule -> (the variant that breaks it, the hint of the mistake
                                        "(the step it finished at), not lp(t − 1)"),
     "eos rank": (dict(eos_rank="any"), "an eos ranked beyond the first beam extensions of a step finished a "
                                        "hypothesis: only the first beam may; drop the others"),
+    "eos open": (dict(eos_rank="open"), "an eos ranked beyond the first beam extensions stayed open: drop it (an "
+                                        "extension by eos never stays open)"),
+    "ties": (dict(pick="last of equals"), "between equal scores the one found first wins: the finished ones in the "
+                                          "order they finished, then the open ones best first"),
     "at end": (dict(at_end="finished only"), "the search ran out of steps and the open prefixes were left out: "
                                              "they count too, each scored log P / lp(its length)"),
     "ban": (dict(ban="after"), "the tokens were banned after the log-softmax: set their logits to −∞ first, so "

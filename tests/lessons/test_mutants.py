@@ -145,6 +145,10 @@ TRIALS = [
     ("12", "        return self.sub3(x, self.ffn)\n        # <<<\n\n    def step",
      "        return self.sub3.norm(x + self.ffn(x))\n        # <<<\n\n    def step"),   # no dropout there
     ("15", "    return ys[:, 1:]", "    return ys[:, 1:].tolist()"),                       # a list, not an array
+    ("15", "                if w == eos:\n                    if j < beam and len(finished) < beam:",
+     "                if w == eos and j < beam:\n                    if len(finished) < beam:"),  # a late eos kept open
+    ("15", "    return max(hypotheses, key=lambda h: h[1])[0]",
+     "    return max(reversed(hypotheses), key=lambda h: h[1])[0]"),                   # ties to the last found
     ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
     ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
     ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm
