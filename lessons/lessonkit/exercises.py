@@ -573,6 +573,9 @@ def _cases_03():
     x, y = np.abs(_r(rng, (3,))) + 0.5, np.abs(_r(rng, (3,))) + 0.5
     cases.append(_gradcheck_case("a backward 1.8 times too large, atol = 0, rtol = 0.5: wrong (the tolerance is "
                                  "relative to the numerical gradient)", x, y, 1.8, 1.0, False, atol=0.0, rtol=0.5))
+    cases.append(_gradcheck_case("a gradient of shape (1,) for inputs of shape (3,), right once broadcast: wrong (a "
+                                 "gradient has its input's shape)", np.array([0.5, 0.7, 0.9]), np.array([0.1, 0.2, 0.3]),
+                                 "one row", 1.0, False))
     cases.append(_gradcheck_case("one small entry wrong among large ones: each entry against its own tolerance",
                                  np.array([0.5, 0.7]), np.array([0.001, 100.0]), "one entry", 1.0, False))
     cases.append(_gradcheck_case("a backward 0.001% off, with atol = 0 and rtol = 1e-7: wrong (the tolerances "
@@ -613,7 +616,9 @@ def _gradcheck_case(title, x, y, sx, sy, right, **options) -> Case:
                "scalar": "a Function sum(x · y), one number, whose backward returns (y, x), whatever the output's "
                          "gradient",
                "one entry": "a Function x · y whose backward returns (y, x) times the output's gradient, its first "
-                            "entry of x's doubled"}
+                            "entry of x's doubled",
+               "one row": "a Function sum(x + y), one number, whose backward returns the output's gradient as an "
+                          "array of shape (1,) to each input"}
     fn = special[sx] if sx in special else \
         f"a Function x · y whose backward returns ({_scale_text(sx, 'y')}, {_scale_text(sy, 'x')})" + \
         ("" if sx == "mean" else " times the output's gradient")
@@ -650,6 +655,8 @@ def _product(ns, sx, sy):
     class Product(engine(ns).Function):
         def forward(self, x, y):
             self.x, self.y = x, y
+            if sx == "one row":
+                return (x + y).sum()
             return x + y if sx == "sum" else y * y if sx == "unused" else (x * y).sum() if sx == "scalar" else x * y
 
         def backward(self, grad):
@@ -657,6 +664,8 @@ def _product(ns, sx, sy):
                 return grad, grad
             if sx == "scalar":
                 return self.y, self.x
+            if sx == "one row":
+                return grad.reshape(1), grad.reshape(1)
             if sx == "one entry":
                 gx = grad * self.y
                 gx.flat[0] *= 2
@@ -2724,7 +2733,9 @@ def _cases_21():
                 raise Malformed(f"token_batches must return a list of index arrays; it returned a {type(out).__name__}")
             yield np.int64(len(out))
             for b in out[:k]:
-                yield np.asarray(b)
+                if not isinstance(b, np.ndarray):
+                    raise Malformed(f"token_batches must return index arrays; a batch is a {type(b).__name__}")
+                yield b
         cases.append(Case(f"token_batches: {title}", "token_batches(lengths, max_tokens)",
                           {"lengths": lengths, "max_tokens": max_tokens}, run,
                           [Expect("the number of batches", np.int64(len(want)), kind="i")]

@@ -593,10 +593,6 @@ EQUIVALENT: dict = {
      "if (len(current) + 1) * lengths[i] > max_tokens:"):
         "every example fits alone (the docstring's lengths[i] <= max_tokens), so the test never passes while "
         "the batch is empty",
-    ("21", "token_batches", "batches.append(np.array(current))", "batches.append(current)"):
-        "a list of indices indexes an array as the array of them does (the docstring's 'index arrays')",
-    ("21", "token_batches", "batches.append(np.array(current))", "batches.append(current)", 1):
-        "a list of indices indexes an array as the array of them does (the docstring's 'index arrays')",
     ("21", "token_batches", "current.append(int(i))", "current.append(i)"):
         "a NumPy integer is an index as an int is",
     ("21", "average", "return {name: sum((s[name] for s in states)) / len(states) for name in states[0]}",

@@ -149,6 +149,10 @@ TRIALS = [
      "                if w == eos and j < beam:\n                    if len(finished) < beam:"),  # a late eos kept open
     ("15", "    return max(hypotheses, key=lambda h: h[1])[0]",
      "    return max(reversed(hypotheses), key=lambda h: h[1])[0]"),                   # ties to the last found
+    ("03", "        if np.shape(analytic) != numeric.shape:\n            return False\n",
+     ""),                                                                             # a (1,) gradient broadcast
+    ("21", "            batches.append(np.array(current))\n            current = []",
+     "            batches.append(current)\n            current = []"),                 # a list, not an index array
     ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
     ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
     ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm

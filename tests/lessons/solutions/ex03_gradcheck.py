@@ -13,9 +13,10 @@ Your engine's backward passes are only as good as their check. Write:
    that every output entry counts, and run your engine's backward. Then compare every
    input's ``.grad`` with ``numerical_gradient`` of the same loss as a function of that one
    array: wrap the arrays in Tensors that need no gradient, call ``fn``, and weigh its
-   output's ``.data`` (an input whose ``.grad`` is None got no gradient: compare zeros). Return True when every entry of every input agrees within
-   atol + rtol·|numerical|, else False. The weights matter: with plain Σ fn(...), a backward
-   that is right only when every output's gradient is 1 would pass.
+   output's ``.data`` (an input whose ``.grad`` is None got no gradient: compare zeros).
+   Return True when every input's ``.grad`` has its input's shape and every entry agrees
+   within atol + rtol·|numerical|, else False. The weights matter: with plain Σ fn(...), a
+   backward that is right only when every output's gradient is 1 would pass.
 
 Check by hand: gradcheck(lambda x, y: x * y, [np.ones(3), np.arange(3.0)]) is True.
 
@@ -60,6 +61,8 @@ def gradcheck(fn, arrays, eps=1e-6, atol=1e-5, rtol=1e-4):
             return float((fn(*ts).data * w).sum())
         numeric = numerical_gradient(loss, arrays[k].copy(), eps)
         analytic = np.zeros_like(numeric) if x.grad is None else x.grad
+        if np.shape(analytic) != numeric.shape:
+            return False
         if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):
             return False
     return True
