@@ -8,8 +8,8 @@ tgt_in, tgt_out) integer arrays; clear the gradients; for each micro-batch, run 
 and your ``cross_entropy`` (exercise 04, which returns the mean over the micro-batch's
 tokens), turn the loss back into a sum over its tokens, run its backward (your engine adds
 the gradients up); finally divide every parameter's gradient by the tokens of all the
-micro-batches. Return that number of tokens. Afterwards every ``.grad`` must equal the
-gradient of the whole batch's loss.
+micro-batches. Return that number of tokens (an int). Afterwards every ``.grad`` must equal
+the gradient of the whole batch's loss.
 
 Check it with:  python lessons/check.py 22
 """
