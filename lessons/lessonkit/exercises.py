@@ -2815,9 +2815,10 @@ def _batch_22(pad: int = 0) -> dict:
     return _BATCH_22[pad]
 
 
-def _case_22(rows: list, title: str, spare=False, pad=0) -> Case:
+def _case_22(rows: list, title: str, spare=False, pad=0, empty=False) -> Case:
     """accumulate over the micro-batches of the grader's batch whose rows are ``rows`` [(a, b), ...];
-    ``spare``: the model holds one more parameter, which the loss does not reach; ``pad``: the pad id."""
+    ``spare``: the model holds one more parameter, which the loss does not reach; ``pad``: the pad id;
+    ``empty``: one more micro-batch, whose targets are all pad (it adds no token and no gradient)."""
     b = _batch_22(pad)
     V, d, h, layers, want = b["V"], b["d"], b["h"], b["layers"], b["want"]
 
@@ -2829,7 +2830,10 @@ def _case_22(rows: list, title: str, spare=False, pad=0) -> Case:
             m.spare = engine(ns, "05").Parameter(np.zeros(3))
         for p in m.parameters():       # left over from an earlier update: accumulate must clear them
             p.grad = np.ones_like(p.data)
-        yield ns.accumulate(m, [(b["src"][i:j], b["tgt_in"][i:j], b["tgt_out"][i:j]) for i, j in rows], 0.1, pad)
+        micro = [(b["src"][i:j], b["tgt_in"][i:j], b["tgt_out"][i:j]) for i, j in rows]
+        if empty:
+            micro.insert(1, (b["src"][:1], b["tgt_in"][:1], np.full_like(b["tgt_out"][:1], pad)))
+        yield ns.accumulate(m, micro, 0.1, pad)
         params = dict(m.named_parameters())
         for k, _ in want:
             g = params[k].grad
@@ -2837,7 +2841,8 @@ def _case_22(rows: list, title: str, spare=False, pad=0) -> Case:
                           "(or its result did not reach the output)") if g is None else g
         if spare:
             yield np.bool_(m.spare.grad is None or not np.any(m.spare.grad))
-    spans = ", ".join(f"{i}–{j - 1}" if j - i > 1 else f"{i}" for i, j in rows)
+    spans = ", ".join(f"{i}–{j - 1}" if j - i > 1 else f"{i}" for i, j in rows) + \
+        (", and between them pair 0 with every target pad" if empty else "")
     model = (f"your Transformer (vocab {V}, d_model {d}, pad={pad}) with the grader's weights, every .grad full of "
              "ones before the call")
     if spare:
@@ -2860,7 +2865,9 @@ def _cases_22():
         _case_22([(0, 3), (3, 6)], "a parameter the loss does not reach keeps no gradient (its .grad stays None)",
                  spare=True),
         _case_22([(0, 2), (2, 6)], "pad id 8 (and 0 a word): the tokens not counted are the pad argument's",
-                 pad=8)]
+                 pad=8),
+        _case_22([(0, 3), (3, 6)], "a micro-batch whose targets are all pad adds no token and no gradient",
+                 empty=True)]
 
 
 def _accumulate(mod, how="sum then divide", clear=True):

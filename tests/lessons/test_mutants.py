@@ -153,6 +153,7 @@ TRIALS = [
      ""),                                                                             # a (1,) gradient broadcast
     ("21", "            batches.append(np.array(current))\n            current = []",
      "            batches.append(current)\n            current = []"),                 # a list, not an index array
+    ("22", "        tokens += n", "        tokens += max(n, 1)"),                           # an all-pad micro-batch as 1
     ("17", "n <= rel * top", "n <= 1e-6 * top"),                                       # rel ignored
     ("17", "top = max(norms)", "top = 1e9"),                                           # relative to the loss (+1e9)
     ("17", "float(np.linalg.norm(p.grad))", "float(np.abs(p.grad).max())"),             # largest entry, not the norm
