@@ -9,7 +9,7 @@ pages the kernel has never mapped, and each first touch of a 4 KiB page is a pag
 which the kernel zeroes the page. The zeroed pages also push the working set out of the
 caches. So the mmap threshold is raised above the largest arrays of a CPU step (512 MiB), and
 the trim threshold above what one step frees at its end (2 GiB), or the heap top is handed
-back and faulted in again every step (``docs/performance.md`` has the measurements).
+back and faulted in again every step (``docs/design.md``, "Keeping freed memory", has the measurements).
 
 :func:`keep_freed_memory` raises both thresholds with ``mallopt``, which is what
 ``GLIBC_TUNABLES=glibc.malloc.mmap_threshold=…:glibc.malloc.trim_threshold=…`` would do at

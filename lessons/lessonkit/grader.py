@@ -333,10 +333,9 @@ def _hints(ex: Exercise, cases: list, n: int, outcome: _Outcome, answer=None) ->
     """The hints of the known mistakes that pass the cases before case ``n``, as the answer
     did, fail case ``n`` too and give on it what the answer gave, up to the failure (a mistake
     that agrees in value but passes, where the answer failed on its dtype, is not the answer's);
-    of those, only the
-    ones that also agree with ``answer`` on at least half of the later cases, and when several
-    do, those that agree on the most: a hint is printed for the mistake the answer makes, not
-    for another that happens to agree on one case."""
+    of those, only the ones that also agree with ``answer`` on at least half of the later cases,
+    and when several do, those that agree on the most: a hint is printed for the mistake the
+    answer makes, not for another that happens to agree on one case."""
     found = {}
     for mistake in ex.mistakes:
         wrong = mistaken(ex.number, mistake)

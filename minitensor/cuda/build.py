@@ -4,7 +4,7 @@ On a GPU, each source is compiled by NVRTC (``cupy.RawModule``) the first time a
 asks for one of its template instantiations (a *name expression* such as
 ``"layer_norm_forward<float, 16>"``), once per device. CuPy keeps the binary, with the
 mangled names of the instantiations, in its on-disk kernel cache (``~/.cupy/kernel_cache``),
-so later processes load it instead of compiling (from CuPy 14.2 on: ``docs/performance.md``
+so later processes load it instead of compiling (from CuPy 14.2 on: ``docs/design.md``
 says what earlier versions did). The shared header
 ``common.cuh`` is pasted into the text in place of its ``#include`` line, so the cache key
 covers the header too.

@@ -2,7 +2,7 @@
 
 Each function returns what its one-line reference says; it only takes a faster road there.
 The ops name the reason where they call one. Read the ops first: the reference expression is
-in each docstring below, and the figures behind these choices are in ``docs/performance.md``.
+in each docstring below, and the figures behind these choices are in ``docs/design.md``.
 """
 from __future__ import annotations
 
