@@ -13,7 +13,8 @@ back to the inputs), so both can be counted, not quoted. Write:
 2. ``sequential_products(out)``: the largest number (an int) of matrix products on one path
    from an input to ``out``: products on one path must run one after another, products on
    different paths may run at once. A recurrent layer over n positions has n; self-attention
-   a constant.
+   a constant. Over thousands of positions the graph is thousands of steps deep: walk it
+   without recursion, as your backward does.
 
 Check by hand: for out = (x @ w) @ v, with x (2, 3), w (3, 4) and v (4, 5),
 multiply_adds(out) = 2·3·4 + 2·4·5 = 64 and sequential_products(out) = 2.

@@ -195,7 +195,23 @@ def _cases_01():
     cases.append(op_case("30 doublings: u = u + u, 2^30 paths from x to the output", "u = x; 30 times: u = u + u; "
                          "u.backward(output gradient)", dict(x=n(2)), lambda ns, x: _doubled(x, 30),
                          lambda x: _doubled(x, 30), seed=22))
+    cases.append(_deep_chain_case(n(2)))
     return cases
+
+
+def _deep_chain_case(x, depth=5000) -> Case:
+    """A chain five times deeper than Python's recursion limit (1,000 calls), as lesson 1 builds:
+    a walk of the graph that calls itself for each input fails with a RecursionError."""
+    def run(ns):
+        tx = engine(ns).Tensor(x.copy(), requires_grad=True)
+        u = tx
+        for _ in range(depth):
+            u = u * 1.0001
+        u.backward(np.ones(x.shape))
+        yield tx.grad if tx.grad is not None else Missing("x.grad is None: no gradient reached x")
+    return Case(f"a chain {depth:,} operations deep, beyond Python's recursion limit (1,000 calls)",
+                f"u = x; {depth} times: u = u * 1.0001; u.backward(ones)", {"x": x}, run,
+                [Expect("the gradient of x (1.0001^5000 in each entry)", np.full(x.shape, 1.0001 ** depth), rtol=1e-9)])
 
 
 def _doubled(u, times):
@@ -530,6 +546,9 @@ def _cases_03():
              ((3,), 1e-4, "the product of the entries: each partial depends on the others", "product"),
              ((2, 2), 1e-3, "the product of a (2, 2) array's entries", "product")]
     cases = [_numerical_case(title, _r(rng, shape), _r(rng, shape), eps, form) for shape, eps, title, form in specs]
+    transposed = np.random.default_rng(31)
+    cases.append(_numerical_case("a transposed (3, 2) array, not contiguous: x.reshape(-1) is a copy of it, not a "
+                                 "view", _r(transposed, (3, 2)), _r(transposed, (3, 2)), 1e-4, "cubes", transposed=True))
     checks = [("the engine's own x · y: right", 1.0, 1.0, (3,), True, {}),
               ("a backward that doubles x's gradient: wrong", 2.0, 1.0, (3,), False, {}),
               ("a backward wrong in its second input only: wrong", 1.0, -1.0, (2, 2), False, {}),
@@ -585,17 +604,20 @@ def _cases_03():
     return cases
 
 
-def _numerical_case(title, x, c, eps, form) -> Case:
+def _numerical_case(title, x, c, eps, form, transposed=False) -> Case:
     """numerical_gradient on sum(c·x³) (each partial depends on its own entry alone) or on the
     product of x's entries (each depends on all the others: differencing at a point left moved
     shows). The tolerance is eps/1000: well below the O(eps) error of a wrong point, well above
-    round-off."""
+    round-off. ``transposed``: the learner's x is the transpose of a C-contiguous array, a view
+    whose entries a reshape copies instead of reaching."""
+    if transposed:
+        x, c = x.T, c.T
     f = (lambda c: lambda a: float((c * a**3).sum()))(c) if form == "cubes" else (lambda a: float(np.prod(a)))
     if form == "product":
         x = np.round(np.abs(x) + 0.5, 1)
 
     def run(ns):
-        mine = x.copy()
+        mine = x.T.copy().T if transposed else x.copy()
         yield ns.numerical_gradient(f, mine, eps)
         yield mine
 
@@ -816,6 +838,17 @@ def _cases_04():
                              "loss.backward()", dict(logits=logits), mine, theirs,
                              shown={"target": target, "smoothing": eps, "pad": pad_id}, start=False))
     cases.append(_float32_loss_case(_r(rng, (2, 4)), rng.integers(1, 4, 2)))
+    cases.append(op_case("log_softmax: float32 entries give a float32 output and a float32 gradient",
+                         "out = log_softmax(x); out.backward(output gradient)", dict(x=_r(rng, (2, 3))),
+                         lambda ns, x: ns.log_softmax(x), lambda x: F.log_softmax(x, axis=-1), seed=48,
+                         atol=1e-5, rtol=1e-5, dtype="float32"))
+    target = rng.integers(1, 4, 2)
+    cases.append(op_case("cross_entropy: float32 logits give a float32 loss and a float32 gradient",
+                         "loss = cross_entropy(logits, target, smoothing, pad); loss.backward()",
+                         dict(logits=_r(rng, (2, 4))), lambda ns, logits: ns.cross_entropy(logits, target.copy(), 0.1, 0),
+                         lambda logits: transformer.label_smoothed_loss(logits, mt.tensor(target), 0, 0.1),
+                         shown={"target": target, "smoothing": 0.1, "pad": 0}, start=False, atol=1e-5, rtol=1e-5,
+                         dtype="float32"))
     return cases
 
 
@@ -1420,7 +1453,9 @@ def _cases_10():
                                                     (5, 4, [[2, 4, 1], [1, 1, 0]], 0, "a batch of two"),
                                                     (5, 4, [[2]], 3, "one token at offset 3, as in decoding"),
                                                     (5, 4, [[3, 1]], 0, "a float32 table: a float32 output and "
-                                                                        "gradient")]):
+                                                                        "gradient"),
+                                                    (5, 4, [[1, 2, 3]], 2, "three tokens at offset 2: positions 2, 3 "
+                                                                           "and 4")]):
         dtype = "float32" if "float32" in title else "float64"
         ids = np.array(ids)
         table = _package_table(offset + ids.shape[1], d).astype(np.float64)[offset:]
@@ -1812,7 +1847,36 @@ def _cases_13():
     cases.append(_products_case("30 doublings of x @ w: 2^30 paths, one product", "u = x @ w; 30 times: u = u + u",
                                 (2, 3), (3, 2), 30, 2 * 3 * 2, 1))
     cases.append(_right_nested_case())
+    cases.append(_deep_recurrent_case(3000))
+    cases.append(_leaf_case())
     return cases
+
+
+def _leaf_case() -> Case:
+    """out is an input itself: no Function made it, so it holds no product on any path."""
+    def run(ns):
+        x = engine(ns).Tensor(np.ones((2, 3)), requires_grad=True)
+        yield ns.multiply_adds(x)
+        yield ns.sequential_products(x)
+    return Case("out is an input itself (out.creator is None): no product", "multiply_adds(x), sequential_products(x)",
+                {"x": "(2, 3), made with Tensor(..., requires_grad=True)"}, run,
+                [Expect("multiply_adds", np.int64(0), kind="i"), Expect("sequential_products", np.int64(0), kind="i")])
+
+
+def _deep_recurrent_case(n: int, d: int = 2) -> Case:
+    """A recurrent layer over ``n`` positions: a graph 2n Functions deep, beyond Python's recursion
+    limit, which a count that calls itself for each input cannot walk."""
+    text, build, madds, seq = _layer_13("recurrent", n, d)
+
+    def run(ns):
+        with np.errstate(all="ignore"):   # the values may overflow; only the graph's shape is counted
+            out = build(ns)
+            yield ns.multiply_adds(out)
+            yield ns.sequential_products(out)
+    return Case(f"recurrent, n = {n:,} positions: a graph deeper than Python's recursion limit (1,000 calls)",
+                "multiply_adds(out), sequential_products(out)", {"out": text, "x": f"({n}, {d})", "w, v, ...": f"({d}, {d})"},
+                run, [Expect("multiply_adds", np.int64(madds), kind="i"),
+                      Expect("sequential_products", np.int64(seq), kind="i")])
 
 
 def _right_nested_case() -> Case:
@@ -2017,6 +2081,7 @@ def _cases_15():
                            f"{layers} layer{'s' if layers > 1 else ''} each) with the grader's weights"},
                           run, [Expect("the tokens", np.asarray(want), kind="i"),
                                 Expect("decoded under no_grad(): no step records a graph", np.bool_(True), kind="b")]))
+    cases.append(_greedy_again_case(ref, state, (V, d, h, layers), [src, np.array([[5, 3, 7]]), src]))
     for i, (V, d, h, layers, src, beam, alpha, max_len, title) in enumerate([
             (7, 4, 2, 1, [3, 4, 5], 1, 0.6, 4, "a beam of one: greedy decoding"),
             (8, 4, 2, 1, [3, 4, 5], 2, 0.6, 6, "a beam of two"),
@@ -2098,6 +2163,30 @@ def _cases_15():
                            Expect("score", score, atol=1e-12),
                            Expect("scores and logp unchanged (the caller's arrays)", np.bool_(True), kind="b")]))
     return cases
+
+
+def _greedy_again_case(ref, state, sizes, sources) -> Case:
+    """One model decodes several batches in turn, of different sizes: each call starts afresh
+    (caches kept from a call before would mix two batches, or fail on a new batch size)."""
+    V, d, h, layers = sizes
+    wants = [_greedy_reference(ref, src) for src in sources]
+
+    def run(ns):
+        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+        m.load_state_dict({k: v.copy() for k, v in state.items()})
+        for src in sources:
+            yield ns.greedy_decode(m, src.copy(), 6, 1, 2, 0)
+    return Case("greedy_decode: one model, three calls in turn (batches of 2, 1 and 2)",
+                "for src in (src_a, src_b, src_a): greedy_decode(model, src, max_len=6, bos=1, eos=2, pad=0)",
+                {"src_a": sources[0], "src_b": sources[1],
+                 "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layers each) with the "
+                          "grader's weights"},
+                run, [Expect(f"call {i + 1}: the tokens", want, kind="i") for i, want in enumerate(wants)])
+
+
+def _greedy_reference(ref, src):
+    from transformer.decoding import greedy_decode  # noqa: PLC0415
+    return np.asarray(greedy_decode(ref, mt.tensor(src), max_len=6))
 
 
 def _rank(scores, logp, n, by="total", report="total", order=-1, divide_by="V"):

@@ -405,8 +405,6 @@ EQUIVALENT: dict = {
     ("10", "Embeddings.forward", "positions = self.table[offset:offset + ids.shape[-1]].astype(self.weight.dtype)",
      "positions = self.table[offset:offset + ids.shape[1]].astype(self.weight.dtype)"):
         "ids is (B, T), as the docstring says: its last axis is axis 1",
-    ("13", "sequential_products", "if id(fn) not in memo:", "if fn not in memo:"):
-        "memo's keys are ids, never Functions: the test is always true, as for the mutant 'if True:' (killed)",
     ("07", "LayerNormFunction.forward", "var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)",
      "var = ((mu - x) ** 2).mean(axis=-1, keepdims=True)"): "(x − μ)² = (μ − x)²",
     ("08", "attention", "scores = scores.masked_fill(~np.asarray(mask, bool), -1000000000.0)",

@@ -110,8 +110,8 @@ TRIALS = [
      "        x -= mu\n        mu = 0.0\n        self.rstd = 1.0 / np.sqrt(var + eps)"),  # the input centred in place
     ("07", "        axes = tuple(range(grad.ndim - 1))",
      "        axes = tuple(range(grad.ndim - 1))\n        self.rstd = None"),             # freed by the first backward
-    ("13", "            memo[id(fn)] = isinstance(fn, MatMul) + max(longest(x) for x in fn.inputs)",
-     "            memo[id(fn)] = isinstance(fn, MatMul) + longest(fn.inputs[0])"),        # the first input's path only
+    ("13", "        before = max(longest.get(id(x.creator), 0) for x in fn.inputs)",
+     "        before = longest.get(id(fn.inputs[0].creator), 0)"),                     # the first input's path only
     ("14", "        mask = padding_mask(src, self.pad)\n        x = self.embed(src)",
      "        mask = padding_mask(src, 0)\n        x = self.embed(src)"),                # pad taken as 0
     ("15", "    with no_grad():\n        src_mask = padding_mask(src, pad)\n        memory = model.encode(src)",
@@ -174,6 +174,28 @@ TRIALS = [
     ("25", "    try:\n        fn()\n    finally:\n        for cls, kind, method in originals:\n"
            "            setattr(cls, kind, method)",
      "    fn()\n    for cls, kind, method in originals:\n        setattr(cls, kind, method)"),  # no finally
+    ("01", "        order, seen = [], set()\n        stack = [(self, False)]\n        while stack:",
+     "        order, seen = [], set()\n\n        def visit(t):\n            if id(t) in seen:\n                return\n"
+     "            seen.add(id(t))\n            for x in (t.creator.inputs if t.creator is not None else ()):\n"
+     "                visit(x)\n            order.append(t)\n        visit(self)\n        stack = []\n"
+     "        while stack:"),                                                            # a recursive walk
+    ("03", "    for i in np.ndindex(x.shape):\n        kept = x[i]\n        x[i] = kept + eps\n        plus = f(x)\n"
+           "        x[i] = kept - eps\n        minus = f(x)\n        x[i] = kept\n        g[i] = (plus - minus) / (2 * eps)",
+     "    flat, gf = x.reshape(-1), g.reshape(-1)\n    for i in range(flat.size):\n        kept = flat[i]\n"
+     "        flat[i] = kept + eps\n        plus = f(x)\n        flat[i] = kept - eps\n        minus = f(x)\n"
+     "        flat[i] = kept\n        gf[i] = (plus - minus) / (2 * eps)"),                # nudges through a reshape
+    ("04", "        return (grad - np.exp(self.out) * grad.sum(axis=-1, keepdims=True),)",
+     "        return (grad - np.exp(self.out.astype(np.float64)) * grad.sum(axis=-1, keepdims=True),)"),  # float64 out
+    ("10", "        positions = self.table[offset:offset + ids.shape[-1]].astype(self.weight.dtype)",
+     "        positions = (self.table[offset:offset + 1] if offset else self.table[:ids.shape[-1]])"
+     ".astype(self.weight.dtype)"),                                                   # an offset means one token
+    ("13", "    order, seen, stack = [], set(), [(out, False)]",
+     "    import sys\n    sys.setrecursionlimit(1000)\n\n    def longest(t):\n        fn = t.creator\n"
+     "        return 0 if fn is None else isinstance(fn, MatMul) + max(longest(x) for x in fn.inputs)\n\n"
+     "    return longest(out)\n    order, seen, stack = [], set(), [(out, False)]"),  # a recursive count
+    ("15", "        caches = [{} for _ in model.decoder.layers]",
+     "        if not hasattr(model, \"_caches\"):\n            model._caches = [{} for _ in model.decoder.layers]\n"
+     "        caches = model._caches"),                                                   # caches kept between calls
 ]
 
 

@@ -13,7 +13,8 @@ back to the inputs), so both can be counted, not quoted. Write:
 2. ``sequential_products(out)``: the largest number (an int) of matrix products on one path
    from an input to ``out``: products on one path must run one after another, products on
    different paths may run at once. A recurrent layer over n positions has n; self-attention
-   a constant.
+   a constant. Over thousands of positions the graph is thousands of steps deep: walk it
+   without recursion, as your backward does.
 
 Check by hand: for out = (x @ w) @ v, with x (2, 3), w (3, 4) and v (4, 5),
 multiply_adds(out) = 2·3·4 + 2·4·5 = 64 and sequential_products(out) = 2.
@@ -45,15 +46,21 @@ def multiply_adds(out):
 
 def sequential_products(out):
     # >>> exercise: write sequential_products
-    memo = {}
-
-    def longest(t):
+    order, seen, stack = [], set(), [(out, False)]
+    while stack:                        # the Functions, each after every Function it reads from
+        t, done = stack.pop()
         fn = t.creator
         if fn is None:
-            return 0
-        if id(fn) not in memo:
-            memo[id(fn)] = isinstance(fn, MatMul) + max(longest(x) for x in fn.inputs)
-        return memo[id(fn)]
-
-    return longest(out)
+            continue
+        if done:
+            order.append(fn)
+        elif id(fn) not in seen:
+            seen.add(id(fn))
+            stack.append((t, True))
+            stack.extend((x, False) for x in fn.inputs)
+    longest = {}                        # Function -> the most products on a path ending with it
+    for fn in order:
+        before = max(longest.get(id(x.creator), 0) for x in fn.inputs)
+        longest[id(fn)] = before + isinstance(fn, MatMul)
+    return longest.get(id(out.creator), 0)
     # <<<
