@@ -14,9 +14,9 @@ A ``Module`` owns parameters and other modules, as attributes. A parameter is a 
    parameters without one), step t counting the calls of ``step`` from 1:
    m ← β1·m + (1 − β1)·g,  v ← β2·v + (1 − β2)·g²,
    p ← p − lr · m̂ / (√v̂ + ε),  with m̂ = m / (1 − β1ᵗ) and v̂ = v / (1 − β2ᵗ).
-   Change ``p.data`` (``p.data -= ...``), and keep m and v for the next step. Read ``self.lr``
-   at every step (exercise 16's schedule changes it between steps), and leave ``p.grad`` as
-   it is.
+   Change ``p.data`` in place (``p.data -= ...``: the array itself, which others may hold), and
+   keep m and v for the next step. Read ``self.lr`` at every step (exercise 16's schedule
+   changes it between steps), and leave ``p.grad`` as it is.
 
 Check by hand: at the first step every entry moves by almost exactly lr against the sign of
 its gradient.

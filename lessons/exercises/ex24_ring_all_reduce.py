@@ -14,7 +14,7 @@ flattened array); the ranks stand in a ring, rank r sending only to rank (r + 1)
 
 Write ``ring_all_reduce(arrays)``: ``arrays[r]`` is rank r's array (one shape for all);
 return ``(results, sent)``: ``results[r]`` rank r's array afterwards (the sum of all of them,
-in the original shape) and ``sent[r]`` the number of entries rank r sent. Do not change the
+in the original shape and dtype) and ``sent[r]`` the number of entries rank r sent. Do not change the
 arrays you are given.
 
 Check by hand: with R = 1 nothing is sent and the result equals the array (a new array:

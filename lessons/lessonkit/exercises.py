@@ -474,7 +474,8 @@ def _cases_02():
                                   ((2, 3, 4), (3, 1), "both: a new axis in front and a size-1 axis"),
                                   ((2, 3), (), "down to one number"), ((2, 1, 4), (1, 1, 4), "a size-1 axis of grad"),
                                   ((2, 3, 4), (3, 1), "a float32 grad: the sum is float32 too"),
-                                  ((1, 2, 3), (2, 1), "a new axis of size 1 in front, and a size-1 axis")]:
+                                  ((1, 2, 3), (2, 1), "a new axis of size 1 in front, and a size-1 axis"),
+                                  ((2, 3, 4, 5), (5,), "three new axes in front")]:
         g = _r(rng, g_shape).astype(np.float32 if "float32" in title else np.float64)
         want = g.sum(axis=tuple(range(len(g_shape) - len(shape))))
         want = want.sum(axis=tuple(i for i, k in enumerate(shape) if k == 1), keepdims=True) if shape else want
@@ -1027,7 +1028,28 @@ def _cases_05():
                             for k, w in enumerate(step)]
                            + [Expect(f"after step {t + 1}: every .grad as it was set (step() only reads them)",
                                      np.bool_(True), kind="b")]]))
+    cases.append(_adam_in_place_case())
     return cases
+
+
+def _adam_in_place_case() -> Case:
+    """step() changes each parameter's array itself: an array held before the step (a view of the
+    weights, a tied embedding) holds the new values after it."""
+    rng = np.random.default_rng(55)
+    p0, g0 = _r(rng, (3,)), _r(rng, (3,))
+    want = _adam_reference([p0], [[g0]], 0.01, (0.9, 0.98), 1e-9)[0][0]
+
+    def run(ns):
+        p = ns.Parameter(p0.copy())
+        held = p.data
+        opt = ns.Adam([p], lr=0.01, betas=(0.9, 0.98), eps=1e-9)
+        p.grad = g0.copy()
+        opt.step()
+        yield held
+    return Case("Adam: the step changes the parameter's array in place", "held = p.data; set p.grad; step(); held",
+                {"p": p0, "grad": g0, "lr": 0.01, "betas": (0.9, 0.98), "eps": 1e-9}, run,
+                [Expect("the array held before the step, after it (p.data -= ...: the same array)", want,
+                        atol=1e-12, rtol=1e-8)])
 
 
 _MODULE_TEXT_05 = {
@@ -1163,7 +1185,32 @@ def _cases_06():
                           + [Expect("out is x itself, and rng was not drawn from", np.bool_(True), kind="b") if itself
                              else Expect("x's array unchanged (the output is a new array)", np.bool_(True), kind="b")]
                           + [Expect("the gradient of x", gx, atol=tol, dtype=np.dtype(dtype).name)]))
+    cases.append(_two_dropouts_case(_r(rng, (6,))))
     return cases
+
+
+def _two_dropouts_case(x, p=0.5, seed=70) -> Case:
+    """dropout(dropout(x)): each Dropout's backward drops with its own mask, the one its forward
+    drew (a mask kept anywhere but on the Function itself is the second call's in both)."""
+    from minitensor.ops.dropout import dropped  # noqa: PLC0415
+    drawn = np.random.default_rng(seed)
+    first, second = drawn.random(x.shape) >= p, drawn.random(x.shape) >= p
+    w = _r(np.random.default_rng(seed + 100), x.shape)
+    out = dropped(dropped(x, first, p), second, p)
+    gx = dropped(dropped(w, second, p), first, p)
+
+    def run(ns):
+        t = engine(ns).Tensor(x.copy(), requires_grad=True)
+        rng = np.random.default_rng(seed)
+        y = ns.dropout(ns.dropout(t, p, rng, training=True), p, rng, training=True)
+        yield y
+        y.backward(w.copy())
+        yield Missing("x.grad is None") if t.grad is None else t.grad
+    return Case("dropout twice: dropout(dropout(x)), each backward with its own mask",
+                "out = dropout(dropout(x, p, rng, training=True), p, rng, training=True); out.backward(output gradient)",
+                {"x": x, "p": p, "rng": f"np.random.default_rng({seed}), drawn from by both calls in turn",
+                 "output gradient": w}, run,
+                [Expect("the output", out, atol=1e-12), Expect("the gradient of x", gx, atol=1e-12)])
 
 
 def _dropout_forward(keep_below=False, scale="divide"):
@@ -1311,7 +1358,9 @@ def _cases_08():
                                                                                              [False, False]])),
             ("scores below −10⁴: the masked ones, at −1e9, are lower still",
              dict(q=np.array([[[100.0]]]), k=np.array([[[-200.0], [0.1]]]), v=_r(rng, (1, 2, 2))),
-             np.array([[True, False]]))]):
+             np.array([[True, False]])),
+            ("a mask False everywhere: every query gets equal weights",
+             dict(q=_r(rng, (1, 2, 2)), k=_r(rng, (1, 2, 2)), v=_r(rng, (1, 2, 3))), np.zeros((2, 2), bool))]):
         cases.append(op_case(f"attention: {title}", "out = attention(q, k, v, mask); out.backward(output gradient)",
                              arrays, lambda ns, q, k, v, mask=mask: ns.attention(q, k, v, mask),
                              lambda q, k, v, mask=mask: by_the_docstring(q, k, v, mask), shown={"mask": mask},
@@ -1413,6 +1462,17 @@ def _cases_09():
                              lambda ns, m, query, key, value: m(*(engine(ns).Tensor(a) for a in (query, key, value))),
                              lambda m, query, key, value: m(mt.tensor(query), mt.tensor(key), mt.tensor(value)),
                              seed=905, shown={**inputs, "h": h, "mask": "None"}))
+    B, T, d, h = 2, 3, 4, 2        # the decoder's self-attention mask: padding and causal, (B, 1, T, T)
+    query = _r(rng, (B, T, d))
+    mask = np.ones((B, 1, 1, T), bool) & np.tril(np.ones((T, T), bool))
+    mask[1, ..., -1] = False
+    cases.append(module_case("MultiHeadAttention: a (B, 1, T, T) mask, padding and causal, whose rows differ by "
+                             "query", "out = MultiHeadAttention(d_model, h)(query, query, query, mask)",
+                             lambda ns: ns.MultiHeadAttention(d, h, np.random.default_rng(0)),
+                             transformer.MultiHeadAttention(d, h), {"query": query},
+                             lambda ns, m, query, mask=mask: (lambda q: m(q, q, q, mask))(engine(ns).Tensor(query)),
+                             lambda m, query, mask=mask: (lambda q: m(q, q, q, mt.tensor(mask)))(mt.tensor(query)),
+                             seed=906, shown={"query": query, "key = value": "query", "h": h, "mask": mask}))
     return cases
 
 
@@ -1435,10 +1495,11 @@ MISTAKES_09 = (
 def _cases_10():
     rng = np.random.default_rng(10)
     cases = []
-    for T, d in [(1, 2), (3, 2), (4, 6), (50, 8), (2, 5)]:
+    for T, d in [(1, 2), (3, 2), (4, 6), (50, 8), (2, 5), (1000, 8)]:
         def run(ns, T=T, d=d):
             yield ns.sinusoidal_table(T, d)
-        title = "an odd width: the last column is a sine" if d % 2 else f"T = {T}, d = {d}"
+        title = "an odd width: the last column is a sine" if d % 2 else \
+            f"T = {T}, d = {d}: angles up to 999 radians, in float64 throughout" if T >= 1000 else f"T = {T}, d = {d}"
         cases.append(Case(f"sinusoidal_table: {title}", "sinusoidal_table(T, d)", {"T": T, "d": d}, run,
                           [Expect("", _package_table(T, d).astype(np.float64), atol=1e-6, rtol=0, dtype="float64")]))
     for i, (V, d, ids, title) in enumerate([(3, 2, [1], "one id"), (4, 2, [2, 0, 3], "three ids"),
@@ -2082,6 +2143,7 @@ def _cases_15():
                           run, [Expect("the tokens", np.asarray(want), kind="i"),
                                 Expect("decoded under no_grad(): no step records a graph", np.bool_(True), kind="b")]))
     cases.append(_greedy_again_case(ref, state, (V, d, h, layers), [src, np.array([[5, 3, 7]]), src]))
+    cases.append(_greedy_no_steps_case(state, (V, d, h, layers), src))
     for i, (V, d, h, layers, src, beam, alpha, max_len, title) in enumerate([
             (7, 4, 2, 1, [3, 4, 5], 1, 0.6, 4, "a beam of one: greedy decoding"),
             (8, 4, 2, 1, [3, 4, 5], 2, 0.6, 6, "a beam of two"),
@@ -2182,6 +2244,22 @@ def _greedy_again_case(ref, state, sizes, sources) -> Case:
                  "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, {layers} layers each) with the "
                           "grader's weights"},
                 run, [Expect(f"call {i + 1}: the tokens", want, kind="i") for i, want in enumerate(wants)])
+
+
+def _greedy_no_steps_case(state, sizes, src) -> Case:
+    """max_len = 0: no step runs, and the result is a (B, 0) integer array."""
+    V, d, h, layers = sizes
+
+    def run(ns):
+        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+        m.load_state_dict({k: v.copy() for k, v in state.items()})
+        out = ns.greedy_decode(m, src.copy(), 0, 1, 2, 0)
+        if not isinstance(out, np.ndarray):
+            raise Malformed(f"greedy_decode must return a (B, L) integer array; it returned a {type(out).__name__}")
+        yield out
+    return Case("greedy_decode: max_len = 0, no token to generate", "greedy_decode(model, src, max_len=0, bos=1, "
+                "eos=2, pad=0)", {"src": src, "model": "your Transformer with the grader's weights"}, run,
+                [Expect(f"the tokens: a ({len(src)}, 0) integer array", np.zeros((len(src), 0), np.int64), kind="i")])
 
 
 def _greedy_reference(ref, src):
@@ -3082,7 +3160,27 @@ def _cases_24():
                              for r, a in enumerate(arrays)]
                           + [Expect("each result an array of its own (no memory shared with an input or another "
                                     "rank's result)", np.bool_(True), kind="b")]))
+    cases.append(_ring_dtype_case([rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)],
+                                  "float32 gradients: float32 sums"))
+    cases.append(_ring_dtype_case([np.array([2**53 + 1, 5]), np.array([1, 7])],
+                                  "integers beyond 2^53: exact sums, as integers (a float64 sum would round them)"))
     return cases
+
+
+def _ring_dtype_case(arrays, title) -> Case:
+    """Each rank's result has the dtype of the arrays: summed in it, never through float64."""
+    dtype = arrays[0].dtype
+    total = arrays[0].copy()
+    for a in arrays[1:]:
+        total += a
+    exact = dtype.kind in "iu"
+
+    def run(ns):
+        results, _ = ns.ring_all_reduce([a.copy() for a in arrays])
+        yield from (results[r] for r in range(len(arrays)))
+    return Case(title, "ring_all_reduce(arrays)", {f"arrays[{r}]": a for r, a in enumerate(arrays)}, run,
+                [Expect(f"results[{r}]: the sum, {dtype}", total, kind="i" if exact else "f", atol=1e-6, rtol=1e-6,
+                        dtype=str(dtype)) for r in range(len(arrays))])
 
 
 def _everyone(arrays):

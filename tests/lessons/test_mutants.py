@@ -196,6 +196,22 @@ TRIALS = [
     ("15", "        caches = [{} for _ in model.decoder.layers]",
      "        if not hasattr(model, \"_caches\"):\n            model._caches = [{} for _ in model.decoder.layers]\n"
      "        caches = model._caches"),                                                   # caches kept between calls
+    ("02", "        grad = grad.sum(axis=tuple(range(extra)))",
+     "        grad = grad.sum(axis=0)\n        if grad.ndim > len(shape):\n            grad = grad.sum(axis=0)"),  # ≤ 2 new axes
+    ("05", "            p.data -= self.lr * m_hat", "            p.data = p.data - self.lr * m_hat"),  # a new array
+    ("06", "        self.scale = (rng.random(x.shape) >= p) / (1.0 - p)",
+     "        type(self).scale = (rng.random(x.shape) >= p) / (1.0 - p)"),              # one mask for every Dropout
+    ("08", "        scores = scores.masked_fill(~np.asarray(mask, bool), -1e9)",
+     "        scores = scores.masked_fill(~np.asarray(mask, bool), -1e9) if np.asarray(mask).any() else scores"),
+    ("09", "        return self.w_o(merge_heads(attention(q, k, v, mask)))",
+     "        if getattr(mask, \"ndim\", 0) == 4:\n            mask = mask[:, :, -1:, :]\n"
+     "        return self.w_o(merge_heads(attention(q, k, v, mask)))"),                 # a 4-D mask's last row only
+    ("10", "    angle = np.arange(T)[:, None] / 10000.0 ** (np.arange(0, d, 2) / d)",
+     "    angle = (np.arange(T, dtype=np.float32)[:, None] / np.float32(10000.0) ** (np.arange(0, d, 2, "
+     "dtype=np.float32) / np.float32(d))).astype(np.float64)"),                       # angles in float32
+    ("15", "    return ys[:, 1:]", "    return np.stack([ys[:, t] for t in range(1, ys.shape[1])], 1)"),  # max_len = 0
+    ("24", "    chunks = [[c.copy() for c in np.array_split(np.asarray(a).ravel(), R)] for a in arrays]",
+     "    chunks = [[c.astype(float) for c in np.array_split(np.asarray(a).ravel(), R)] for a in arrays]"),  # float64
 ]
 
 
