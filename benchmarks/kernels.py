@@ -271,13 +271,13 @@ def fused_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
 
 
 def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
-    """The step's products on cuBLAS directly (``fastpaths.product``) against CuPy's matmul (a
+    """The step's products on cuBLAS directly (``speed.products.product``) against CuPy's matmul (a
     bfloat16 batch through float32, as the ops did before) and torch.matmul: the attention
     scores (B·H, T, d) x (B·H, T, d)ᵀ and a projection (B·T, d) x (d, 4d), with each one's
     largest error against the float64 product of the same inputs."""
     import cupy as cp
 
-    from minitensor.ops.fastpaths import product
+    from minitensor.speed.products import product
 
     B, T, _, _ = sizes.step
     H, d = 8, 64

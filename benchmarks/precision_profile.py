@@ -23,11 +23,11 @@ from harness import environment, median_seconds, sync, write_results
 
 import minitensor as mt
 from minitensor import profiler
-from minitensor.ops import fastpaths
+from minitensor.speed import products
 
 
 def product_rates(xp, device: str, B: int, T: int, repeat: int = 10) -> dict:
-    """TFLOP/s of ``fastpaths.product`` (the engine's product) per dtype, each from the median of
+    """TFLOP/s of ``products.product`` (the engine's product) per dtype, each from the median of
     ``repeat`` calls after one warm-up: (B·T, 512) x (512, 2048) and (8B, T, 64) x (8B, 64, T)."""
     rng = np.random.default_rng(0)
     rates = {}
@@ -39,7 +39,7 @@ def product_rates(xp, device: str, B: int, T: int, repeat: int = 10) -> dict:
             for tf32 in ([False, True] if name == "float32" and device == "cuda" else [False]):
                 if device == "cuda":
                     mt.cuda.set_tf32(tf32)
-                seconds = median_seconds(lambda: fastpaths.product(a, b), device, warmup=1, repeat=repeat)
+                seconds = median_seconds(lambda: products.product(a, b), device, warmup=1, repeat=repeat)
                 key = f"{name}{'+tf32' if tf32 else ''} {sa}x{sb}"
                 rates[key] = round(2 * np.prod(sa) * sb[-1] / seconds / 1e12, 2)
                 print(key, "TFLOP/s", rates[key], flush=True)

@@ -2,7 +2,7 @@
 each way of calling the device timed alone ("now": what ``Linears`` does), PyTorch's linear
 beside: x (25600, 512) and n weights (512, 512)
 (Linears: Q, K, V or K, V of one input); a bias gradient over 25600 rows of 512 or 2048 columns
-by CuPy's ``sum(axis=0)`` and by ``fastpaths.sum_rows`` (one product with a row of ones).
+by CuPy's ``sum(axis=0)`` and by ``speed.products.sum_rows`` (one product with a row of ones).
 
     python benchmarks/projection_products.py --out benchmarks/results/gpu_projection_products_<card>_<date>.json
 """
@@ -31,7 +31,7 @@ def main() -> None:
 
     from minitensor import cuda
     from minitensor.cuda import gemm
-    from minitensor.ops import fastpaths
+    from minitensor.speed import products
 
     rows, d = a.rows, a.width
     results = []
@@ -59,7 +59,7 @@ def main() -> None:
                 return y
 
             def one_with_bias_kernel():
-                return fastpaths.block_products(cp, x, w, bs)
+                return products.block_products(cp, x, w, bs)
 
             def dx_accumulated():
                 gx = gemm.matmul(gs[0], w[:, :d].T)
@@ -84,7 +84,7 @@ def main() -> None:
                     lambda: [gemm.matmul(x, w[:, i * d:(i + 1) * d]) for i in range(n)],
                 "forward + bias: batched, stacked bias added (before)": batched_with_bias,
                 "forward + bias: one product, CuPy's bias add, column views": one_with_bias,
-                "forward + bias: fastpaths.block_products, the bias kernel (now)": one_with_bias_kernel,
+                "forward + bias: products.block_products, the bias kernel (now)": one_with_bias_kernel,
                 "dx: n products accumulated in place (beta 1; now)": dx_accumulated,
                 "dx: G_i copied into column blocks, one product": dx_blocks,
                 "dx: concatenate G, one product (before)":
@@ -122,7 +122,7 @@ def main() -> None:
         for width in (512, 2048):
             g = cp.asarray(rng.standard_normal((rows, width), np.float32)).astype(dt)
             for what, fn in (("bias gradient: sum(axis=0)", lambda: g.sum(axis=0, dtype=np.float32)),
-                             ("bias gradient: sum_rows", lambda: fastpaths.sum_rows(cp, g, np.float32))):
+                             ("bias gradient: sum_rows", lambda: products.sum_rows(cp, g, np.float32))):
                 ms = median_seconds(fn, "cuda", 3, 20) * 1e3
                 results.append({"precision": name, "width": width, "variant": what, "ms": round(ms, 4),
                                 "gb_s": round(g.nbytes / ms / 1e6, 1)})

@@ -4,7 +4,8 @@
     import minitensor.functional as F
     from minitensor import nn, optim
 """
-from . import allocator, amp, cuda, functional, nn, optim, profiler
+from . import allocator, amp, cuda, functional, nn, optim, profiler, routes, speed
+from .speed import cpu as _cpu_routes  # noqa: F401  (registers the NumPy routes)
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad
 from .errors import DeviceError, GraphError, ShapeError
 from .gradcheck import GradcheckError, gradcheck
@@ -20,5 +21,5 @@ __all__ = [
     "Tensor", "tensor", "from_array", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
     "no_grad", "enable_grad", "is_grad_enabled", "manual_seed", "get_rng_state", "set_rng_state",
     "gradcheck", "GradcheckError", "Function", "ShapeError", "GraphError", "DeviceError",
-    "functional", "nn", "optim", "cuda", "amp", "allocator", "profile", "profiler",
+    "functional", "nn", "optim", "cuda", "amp", "allocator", "profile", "profiler", "routes", "speed",
 ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from contextlib import ContextDecorator
 
-from . import backend
+from . import backend, routes
 from .backend import array_module
 from .errors import DeviceError, GraphError, ShapeError
 from .tensor import Tensor
@@ -101,6 +101,9 @@ class Function:
     An op with several outputs returns a tuple of arrays from ``forward``: ``apply`` then
     returns a tuple of tensors, and ``backward`` gets a tuple of their gradients (``None``
     for an output nothing used).
+
+    A call runs the op's own code unless the speed layer registered a route for it that applies
+    (:mod:`minitensor.routes`): then the route's class runs, forward and backward.
     """
 
     @staticmethod
@@ -138,9 +141,11 @@ class Function:
             needs.append(r)
             any_needs = any_needs or r
         record = any_needs and is_grad_enabled()
-        ctx = Context(cls, array_module(first), tuple(needs) if record else None)
+        xp = array_module(first)
+        fn = routes.choose(cls, xp, arrays, params)  # the op itself, or a faster route the speed layer registered
+        ctx = Context(fn, xp, tuple(needs) if record else None)
         try:
-            out = calls.forward(cls, ctx, arrays, params)
+            out = calls.forward(fn, ctx, arrays, params)
         except ShapeError:
             raise
         except ValueError as e:  # numpy's own shape complaints, made to name the op

@@ -71,6 +71,8 @@ def switch(name: str) -> bool:
 
 declare("MINITENSOR_THREADS", Whole(1, 4096), None,
         "threads for the engine's parallel loops and the BLAS (default: one per usable core)")
+declare("MINITENSOR_ROUTES", Choice(("on", "off")), "on",
+        "off: every op runs its reference code, none of the speed layer's faster routes (minitensor.routes)")
 declare("MINITENSOR_KERNELS", SWITCH, "1", "0: the reference ops on CuPy arrays, not the hand-written CUDA kernels")
 declare("MINITENSOR_ATTENTION", Choice(("auto", "flash", "fused")), "auto",
         "attention's path on a GPU: the flash kernels, cuBLAS products around the fused softmax, or chosen by length")

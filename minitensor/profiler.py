@@ -247,8 +247,8 @@ _NOTHING = _Nothing()
 
 def _product_seconds(batch: int, m: int, k: int, n: int, kind: tuple, repeats: int) -> float:
     """The best time of ``repeats`` products (batch, m, k) x (batch, k, n) of ``kind`` = (dtype, xp),
-    made as the ops make them (``fastpaths.product``)."""
-    from .ops.fastpaths import product  # noqa: PLC0415 (ops import this module)
+    made as the ops make them (``speed.products.product``)."""
+    from .speed.products import product  # noqa: PLC0415 (ops import this module)
 
     dtype, xp = kind
     rng = np.random.default_rng(0)
@@ -259,7 +259,7 @@ def _product_seconds(batch: int, m: int, k: int, n: int, kind: tuple, repeats: i
     best = np.inf
     for i in range(repeats + 1):  # the first is a warm-up: threads started, pages touched
         start = time.perf_counter()
-        product(a, b)  # as the ops make them: cuBLAS directly on CuPy (fastpaths.product)
+        product(a, b)  # as the ops make them: cuBLAS directly on CuPy (speed.products.product)
         if xp is not np:
             xp.cuda.get_current_stream().synchronize()
         if i:

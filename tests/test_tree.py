@@ -25,7 +25,9 @@ UNMIRRORED = {
     "minitensor/random.py": "minitensor/test_autograd.py, minitensor/ops/test_dropout.py (dropout's seeds)",
     "minitensor/tensor.py": "minitensor/test_autograd.py, minitensor/test_errors.py",
     "minitensor/testing.py": "the hypothesis strategies every op test draws from",
-    "minitensor/threads.py": "minitensor/ops/test_fastpaths.py, minitensor/test_optim.py",
+    "minitensor/speed/products.py": "minitensor/cuda/test_gemm.py, minitensor/cuda/test_kernels.py, "
+                                    "minitensor/ops/test_linalg.py",
+    "minitensor/threads.py": "minitensor/speed/test_rows.py, minitensor/test_optim.py",
     "transformer/cli.py": "transformer/test_cli_*.py",
     "transformer/commands.py": "transformer/test_cli_*.py",
     "transformer/config.py": "transformer/test_model_config.py, transformer/test_flags.py",
@@ -65,3 +67,53 @@ def test_the_listed_places_exist():
         for name in (w.split(" (")[0].strip() for w in where.split(",")):
             if name.endswith(".py") and "*" not in name and "/" in name:
                 assert (ROOT / "tests" / name).exists(), name
+
+
+# ---------------------------------------------------------------- the reference core and the speed layer
+SPEED_LAYER = ("minitensor.speed", "minitensor.cuda", "minitensor.threads", "minitensor.blas", "minitensor.allocator")
+REFERENCE_CORE = ["minitensor/tensor.py", "minitensor/autograd.py", "minitensor/routes.py", "minitensor/functional.py",
+                  "minitensor/gradcheck.py", "minitensor/random.py", "minitensor/errors.py", "minitensor/optim.py",
+                  "minitensor/ops/*.py", "minitensor/nn/*.py"]
+# modules of the core that still choose a faster road themselves, and what of the speed layer they
+# import: each is to become a route of the speed layer, so the list can only shrink
+STILL_TO_ROUTE = {
+    "minitensor/ops/attention.py": {"minitensor.cuda", "minitensor.speed.products"},
+    "minitensor/ops/dropout.py": {"minitensor.cuda"},
+    "minitensor/ops/linalg.py": {"minitensor.cuda", "minitensor.speed.products"},
+    "minitensor/ops/loss.py": {"minitensor.cuda"},
+    "minitensor/ops/norm.py": {"minitensor.cuda"},
+    "minitensor/optim.py": {"minitensor.cuda", "minitensor.threads"},
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports, at its top or inside a function, as an absolute dotted name
+    (``from .. import cuda`` gives minitensor.cuda; ``from .x import y`` gives the package.x)."""
+    import ast  # noqa: PLC0415
+
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.add(module)
+            found |= {f"{module}.{a.name}" for a in node.names}
+    return found
+
+
+def speed_imports(path: Path) -> set[str]:
+    """The modules of the speed layer ``path`` imports (minitensor.cuda, minitensor.speed.rows, ...)."""
+    return {".".join(m.split(".")[:3 if m.startswith("minitensor.speed.") else 2])
+            for m in imported_modules(path) if m.startswith(SPEED_LAYER)}
+
+
+def test_the_reference_core_imports_nothing_of_the_speed_layer_but_what_is_still_to_route():
+    core = sorted({p for pattern in REFERENCE_CORE for p in ROOT.glob(pattern) if p.name != "__init__.py"})
+    assert len(core) > 15
+    found = {str(p.relative_to(ROOT)): speed_imports(p) for p in core}
+    found = {k: v for k, v in found.items() if v}
+    assert found == STILL_TO_ROUTE

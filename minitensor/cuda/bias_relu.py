@@ -4,7 +4,7 @@
 ``activation="relu"`` takes it after a product without bias where the kernels apply, and
 ``relu(linear(x, W, b))`` (:class:`minitensor.ops.linalg.Linear`, then
 :class:`minitensor.ops.elementwise.Relu`) elsewhere; tests compare the two. The bias alone
-(``forward(y, b, relu=False)``) is what ``fastpaths.add_bias`` runs on CuPy for every linear layer.
+(``forward(y, b, relu=False)``) is what ``speed.products.add_bias`` runs on CuPy for every linear layer.
 """
 from __future__ import annotations
 

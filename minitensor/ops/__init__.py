@@ -12,6 +12,7 @@ by side, and directly under it the public function that checks its arguments and
 - ``norm``: layer_norm
 - ``dropout``, ``embedding``, ``loss`` (cross_entropy), ``attention`` (scaled dot-product)
 
-``fastpaths`` is not an op: it holds the faster roads (and CuPy's bfloat16 detour) that the
-ops take to their reference expressions, each called with a one-line why.
+These are the reference: plain array expressions on any device and dtype. Faster ways to
+compute some of them live in the speed layer (``minitensor/speed/``), registered as routes
+(:mod:`minitensor.routes`).
 """

@@ -24,7 +24,7 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_mask, as_tensor
 from .dropout import check_probability, dropout_keep, dropped
-from .fastpaths import product
+from ..speed.products import product
 from .precision import compute_dtype
 from .shape import broadcasts
 from .softmax import softmax_array, softmax_backward

@@ -9,7 +9,7 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
 from .elementwise import Cast, relu
-from .fastpaths import add_bias, block_products, block_products_grad, product, sum_rows
+from ..speed.products import add_bias, block_products, block_products_grad, product, sum_rows
 
 
 def _swap(a):
@@ -32,7 +32,7 @@ class Matmul(Function):
                 f"(last axis of the first is {a.shape[-1]}, second-to-last of the second is {b.shape[-2]})"
             )
         ctx.save_for_backward(a, b)
-        return product(a, b)  # a @ b; why product: cuBLAS on CuPy, transposes as flags (fastpaths)
+        return product(a, b)  # a @ b; why product: cuBLAS on CuPy, transposes as flags (speed.products)
 
     @staticmethod
     def backward(ctx, grad):
@@ -116,7 +116,7 @@ class Linear(Function):
         y = product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one GEMM over all rows
         if b is not None:
             # a float32 bias is added to a 16-bit y in float32 and rounded once: no cast of its own;
-            # why add_bias: one kernel pass where the kernels run (fastpaths)
+            # why add_bias: one kernel pass where the kernels run (speed.products)
             add_bias(ctx.xp, y, b)
         return y.reshape(x.shape[:-1] + (n_out,))
 
@@ -129,15 +129,15 @@ class Linear(Function):
         gx = product(g2, w if ctx.transposed else w.T).reshape(x.shape) if nx else None
         # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
         gw = (product(g2.T, x2, ctx.w_dtype) if ctx.transposed else product(x2.T, g2, ctx.w_dtype)) if nw else None
-        gb = sum_rows(ctx.xp, g2, ctx.b_dtype) if nb else None  # why: one product with ones, read row by row (fastpaths)
+        gb = sum_rows(ctx.xp, g2, ctx.b_dtype) if nb else None  # why: one product with ones, read row by row (speed.products)
         return gx, gw, gb
 
 
 class Linears(Function):
     """y_i = x W_i + b_i for i = 1..n, every W_i (in, out): the Q, K and V projections of one input.
 
-    One product x [W_1 … W_n] gives the n outputs (``fastpaths.block_products``).
-    dx = Σ_i G_i W_iᵀ (``fastpaths.block_products_grad``), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over
+    One product x [W_1 … W_n] gives the n outputs (``speed.products.block_products``).
+    dx = Σ_i G_i W_iᵀ (``speed.products.block_products_grad``), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over
     rows. An output nothing used adds nothing to dx.
     """
 
@@ -156,7 +156,7 @@ class Linears(Function):
         w = ctx.xp.concatenate(ws, axis=1)                    # [W_1 … W_n], (in, n out)
         ctx.save_for_backward(x, w)
         n_in, n_out = ws[0].shape
-        # why block_products: one GEMM whose outputs the attention kernels read in place (fastpaths)
+        # why block_products: one GEMM whose outputs the attention kernels read in place (speed.products)
         ys = block_products(ctx.xp, x.reshape(-1, n_in), w, bs)
         return tuple(y_i.reshape(x.shape[:-1] + (n_out,)) for y_i in ys)
 
@@ -166,7 +166,7 @@ class Linears(Function):
         needs = ctx.needs_input_grad
         x2, n_out = x.reshape(-1, x.shape[-1]), w.shape[1] // len(grads)
         g2 = [None if g is None else g.reshape(-1, n_out) for g in grads]
-        # why block_products_grad: no concatenation of the G_i where the kernels run (fastpaths)
+        # why block_products_grad: no concatenation of the G_i where the kernels run (speed.products)
         out = [block_products_grad(ctx.xp, g2, w, x2.shape[0]).reshape(x.shape) if needs[0] else None]
         for i, g in enumerate(g2):
             nw, nb = needs[1 + 2 * i], needs[2 + 2 * i]

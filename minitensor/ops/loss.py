@@ -8,7 +8,6 @@ from ..autograd import Function
 from ..errors import GraphError, ShapeError
 from ..tensor import Tensor, as_ids, as_tensor
 from .precision import compute_dtype
-from .fastpaths import rowwise, sum_last
 from .softmax import exp_normalise
 
 
@@ -33,7 +32,20 @@ class CrossEntropy(Function):
     is computed in their memory and, in the backward, the gradient in e's: the largest arrays
     of a translation model's step exist once instead of three times. Such a loss can be
     backpropagated only once.
+
+    The two row-by-row steps, the loss with its softmax and the gradient from that softmax, are
+    the methods ``smoothed_nll`` and ``smoothed_softmax_grad``, which a faster route overrides.
     """
+
+    @staticmethod
+    def smoothed_nll(xp, x, t, eps: float, overwrite: bool = False):
+        """(e, Σe, loss) for each row of the logits x and its target t (:func:`smoothed_nll`)."""
+        return smoothed_nll(xp, x, t, eps, overwrite)
+
+    @staticmethod
+    def smoothed_softmax_grad(xp, e, scale, w, eps_over_v: float, overwrite: bool = False):
+        """w · (p - ε/V) for each row (:func:`smoothed_softmax_grad`)."""
+        return smoothed_softmax_grad(xp, e, scale, w, eps_over_v, overwrite)
 
     @staticmethod
     def forward(ctx, logits, target, ignore_index=None, label_smoothing=0.0, reduction="mean", overwrite=False):
@@ -43,9 +55,7 @@ class CrossEntropy(Function):
         ctx.logits_dtype = logits.dtype
         x = logits.astype(work, copy=False)
         eps = label_smoothing
-        # why rowwise: a block of rows at a time in cache, on every core (fastpaths)
-        e, sum_e, loss = rowwise(_smoothed_nll, xp, x, safe_t[..., None], eps=eps, overwrite=overwrite,
-                                 into={0: x} if overwrite else None)
+        e, sum_e, loss = ctx.fn.smoothed_nll(xp, x, safe_t[..., None], eps, overwrite)
         loss = xp.where(valid, loss[..., 0], 0).astype(work, copy=False)
         ctx.reduction, ctx.eps, ctx.overwrite = reduction, eps, overwrite
         ctx.save_for_backward(e, sum_e, safe_t, valid)
@@ -59,9 +69,7 @@ class CrossEntropy(Function):
         w = row_weights(ctx, xp, grad, valid)[..., None].astype(e.dtype, copy=False)
         # g = w · (p - q) = w/Σe · e - w·ε/V - w·(1-ε)·onehot(t)
         V = e.shape[-1]
-        # why rowwise: a block of rows at a time in cache, on every core (fastpaths)
-        g = rowwise(_smoothed_softmax_grad, xp, e, w / sum_e, w, eps_over_v=ctx.eps / V, overwrite=ctx.overwrite,
-                    into={0: e} if ctx.overwrite else None)
+        g = ctx.fn.smoothed_softmax_grad(xp, e, w / sum_e, w, ctx.eps / V, ctx.overwrite)
         flat, w_flat = g.reshape(-1, V), w.reshape(-1)
         flat[xp.arange(flat.shape[0]), t.reshape(-1)] -= (1 - ctx.eps) * w_flat
         return g.astype(ctx.logits_dtype, copy=False), None
@@ -123,7 +131,7 @@ def row_weights(ctx, xp, grad, valid):
     return w * valid
 
 
-def _smoothed_nll(xp, x, t, eps: float, overwrite: bool = False):
+def smoothed_nll(xp, x, t, eps: float, overwrite: bool = False):
     """(e, Σe, loss) for logits x (..., V) and targets t (..., 1), with m = max x and e = exp(x - m):
 
         log p = (x - m) - log Σe,  so  -log p_t = log Σe - (x_t - m),  and with smoothing
@@ -132,7 +140,7 @@ def _smoothed_nll(xp, x, t, eps: float, overwrite: bool = False):
     Every term is shifted by m, so stays small. The picked and mean logits are read first; then
     e, the one big temporary, kept for the backward (in x's memory with ``overwrite``)."""
     picked = xp.take_along_axis(x, t, axis=-1)
-    mean_x = sum_last(xp, x) / x.dtype.type(x.shape[-1]) if eps else None  # why: BLAS row sums (fastpaths)
+    mean_x = x.mean(axis=-1, keepdims=True) if eps else None
     e, sum_e, m = exp_normalise(xp, x, -1, overwrite=overwrite)
     log_s = xp.log(sum_e)
     loss = log_s - (picked - m)
@@ -141,7 +149,7 @@ def _smoothed_nll(xp, x, t, eps: float, overwrite: bool = False):
     return e, sum_e, loss
 
 
-def _smoothed_softmax_grad(xp, e, scale, w, eps_over_v: float, overwrite: bool = False):
+def smoothed_softmax_grad(xp, e, scale, w, eps_over_v: float, overwrite: bool = False):
     """w · (p - ε/V) = (w/Σe) ⊙ e - w·ε/V, row by row (``scale`` = w/Σe): the gradient of the
     smoothed loss before the true class's -(1-ε)·w. ``overwrite``: computed in e's memory."""
     g = xp.multiply(e, scale, out=e if overwrite else None)

@@ -15,7 +15,6 @@ from ..tensor import Tensor, as_tensor, as_tensors
 from .. import cuda
 from .dropout import check_probability, dropout
 from .precision import compute_dtype
-from .fastpaths import sum_last
 
 
 def layer_norm_reference(xp, x, weight, bias, eps):
@@ -25,10 +24,9 @@ def layer_norm_reference(xp, x, weight, bias, eps):
     """
     work = compute_dtype(x.dtype)
     xw = x.astype(work, copy=False)
-    inv_d = work.type(1.0 / x.shape[-1])
-    xhat = xw - sum_last(xp, xw) * inv_d                   # x - μ
-    r = 1 / xp.sqrt(sum_last(xp, xhat * xhat) * inv_d + work.type(eps))
-    xhat *= r                                              # (x - μ) / σ
+    xhat = xw - xw.mean(axis=-1, keepdims=True)                                  # x - μ
+    r = 1 / xp.sqrt((xhat * xhat).mean(axis=-1, keepdims=True) + work.type(eps))
+    xhat *= r                                                                    # (x - μ) / σ
     if weight is None:
         y = xhat + bias if bias is not None else xhat.copy()
     else:
@@ -40,35 +38,18 @@ def layer_norm_reference(xp, x, weight, bias, eps):
 
 def layer_norm_backward_reference(xp, grad, xhat, r, weight, need=(True, True, True)):
     """(dx, dγ, dβ) with ĝ = g ⊙ γ:  dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂)),
-    dγ = Σ_rows g ⊙ x̂,  dβ = Σ_rows g.  Entries of ``need`` that are False give None.
-
-    The row means of ĝ and ĝ ⊙ x̂ are products of g and g ⊙ x̂ with γ, and the sums over rows
-    products with a vector of ones: one pass each, with BLAS.
-    """
-    gx = gw = gb = None
+    dγ = Σ_rows g ⊙ x̂,  dβ = Σ_rows g.  Entries of ``need`` that are False give None."""
     g = grad.astype(xhat.dtype, copy=False)
-    d = g.shape[-1]
-    inv_d = g.dtype.type(1.0 / d)
-    g_xhat = g * xhat if need[0] or (need[1] and weight is not None) else None
+    rows = (-1, g.shape[-1])
+    gx = gw = gb = None
     if need[0]:
-        if weight is not None:
-            w = weight.astype(g.dtype, copy=False)
-            proj = (g_xhat @ w)[..., None] * inv_d              # mean(ĝ ⊙ x̂)
-            mean_gh = (g @ w)[..., None] * inv_d                # mean(ĝ)
-            gh = g * w
-        else:
-            proj = sum_last(xp, g_xhat) * inv_d
-            mean_gh = sum_last(xp, g) * inv_d
-            gh = g.copy()
-        gh -= mean_gh
-        gh -= xhat * proj
-        gh *= r
-        gx = gh.astype(grad.dtype, copy=False)
-    ones = xp.ones(g.size // d, dtype=g.dtype)
+        gh = g * weight.astype(g.dtype, copy=False) if weight is not None else g
+        dx = gh - gh.mean(axis=-1, keepdims=True) - xhat * (gh * xhat).mean(axis=-1, keepdims=True)
+        gx = (r * dx).astype(grad.dtype, copy=False)
     if need[1] and weight is not None:
-        gw = (ones @ g_xhat.reshape(-1, d)).astype(weight.dtype, copy=False)
+        gw = (g * xhat).reshape(rows).sum(axis=0).astype(weight.dtype, copy=False)
     if need[2]:
-        gb = (ones @ g.reshape(-1, d)).astype(grad.dtype, copy=False)
+        gb = g.reshape(rows).sum(axis=0).astype(grad.dtype, copy=False)
     return gx, gw, gb
 
 
@@ -85,19 +66,25 @@ class LayerNorm(Function):
     With ĝ = g ⊙ γ and means over the last axis (D entries):
         dx = r · (ĝ - mean(ĝ) - x̂ · mean(ĝ ⊙ x̂))
         dγ = Σ_rows g ⊙ x̂,   dβ = Σ_rows g
+
+    The two steps, :func:`layer_norm_reference` and :func:`layer_norm_backward_reference`, are
+    the methods ``normalise`` and ``normalise_backward``, which a faster route overrides.
     """
+
+    normalise = staticmethod(layer_norm_reference)
+    normalise_backward = staticmethod(layer_norm_backward_reference)
 
     @staticmethod
     def forward(ctx, x, weight=None, bias=None, eps=1e-5):
         _check_parameters(x, weight, bias)
-        y, xhat, r = layer_norm_reference(ctx.xp, x, weight, bias, eps)
+        y, xhat, r = ctx.fn.normalise(ctx.xp, x, weight, bias, eps)
         ctx.save_for_backward(xhat, r, weight)
         return y
 
     @staticmethod
     def backward(ctx, grad):
         xhat, r, weight = ctx.saved
-        return layer_norm_backward_reference(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad)
+        return ctx.fn.normalise_backward(ctx.xp, grad, xhat, r, weight, ctx.needs_input_grad)
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:

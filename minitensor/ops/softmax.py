@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from ..autograd import Function
 from ..tensor import Tensor, as_tensor
-from .fastpaths import max_kept, sum_kept
 
 
 def finite_max(xp, x, axis):
     """max over ``axis`` (kept), with an all -inf row clamped to the lowest finite value, so
     ``x - max`` stays -inf there instead of becoming NaN."""
-    m = max_kept(xp, x, axis)  # x.max(axis, keepdims=True); why fastpaths: attention's short rows
+    m = x.max(axis=axis, keepdims=True)
     return xp.maximum(m, xp.finfo(x.dtype).min)
 
 
@@ -25,7 +24,7 @@ def exp_normalise(xp, x, axis, overwrite: bool = False):
     m = finite_max(xp, x, axis)
     e = xp.subtract(x, m, out=x if overwrite and x.ndim else None)
     e = xp.exp(e, out=e) if e.ndim else xp.exp(e)  # in place: one temporary (0-d: a NumPy scalar)
-    s = sum_kept(xp, e, axis)  # e.sum(axis, keepdims=True); why fastpaths: BLAS row sums
+    s = e.sum(axis=axis, keepdims=True)
     return e, s, m
 
 
@@ -40,7 +39,7 @@ def softmax_array(xp, x, axis: int):
 def softmax_backward(xp, y, g, axis: int = -1):
     """dx = y ⊙ (g - Σ_j g_j y_j): the softmax Jacobian diag(y) - y yᵀ applied to a cotangent g."""
     gy = g * y
-    gy -= y * sum_kept(xp, gy, axis)
+    gy -= y * gy.sum(axis=axis, keepdims=True)
     return gy
 
 

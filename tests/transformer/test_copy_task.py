@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from minitensor import routes
 from transformer import TransformerConfig
 from transformer.copytask import OUTPUTS, CopyTaskSettings, make_batch, score, train_copy_task
 
@@ -59,6 +60,28 @@ def test_reduced_copy_task_converges_and_saves_outputs(tmp_path, capsys):
         assert saved["stopped_by"] == "target"
         assert f"stopped at update {summary['steps']} of {s.steps}: 100.0% exact match on validation" \
             in capsys.readouterr().err
+
+
+def test_the_reference_engine_alone_trains_the_copy_task(tmp_path, monkeypatch):
+    """With the speed layer's routes off, every op of the run is its reference code, and the
+    copy task still learns to copy."""
+    chosen = []
+    choose = routes.choose
+
+    def spy(op, xp, arrays, params):
+        chosen.append(choose(op, xp, arrays, params))
+        return chosen[-1]
+
+    monkeypatch.setattr(routes, "choose", spy)
+    s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, model=small_model(32, 64),
+                         batch=64, steps=800, warmup=50, lr_factor=1.0, eval_every=50, eval_size=100,
+                         stop_at=1.0, test_size=100, run_dir=str(tmp_path), show_progress=False)
+    with routes.off():
+        summary = train_copy_task(s)
+    assert summary["exact_match"] >= 0.95, summary
+    assert chosen and all(fn.__module__.startswith("minitensor.ops.") for fn in chosen)
+    assert {"Softmax", "LayerNorm", "CrossEntropy"} <= {fn.__name__ for fn in chosen} or \
+        {"ScaledDotProductAttention", "LayerNorm", "CrossEntropy"} <= {fn.__name__ for fn in chosen}
 
 
 def test_a_copy_task_that_runs_every_update_says_so_and_names_the_missed_target(tmp_path, capsys):

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minitensor as mt
+from minitensor import routes
 from transformer import Transformer, label_smoothed_loss
 from transformer.model import Encoder
 
@@ -13,9 +14,7 @@ from .helpers import f64, tiny_config
 
 
 
-@given(seed=st.integers(0, 999), Ts=st.integers(2, 4), Tt=st.integers(2, 4), smoothing=st.sampled_from([0.0, 0.1]))
-@settings(max_examples=3)
-def test_whole_tiny_transformer_loss_gradcheck(seed, Ts, Tt, smoothing, device):
+def loss_passes_gradcheck(seed, Ts, Tt, smoothing, device="cpu") -> bool:
     mt.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = f64(Transformer(tiny_config())).to(device)
@@ -25,7 +24,23 @@ def test_whole_tiny_transformer_loss_gradcheck(seed, Ts, Tt, smoothing, device):
     tgt[0, -1] = 0
     s, ti, to = (mt.tensor(a, device=device) for a in (src, tgt[:, :-1], tgt[:, 1:]))
     loss = lambda *ps: label_smoothed_loss(model(s, ti), to, pad_id=0, smoothing=smoothing)  # noqa: E731
-    assert mt.gradcheck(loss, model.parameters())
+    return mt.gradcheck(loss, model.parameters())
+
+
+@given(seed=st.integers(0, 999), Ts=st.integers(2, 4), Tt=st.integers(2, 4), smoothing=st.sampled_from([0.0, 0.1]))
+@settings(max_examples=3)
+def test_whole_tiny_transformer_loss_gradcheck(seed, Ts, Tt, smoothing, device):
+    assert loss_passes_gradcheck(seed, Ts, Tt, smoothing, device)
+
+
+def test_the_reference_engine_alone_passes_the_whole_transformer_gradcheck(monkeypatch):
+    """With the speed layer's routes off, the model's gradient is the reference ops' alone, and right."""
+    chosen = []
+    choose = routes.choose
+    monkeypatch.setattr(routes, "choose", lambda *call: chosen.append(choose(*call)) or chosen[-1])
+    with routes.off():
+        assert loss_passes_gradcheck(seed=7, Ts=4, Tt=3, smoothing=0.1)
+    assert chosen and all(fn.__module__.startswith("minitensor.ops.") for fn in chosen)
 
 
 def test_padding_content_does_not_change_the_real_positions():

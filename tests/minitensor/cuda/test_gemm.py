@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import minitensor as mt
 from minitensor import amp
 from minitensor.cuda import gemm
-from minitensor.ops import fastpaths
+from minitensor.speed.products import product, sum_rows
 
 from tests.cupy_double import double
 
@@ -46,7 +46,7 @@ def test_a_product_on_cublas_is_the_exact_product_rounded_once(cupy_double, case
     out = np.dtype(np.float32) if widen and dtype.itemsize == 2 else None
     rng = np.random.default_rng(seed)
     a, b = rng.standard_normal(a_shape).astype(dtype), rng.standard_normal(b_shape).astype(dtype)
-    got = cupy_double.asnumpy(fastpaths.product(_device(cupy_double, a, ta), _device(cupy_double, b, tb), out))
+    got = cupy_double.asnumpy(product(_device(cupy_double, a, ta), _device(cupy_double, b, tb), out))
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert got.shape == exact.shape and got.dtype == (out or dtype)
     tol = TOLERANCE[(out or dtype).name] * max(1.0, np.sqrt(a_shape[-1]))
@@ -60,8 +60,8 @@ def test_transposed_operands_and_a_shared_batch_make_one_call_and_no_copy(cupy_d
     rng = np.random.default_rng(0)
     q, k = (cupy_double.asarray(rng.standard_normal((2, 4, 5, 8)).astype(dtype)) for _ in range(2))
     before = double.launches()
-    s = fastpaths.product(q, k.swapaxes(-1, -2))
-    g = fastpaths.product(s.swapaxes(-1, -2), q)
+    s = product(q, k.swapaxes(-1, -2))
+    g = product(s.swapaxes(-1, -2), q)
     made = double.launches() - before
     assert made == {"gemmStridedBatchedEx": 2}, made
     assert s.shape == (2, 4, 5, 5) and g.shape == (2, 4, 5, 8) and s.dtype == g.dtype == dtype
@@ -72,8 +72,8 @@ def test_a_16bit_product_into_float32_is_not_rounded_to_16_bits(cupy_double):
     bfloat16 result would lose (2⁻⁹ below 1 is not a bfloat16 number)."""
     a = np.full((1, 2), 1.0, np.float32).astype(BF16)
     b = np.array([[1.0], [2.0**-9]], np.float32).astype(BF16)
-    wide = fastpaths.product(cupy_double.asarray(a), cupy_double.asarray(b), np.float32)
-    narrow = fastpaths.product(cupy_double.asarray(a), cupy_double.asarray(b))
+    wide = product(cupy_double.asarray(a), cupy_double.asarray(b), np.float32)
+    narrow = product(cupy_double.asarray(a), cupy_double.asarray(b))
     assert float(wide[0, 0]) == 1.0 + 2.0**-9 and float(narrow[0, 0]) == 1.0
 
 
@@ -84,10 +84,10 @@ def test_tf32_mode_asks_cublas_for_tf32_and_rounds_the_inputs(cupy_double):
     b = cupy_double.asarray(np.array([[1.0]], np.float32))
     try:
         mt.cuda.set_tf32(True)
-        assert float(fastpaths.product(a, b)[0, 0]) == 1.0
+        assert float(product(a, b)[0, 0]) == 1.0
     finally:
         mt.cuda.set_tf32(False)
-    assert float(fastpaths.product(a, b)[0, 0]) == 1.0 + 2.0**-12
+    assert float(product(a, b)[0, 0]) == 1.0 + 2.0**-12
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.name)
@@ -101,9 +101,9 @@ def test_a_sum_over_rows_is_one_cublas_call_reading_rows_and_exact_to_its_output
     for rows, transposed in ((300, False), (7, True), (1, False)):
         a = rng.standard_normal((rows, 6)).astype(dtype)
         x = _device(cupy_double, a, transposed)
-        fastpaths.sum_rows(cupy_double, x, out)            # the row of ones, made at most once
+        sum_rows(cupy_double, x, out)            # the row of ones, made at most once
         before = double.launches()
-        got = fastpaths.sum_rows(cupy_double, x, out)
+        got = sum_rows(cupy_double, x, out)
         assert double.launches() - before == {"gemmEx": 1}
         assert got.base is None   # an array of its own: the engine keeps it as the bias's gradient, uncopied
         exact = a.astype(np.float64).sum(axis=0)
@@ -119,7 +119,7 @@ def test_a_sum_over_rows_stays_float32_while_tf32_is_on(cupy_double):
     a = cupy_double.asarray(np.full((1000, 2), 1.0 + 2.0**-12, np.float32))
     try:
         mt.cuda.set_tf32(True)
-        got = cupy_double.asnumpy(fastpaths.sum_rows(cupy_double, a))
+        got = cupy_double.asnumpy(sum_rows(cupy_double, a))
     finally:
         mt.cuda.set_tf32(False)
     np.testing.assert_allclose(got, 1000 * (1.0 + 2.0**-12), rtol=1e-6)
@@ -130,7 +130,7 @@ def test_gemm_refuses_mixed_operands_it_does_not_take(cupy_double):
     with pytest.raises(TypeError, match="one floating type"):
         gemm.matmul(a, a.astype(np.float16))
     assert not gemm.applies(np.float32, np.float32, np.float16) and gemm.applies(BF16, BF16, np.float32)
-    assert fastpaths.product(a, a.astype(np.float64)).dtype == np.float64     # CuPy's own matmul then
+    assert product(a, a.astype(np.float64)).dtype == np.float64     # CuPy's own matmul then
 
 
 def test_linear_under_autocast_gives_float32_parameter_gradients_and_casts_each_weight_once(cupy_double):

@@ -30,9 +30,10 @@ from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import loss_scale as loss_scale_kernels
 from minitensor.cuda import softmax as softmax_kernels
 from minitensor.ops.attention import ScaledDotProductAttention, attention_op, masked_softmax_reference
-from minitensor.ops.loss import _smoothed_nll
+from minitensor.ops.loss import smoothed_nll
 from minitensor.errors import ShapeError
-from minitensor.ops import fastpaths, linalg
+from minitensor.ops import linalg
+from minitensor.speed import products
 from minitensor.ops.norm import layer_norm_backward_reference, layer_norm_reference
 
 from ...cupy_double import double
@@ -838,7 +839,7 @@ def _ce_reference(x, t, ignore, eps):
     """(loss per row, gradient of Σ w·loss) in float64 from the op's own reference pieces."""
     x = np.asarray(x, np.float64)
     V = x.shape[-1]
-    _, _, loss = _smoothed_nll(np, x, t[..., None], eps=eps)
+    _, _, loss = smoothed_nll(np, x, t[..., None], eps=eps)
     keep = t != ignore
     p = np.exp(x - x.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
@@ -1134,7 +1135,7 @@ def test_bias_relu_kernels_match_the_reference(dev, shape, dtype, bias_dtype):
 def test_the_bias_alone_is_added_in_place_group_by_group(dev, groups, rows, cols, dtype, bias_dtype):
     """relu=False: y = p + b rounded once from the float32 (float64) sum, bit for bit, negative
     values and a NaN kept; with groups, p (groups, rows, cols) takes bias row g in group g;
-    fastpaths.add_bias takes the kernel and gives the same bits."""
+    products.add_bias takes the kernel and gives the same bits."""
     rng = _rng("bias alone", groups, rows, cols, dtype, bias_dtype)
     dt, bt = _half(dtype), _half(bias_dtype)
     shape = (rows, cols) if groups == 1 else (groups, rows, cols)
@@ -1150,7 +1151,7 @@ def test_the_bias_alone_is_added_in_place_group_by_group(dev, groups, rows, cols
     y = bias_relu_kernels.forward(p, b, relu=False)
     assert y is p and y.dtype == dt
     np.testing.assert_array_equal(mt.backend.to_numpy(y).astype(np.float64), want.astype(np.float64))
-    assert fastpaths.add_bias(dev.xp, again, b) is again
+    assert products.add_bias(dev.xp, again, b) is again
     np.testing.assert_array_equal(mt.backend.to_numpy(again).astype(np.float64), want.astype(np.float64))
 
 

@@ -1,4 +1,4 @@
-"""The fast paths give what their references give: ``rowwise`` runs a row-wise function block by
+"""The row passes give what their references give: ``rowwise`` runs a row-wise function block by
 block on every core with the results of one call on the whole array (softmax's exp-normalise
 step, and cross entropy, the op that goes through it), whatever the number of threads."""
 import numpy as np
@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 import minitensor as mt
 import minitensor.functional as F
 from minitensor import threads
-from minitensor.ops import fastpaths
-from minitensor.ops.fastpaths import rowwise
-from minitensor.ops.softmax import exp_normalise
+from minitensor.speed import rows as fast
+from minitensor.speed.cpu import exp_normalise
+from minitensor.speed.rows import max_last, rowwise
 
 # shapes whose arrays are cut into several blocks (at the small block size the tests set):
 # long rows (a translation model's logits), middling (a model's width) and short ones
@@ -22,17 +22,17 @@ BIG = [(3, 70, 600), (2, 210, 96), (5, 4, 30, 37)]
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     """Blocks of 16 KiB from 16k elements up: the tests' arrays stay small and still make many blocks."""
-    monkeypatch.setattr(fastpaths, "BLOCK_BYTES", 1 << 14)
-    monkeypatch.setattr(fastpaths, "ROWWISE_MIN", 1 << 14)
+    monkeypatch.setattr(fast, "BLOCK_BYTES", 1 << 14)
+    monkeypatch.setattr(fast, "ROWWISE_MIN", 1 << 14)
 
 
 def whole(monkeypatch):
     """Make every rowwise call run its function on the whole array, in the calling thread."""
-    monkeypatch.setattr(fastpaths, "ROWWISE_MIN", 1 << 62)
+    monkeypatch.setattr(fast, "ROWWISE_MIN", 1 << 62)
 
 
 def blocks_of(shape, itemsize=4):
-    per = max(1, fastpaths.BLOCK_BYTES // (shape[-1] * itemsize))
+    per = max(1, fast.BLOCK_BYTES // (shape[-1] * itemsize))
     return -(-int(np.prod(shape[:-1])) // per)
 
 
@@ -40,7 +40,7 @@ def blocks_of(shape, itemsize=4):
 def test_exp_normalise_by_blocks_equals_the_whole_array_pass(shape, monkeypatch):
     x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32) * 5
     x[0, 0] = -np.inf  # a row with nothing allowed keeps e = 0, s = 0
-    assert x.size >= fastpaths.ROWWISE_MIN and blocks_of(shape) > 2
+    assert x.size >= fast.ROWWISE_MIN and blocks_of(shape) > 2
     e, s, m = rowwise(exp_normalise, np, x.copy(), axis=-1)
     e0, s0, m0 = exp_normalise(np, x.copy(), -1)
     np.testing.assert_array_equal(e, e0)
@@ -125,7 +125,7 @@ def test_small_arrays_and_calls_from_inside_a_block_run_the_function_as_it_is():
 def test_the_real_block_size_cuts_a_logits_sized_array_and_keeps_every_row_exact(monkeypatch):
     monkeypatch.undo()  # the library's own BLOCK_BYTES and ROWWISE_MIN
     x = np.random.default_rng(5).standard_normal((1100, 1000), dtype=np.float32)
-    assert x.size >= fastpaths.ROWWISE_MIN and blocks_of(x.shape) > 2
+    assert x.size >= fast.ROWWISE_MIN and blocks_of(x.shape) > 2
     e, s, m = rowwise(exp_normalise, np, x.copy(), axis=-1)
     e0, s0, m0 = exp_normalise(np, x.copy(), -1)
     np.testing.assert_array_equal(e, e0)
@@ -137,8 +137,6 @@ def test_the_real_block_size_cuts_a_logits_sized_array_and_keeps_every_row_exact
 def test_max_last_is_numpys_max_for_short_and_long_rows_with_inf_and_nan(n, rows, dtype, specials, seed):
     """The column-folding max of short rows (and the plain max of long ones) gives exactly
     np.max over the last axis, NaN propagating and ±inf kept, on contiguous and strided rows."""
-    from minitensor.ops.fastpaths import max_last
-
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((rows, 2, n)).astype(dtype)
     for s in specials:
