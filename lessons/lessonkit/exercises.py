@@ -196,7 +196,34 @@ def _cases_01():
                          "u.backward(output gradient)", dict(x=n(2)), lambda ns, x: _doubled(x, 30),
                          lambda x: _doubled(x, 30), seed=22))
     cases.append(_deep_chain_case(n(2)))
+    cases.append(_leaf_backward_case(n(2)))
+    cases.append(_one_array_two_leaves_case(n(2)))
     return cases
+
+
+def _leaf_backward_case(x) -> Case:
+    """backward on a leaf itself adds its seed to .grad like any other gradient: after
+    (x · x).backward(), x.backward() adds 1 to 2x."""
+    def run(ns):
+        tx = engine(ns).Tensor(x.copy(), requires_grad=True)
+        (tx * tx).backward(np.ones(2))
+        tx.backward(np.ones(2))
+        yield tx.grad if tx.grad is not None else Missing("x.grad is None: no gradient reached x")
+    return Case("backward on a leaf: its gradient (ones) adds to what .grad holds", "(x * x).backward(ones); "
+                "x.backward(ones)", {"x": x}, run, [Expect("the gradient of x", 2 * x + 1)])
+
+
+def _one_array_two_leaves_case(a) -> Case:
+    """Two leaves made over one array are two tensors: the walk tells tensors apart, not arrays."""
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        shared = a.copy()
+        tx, ty = Tensor(shared, requires_grad=True), Tensor(shared, requires_grad=True)
+        (tx * ty).backward(np.ones(2))
+        yield from _grads_of({"x": tx, "y": ty}, "xy")
+    return Case("two leaves over one array: x = Tensor(a), y = Tensor(a)", "x, y = Tensor(a, requires_grad=True), "
+                "Tensor(a, requires_grad=True); (x * y).backward(ones)", {"a": a}, run,
+                [Expect("the gradient of x", a), Expect("the gradient of y", a)])
 
 
 def _deep_chain_case(x, depth=5000) -> Case:
@@ -850,7 +877,23 @@ def _cases_04():
                          lambda logits: transformer.label_smoothed_loss(logits, mt.tensor(target), 0, 0.1),
                          shown={"target": target, "smoothing": 0.1, "pad": 0}, start=False, atol=1e-5, rtol=1e-5,
                          dtype="float32"))
+    cases.append(_negative_pad_case())
     return cases
+
+
+def _negative_pad_case() -> Case:
+    """pad = −1, present in the targets: a pad position is found by its id, before any use of the
+    targets as class indices (clipped, −1 would read a class)."""
+    rng = np.random.default_rng(41)
+    logits, target = _r(rng, (2, 3, 4)), rng.integers(0, 4, (2, 3))
+    target[0, -1] = target[1, 0] = -1
+    n = int((target != -1).sum())
+    return op_case("cross_entropy: pad = −1 in the targets, a negative id", "loss = cross_entropy(logits, target, "
+                   "smoothing, pad); loss.backward()", dict(logits=logits),
+                   lambda ns, logits: ns.cross_entropy(logits, target.copy(), 0.1, -1),
+                   lambda logits: transformer.label_smoothed_loss(logits, mt.tensor(target), -1, 0.1,
+                                                                  reduction="sum") / n,
+                   shown={"target": target, "smoothing": 0.1, "pad": -1}, start=False)
 
 
 def _float32_loss_case(logits, target) -> Case:
@@ -2174,6 +2217,7 @@ def _cases_15():
                                     f"{'s' if layers > 1 else ''} each) with the grader's weights"},
                           run, [Expect("the best hypothesis' tokens", np.asarray(want), kind="i")]))
     cases.append(_greedy_rows_case(first=(110, 1.0)))
+    cases.append(_greedy_eos_on_top_case(first=(14, 1.0)))
     cases.append(_greedy_rows_case(first=(110, 1.0), row0_first=True))
     cases.append(_greedy_padded_case(track.load(track.SOLUTIONS, "15"), first=(1, 2.0)))
     reference = track.load(track.SOLUTIONS, "15")   # the rules' variants run on the reference track
@@ -2314,6 +2358,9 @@ _SCRIPTED_15 = [
       (4, 3): {2: .5, 3: .5}, (4, 2): {3: 1.0}}, (2, 2.0, 3),
      "an eos ranked beyond the first beam is dropped, even with open slots still free"),
     ({(): {3: .5, 4: .5}}, (2, 0.0, 1), "equal scores at the end: the open prefix ranked first wins"),
+    ({(): {3: .5, 4: .5}, (3,): {2: 1 / 3, 3: 1 / 3, 4: 1 / 3}, (4,): {2: 1 / 3, 3: 1 / 3, 4: 1 / 3}}, (2, 0.6, 2),
+     "a finished hypothesis and an open one of equal score: the finished one, found first, wins"),
+    ({(): {3: .6, 4: .4}}, (2, 0.6, 0), "max_len = 0: no step, the empty prefix"),
 ]
 
 
@@ -2350,13 +2397,14 @@ def _scripted_beam_case(reference, table, beam, alpha, max_len, title) -> Case:
     want = reference.beam_search(_scripted_model(ours, table), src.copy(), beam, alpha, max_len, 1, 2, 0)
 
     def run(ns):
-        yield np.asarray(ns.beam_search(_scripted_model(ns, table), src.copy(), beam, alpha, max_len, 1, 2, 0))
+        out = ns.beam_search(_scripted_model(ns, table), src.copy(), beam, alpha, max_len, 1, 2, 0)
+        yield np.zeros(0, np.int64) if isinstance(out, list) and not out else np.asarray(out)
     shown = "; ".join(f"after {list(k)}: " + ", ".join(f"{w} {p:g}" for w, p in v.items()) for k, v in table.items())
     return Case(f"beam_search: {title}", "beam_search(model, src, beam, alpha, max_len, bos=1, eos=2, pad=0)",
                 {"src": src, "beam": beam, "alpha": alpha, "max_len": max_len,
                  "model": f"a scripted model of 5 tokens (pad 0, bos 1, eos 2): next-token probabilities {shown}; "
                           "after any other prefix, token 3"}, run,
-                [Expect("the best hypothesis' tokens", np.asarray(want), kind="i")])
+                [Expect("the best hypothesis' tokens", np.asarray(want, dtype=np.int64), kind="i")])
 
 
 def _learners_model(ns, state, V, d, h, layers):
@@ -2387,6 +2435,31 @@ def _greedy_rows_case(first=(0, 1.0), row0_first=False) -> Case:
                 "greedy_decode(model, src, max_len, "
                 "bos=1, eos=2, pad=0)", {"src": src, "max_len": max_len, "model": f"your Transformer (vocab {V}, "
                                          f"d_model {d}, {h} heads, 1 layer each) with the grader's weights"},
+                run, [Expect("the tokens", want, kind="i")])
+
+
+def _greedy_eos_on_top_case(first=(0, 1.0)) -> Case:
+    """max_len = 1 with weights whose likeliest first token is eos: eos is banned at step 0
+    whatever max_len is, so the one token is the best of the others."""
+    from transformer.decoding import greedy_decode as _greedy_ref
+    V, d, h, layers = 9, 4, 2, 1
+    src = np.array([[3, 4, 5]])
+    ref = _model_15(V, d, h, layers)
+
+    def eos_on_top(state, want):
+        with mt.no_grad():
+            logits = ref(mt.tensor(src), mt.tensor(np.array([[1]]))).numpy()[0, -1]
+        logits[[0, 1]] = -np.inf
+        return int(logits.argmax()) == 2
+    state, want = _weights_where(ref, first, 300, (1.0, 2.0, 3.0), lambda: np.asarray(_greedy_ref(
+        ref, mt.tensor(src), max_len=1)), eos_on_top, "the greedy eos-on-top case")
+
+    def run(ns):
+        yield ns.greedy_decode(_learners_model(ns, state, V, d, h, layers), src.copy(), 1, 1, 2, 0)
+    return Case("greedy_decode: max_len = 1, eos the likeliest first token: banned at step 0 all the same",
+                "greedy_decode(model, src, max_len=1, bos=1, eos=2, pad=0)",
+                {"src": src, "max_len": 1, "model": f"your Transformer (vocab {V}, d_model {d}, {h} heads, 1 layer "
+                                                    "each) with the grader's weights, eos its likeliest first token"},
                 run, [Expect("the tokens", want, kind="i")])
 
 
@@ -2834,6 +2907,7 @@ _CORPORA_20 = [
     ("hypotheses without a word: 0", ["", ""], ["a cat sat on the mat", "yes"]),
     ("case matters: 'The' is not 'the'", ["The cat sat on the mat"], ["the cat sat on the mat"]),
     ("an n-gram is a tuple of tokens: 'a bc' is not 'ab c'", ["a bc d e"], ["ab c d e"]),
+    ("one word shorter than the reference: BP = exp(1 − 6/5)", ["the cat sat on the"], ["the cat sat on the mat"]),
 ]
 
 
@@ -2921,7 +2995,23 @@ def _cases_21():
         cases.append(Case(f"average: {title}", "average(states)", {"states": states}, run,
                           [Expect("'w'", want["w"], atol=1e-12), Expect("'b'", want["b"], atol=1e-12),
                            Expect("the states given unchanged", np.bool_(True), kind="b")]))
+    cases.append(_average_is_new_case(states))
     return cases
+
+
+def _average_is_new_case(states) -> Case:
+    """average returns one new state dict: none of its arrays is (or views) an array given, so
+    that changing the average never changes a checkpoint, even when there is one state."""
+    def run(ns):
+        for some in (states[:1], states):
+            given = [{n: a.copy() for n, a in s.items()} for s in some]
+            out = ns.average(given)
+            yield np.bool_(isinstance(out, dict) and out is not given[0] and not any(
+                isinstance(a, np.ndarray) and np.shares_memory(a, g[n]) for n, a in out.items() for g in given
+                if n in g))
+    return Case("average: one new state dict, sharing no array with a state given (one state, then six)",
+                "average(states[:1]); average(states)", {"states": "the six states of the case before"}, run,
+                [Expect(f"{k}: a new dict of new arrays", np.bool_(True), kind="b") for k in ("one state", "six states")])
 
 
 def _batches(cost="padded", order="sorted"):
@@ -3164,6 +3254,8 @@ def _cases_24():
                                   "float32 gradients: float32 sums"))
     cases.append(_ring_dtype_case([np.array([2**53 + 1, 5]), np.array([1, 7])],
                                   "integers beyond 2^53: exact sums, as integers (a float64 sum would round them)"))
+    cases.append(_ring_dtype_case([np.array(1.5), np.array(-0.25), np.array(2.0)],
+                                  "0-d arrays, one number each: results of shape (), as given"))
     return cases
 
 

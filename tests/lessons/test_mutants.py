@@ -212,6 +212,30 @@ TRIALS = [
     ("15", "    return ys[:, 1:]", "    return np.stack([ys[:, t] for t in range(1, ys.shape[1])], 1)"),  # max_len = 0
     ("24", "    chunks = [[c.copy() for c in np.array_split(np.asarray(a).ravel(), R)] for a in arrays]",
      "    chunks = [[c.astype(float) for c in np.array_split(np.asarray(a).ravel(), R)] for a in arrays]"),  # float64
+    ("01", "        order, seen = [], set()\n",
+     "        if self.creator is None:\n            self.grad = np.ones_like(self.data) if grad is None else "
+     "np.array(grad, dtype=self.data.dtype)\n            return\n        order, seen = [], set()\n"),  # a leaf replaces
+    ("01", "        grads = {id(self): np.ones_like(self.data) if grad is None else np.asarray(grad, dtype=self.data.dtype)}\n"
+           "        for t in reversed(order):           # each tensor after every tensor that used it\n"
+           "            g = grads.pop(id(t), None)",
+     "        grads = {id(self.data): np.ones_like(self.data) if grad is None else np.asarray(grad, dtype=self.data.dtype)}\n"
+     "        for t in reversed(order):\n            g = grads.pop(id(t.data), None)"),   # keyed by the arrays
+    ("04", "    target = np.asarray(target)\n", "    target = np.asarray(target).clip(0, V - 1)\n"),  # clipped first
+    ("15", "            hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]",
+     "            hypotheses += [(tokens, s / lp(t)) for tokens, s in open_]"),               # t, unset at max_len 0
+    ("15", "        hypotheses = list(finished)\n        if not done or not hypotheses:\n"
+           "            hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]",
+     "        hypotheses = []\n        if not done or not finished:\n"
+     "            hypotheses += [(tokens, s / lp(len(tokens))) for tokens, s in open_]\n"
+     "        hypotheses += list(finished)"),                                            # open ones first in a tie
+    ("15", "            logits[:, [pad, bos] + ([eos] if t == 0 else [])] = -np.inf",
+     "            logits[:, [pad, bos] + ([eos] if t == 0 and max_len > 1 else [])] = -np.inf"),  # eos at max_len 1
+    ("20", "    bp = 1.0 if c > r else math.exp(1 - r / c)", "    bp = 1.0 if c >= r - 1 else math.exp(1 - r / c)"),
+    ("21", "    return {name: sum(s[name] for s in states) / len(states) for name in states[0]}",
+     "    if len(states) == 1:\n        return states[0]\n"
+     "    return {name: sum(s[name] for s in states) / len(states) for name in states[0]}"),  # one state itself
+    ("24", "    return [np.concatenate(c).reshape(shape) for c in chunks], sent",
+     "    return [np.concatenate(c).reshape(shape) if shape else np.concatenate(c) for c in chunks], sent"),  # 0-d
 ]
 
 
