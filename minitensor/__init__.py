@@ -5,7 +5,7 @@
     from minitensor import nn, optim
 """
 from . import allocator, amp, cuda, functional, nn, optim, profiler, routes, speed
-from .speed import cpu as _cpu_routes  # noqa: F401  (registers the NumPy routes)
+from .speed import gpu as _kernel_routes, cpu as _numpy_routes  # noqa: F401  (register the routes, kernels' first)
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad
 from .errors import DeviceError, GraphError, ShapeError
 from .gradcheck import GradcheckError, gradcheck

@@ -13,6 +13,7 @@ alone: correct, and slower.
 """
 from __future__ import annotations
 
+import importlib
 import threading
 from contextlib import ContextDecorator
 from typing import Callable, NamedTuple
@@ -21,11 +22,13 @@ from . import environment
 
 
 class Route(NamedTuple):
-    """``implementation`` computes ``op`` wherever ``applies(xp, arrays, params)`` is true."""
+    """``implementation`` computes ``op`` wherever ``applies(xp, arrays, params)`` is true: a
+    class, or its name as "module:Class", imported when the route is first taken (the CUDA
+    kernels' modules bring the NVRTC build, which a run on NumPy never needs)."""
 
     op: type
     applies: Callable
-    implementation: type
+    implementation: type | str
 
 
 _table: dict = {}  # op class -> its routes, in the order registered (the first that applies runs)
@@ -49,15 +52,33 @@ def register(op: type, implementation: type, applies: Callable = lambda xp, arra
     """Run ``implementation`` for calls of ``op`` where ``applies(xp, arrays, params)`` is true.
 
     ``implementation`` must be a subclass of ``op`` (it keeps the op's name, checks and any step
-    it does not change). Registering the same implementation twice replaces the first entry."""
+    it does not change); given as "module:Class", it is checked when first taken. Registering
+    the same implementation twice replaces the first entry."""
+    if not isinstance(implementation, str):
+        _check(op, implementation)
+    route = Route(op, applies, implementation)
+    entries = [r for r in _table.get(op, ()) if r.implementation != implementation]
+    _table[op] = entries + [route]
+    return route
+
+
+def _check(op: type, implementation) -> type:
     if not (isinstance(implementation, type) and issubclass(implementation, op)):
         raise TypeError(f"routes.register: {implementation!r} is not a subclass of {op.__name__}")
     if implementation is op:
         raise TypeError(f"routes.register: {op.__name__} cannot be a route of itself")
-    route = Route(op, applies, implementation)
-    entries = [r for r in _table.get(op, ()) if r.implementation is not implementation]
-    _table[op] = entries + [route]
-    return route
+    return implementation
+
+
+def implementation_of(route: Route) -> type:
+    """The class of ``route``, its module imported the first time (and checked then)."""
+    impl = route.implementation
+    if isinstance(impl, str):
+        module, _, name = impl.partition(":")
+        impl = _check(route.op, getattr(importlib.import_module(module), name))
+        entries = _table.get(route.op, [])
+        _table[route.op] = [route._replace(implementation=impl) if r is route else r for r in entries]
+    return impl
 
 
 def routes_of(op: type) -> tuple:
@@ -71,7 +92,7 @@ def choose(op: type, xp, arrays, params) -> type:
     if entries and enabled():
         for route in entries:
             if route.applies(xp, arrays, params):
-                return route.implementation
+                return implementation_of(route)
     return op
 
 

@@ -77,10 +77,8 @@ REFERENCE_CORE = ["minitensor/tensor.py", "minitensor/autograd.py", "minitensor/
 # modules of the core that still choose a faster road themselves, and what of the speed layer they
 # import: each is to become a route of the speed layer, so the list can only shrink
 STILL_TO_ROUTE = {
-    "minitensor/ops/attention.py": {"minitensor.cuda", "minitensor.speed.products"},
-    "minitensor/ops/dropout.py": {"minitensor.cuda"},
+    "minitensor/ops/attention.py": {"minitensor.speed.products"},
     "minitensor/ops/linalg.py": {"minitensor.cuda", "minitensor.speed.products"},
-    "minitensor/ops/loss.py": {"minitensor.cuda"},
     "minitensor/ops/norm.py": {"minitensor.cuda"},
     "minitensor/optim.py": {"minitensor.cuda", "minitensor.threads"},
 }

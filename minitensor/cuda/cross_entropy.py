@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autograd import Function
-from ..ops.loss import checked_targets, reduce_loss, row_weights, spend_once
+from ..ops.loss import CrossEntropy, checked_targets, reduce_loss, row_weights, spend_once
 from ..ops.precision import compute_dtype
 from .build import PACK, acc_dtype, array_module, ctype, kernel, packable
 
@@ -69,7 +68,7 @@ def backward(logits, target, lse, weight, eps: float, out=None):
     return grad
 
 
-class FusedCrossEntropy(Function):
+class FusedCrossEntropy(CrossEntropy):
     """:class:`minitensor.ops.loss.CrossEntropy` (the same formula, arguments and reductions)
     on the fused kernels: the forward reads the logits once and saves one value per row (log
     Σ exp); the backward reads them again and writes the gradient once, over the logits

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .. import random
-from ..autograd import Function
+from ..ops.dropout import Dropout
 from .build import array_module, ctype, kernel
 
 SOURCE = "dropout.cu"
@@ -67,7 +67,7 @@ def philox(counters, key: tuple[int, int]):
     return out
 
 
-class FusedDropout(Function):
+class FusedDropout(Dropout):
     """:class:`minitensor.ops.dropout.Dropout` (y = x ⊙ keep / (1-p)) with the mask drawn in the
     kernel: the forward takes a seed and an offset from :func:`minitensor.random.philox_stream`
     and keeps them, the backward applies the same mask to the gradient by drawing it again."""

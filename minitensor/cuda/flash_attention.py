@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..autograd import Function
+from ..ops.attention import ScaledDotProductAttention
 from . import one_pass_backward_enabled, tf32_enabled, wgmma_enabled
 from .build import SM90A, address, array_module, as4d, ctype, kernel, mask_view, no_pointer
 
@@ -331,16 +331,16 @@ def _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, 
     return dq, dk, dv
 
 
-class FlashAttention(Function):
+class FlashAttention(ScaledDotProductAttention):
     """Equation 1, out = softmax(Q Kᵀ / √d_k + mask) V, without the Tq x Tk weights: the forward
     keeps one log Σ exp per query, the backward recomputes the weights tile by tile from it
     (Dao et al., 2022). No dropout on the weights (``dropout_p`` must be 0 or ``training``
-    False: :func:`minitensor.ops.attention.attention_op` sends dropout elsewhere). float32 runs
+    False: its route in ``minitensor/speed/gpu.py`` sends dropout elsewhere). float32 runs
     in TF32 on the tensor cores when ``tf32`` is true, by default when
     :func:`minitensor.cuda.set_tf32` is on."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False, tf32=None):
+    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False, need_weights=False, tf32=None):
         if training and dropout_p > 0:
             raise ValueError("FlashAttention: no dropout on the weights (they are never formed)")
         ctx.scale = 1.0 / (q.shape[-1] ** 0.5)

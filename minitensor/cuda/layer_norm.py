@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import random
 from ..autograd import Function
+from ..ops.norm import LayerNorm
 from .build import acc_dtype, array_module, ctype, items_per_lane, kernel
 from .dropout import threshold
 
@@ -138,13 +139,13 @@ def _backward(dy, x, weight, mean, rstd, sub_dtype, dropout_args: tuple):
     return (dx, dgamma, dbeta) if dsub is None else (dx, dgamma, dbeta, dsub)
 
 
-class FusedLayerNorm(Function):
+class FusedLayerNorm(LayerNorm):
     """:class:`minitensor.ops.norm.LayerNorm` (the same formula) on the kernels: the forward
     reads x once and saves x with each row's mean and r; the backward is one pass over the
     rows plus the deterministic sum of dγ and dβ."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps=1e-5):
+    def forward(ctx, x, weight=None, bias=None, eps=1e-5):
         y, mean, rstd = forward(x, weight, bias, eps)
         ctx.save_for_backward(x, weight, mean, rstd)
         return y

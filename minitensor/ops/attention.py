@@ -1,25 +1,16 @@
 """Scaled dot-product attention (Vaswani et al., 2017, Section 3.2.1, equation 1).
 
-Three ops for one formula, all with the same results; :func:`attention_op` chooses:
-
-* :class:`ScaledDotProductAttention`, the plain xp code below (the reference: any device,
-  dtype, shape and mask);
-* on CuPy arrays, :class:`minitensor.cuda.softmax.FusedSoftmaxAttention`: the same products
-  around the fused mask + softmax kernel of ``minitensor/cuda/softmax.cu`` (forward and backward);
-* on CuPy arrays, :class:`minitensor.cuda.flash_attention.FlashAttention`: the
-  FlashAttention-style kernels of ``minitensor/cuda/flash_attention.cu``, which never store
-  the Tq x Tk weights (float32/float64, head size <= 64, no dropout).
-
-Under ``minitensor.cuda.emulate`` the two kernel routes also take NumPy arrays, through the
-CPU emulator of ``minitensor/cuda/emulator.py``.
-
-``minitensor.cuda.use_kernels`` and ``minitensor.cuda.set_attention`` choose among them.
+:class:`ScaledDotProductAttention` is the plain xp code below (the reference: any device,
+dtype, shape and mask). The speed layer registers faster routes of it (``minitensor/speed/``):
+on CuPy arrays the fused mask + softmax kernel of ``minitensor/cuda/softmax.cu`` between the same
+products, or the FlashAttention-style kernels of ``minitensor/cuda/flash_attention.cu``, which
+never store the Tq x Tk weights; :func:`attention_op` says which runs for given arrays.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import backend, cuda
+from .. import backend, routes
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_mask, as_tensor
@@ -76,7 +67,8 @@ class ScaledDotProductAttention(Function):
         dS = P ⊙ (dP - Σ_k dP ⊙ P) · 1/√d_k,  dQ = dS K,  dK = dSᵀ Q.
     One op rather than five, so fused kernels can stand in for it on the GPU: the masked
     softmax and its backward are the two methods ``softmax`` and ``softmax_backward``, which
-    the fused kernel's op overrides. The weights P are kept on ``ctx.weights``.
+    the fused kernel's op overrides. The weights P are kept on ``ctx.weights``; ``need_weights``
+    says the caller reads them (a route that never forms them does not apply then).
     """
 
     @staticmethod
@@ -92,7 +84,7 @@ class ScaledDotProductAttention(Function):
         return gs
 
     @staticmethod
-    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False):
+    def forward(ctx, q, k, v, mask=None, dropout_p=0.0, training=False, need_weights=False):
         xp = ctx.xp
         scale = 1.0 / (q.shape[-1] ** 0.5)
         dropping = training and dropout_p > 0
@@ -124,24 +116,10 @@ class ScaledDotProductAttention(Function):
 
 
 def attention_op(q, k, v, dropout_p: float = 0.0, training: bool = False, need_weights: bool = False):
-    """The op that computes equation 1 for these arrays: the flash kernels' (no dropout, the
-    weights not asked for, and ``minitensor.cuda.attention_mode()`` "flash", or "auto" from
-    ``minitensor.cuda.FLASH_MIN_KEYS`` keys on; the tensor-core kernels of 16-bit inputs up to
-    ``FLASH_TC_SHORT_KEYS`` keys and from ``FLASH_TC_MIN_KEYS`` on, as are float32's in TF32), the
-    fused softmax's, or the reference."""
-    shape = scores_shape(q, k)
-    if not cuda.kernels_may_run(backend.array_module(q)) or len(shape) > 4:
-        return ScaledDotProductAttention
-    mode = cuda.attention_mode()
-    flash = cuda.launcher("flash_attention")
-    keys = k.shape[-2]
-    wins = (keys <= cuda.FLASH_TC_SHORT_KEYS or keys >= cuda.FLASH_TC_MIN_KEYS) \
-        if flash.tensor_cores(q, flash.tf32_route(q)) else keys >= cuda.FLASH_MIN_KEYS
-    if (not (training and dropout_p > 0) and not need_weights and mode != "fused" and flash.applies(q, k, v)
-            and (mode == "flash" or wins)):
-        return flash.FlashAttention
-    fused = cuda.launcher("softmax")
-    return fused.FusedSoftmaxAttention if fused.applies(q.dtype, shape) else ScaledDotProductAttention
+    """The class that computes equation 1 for these arrays: the reference, or the first route of
+    the speed layer that applies to them (:mod:`minitensor.routes`)."""
+    params = dict(dropout_p=dropout_p, training=training, need_weights=need_weights)
+    return routes.choose(ScaledDotProductAttention, backend.array_module(q), [q, k, v, None], params)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, training: bool = False,
@@ -156,8 +134,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, tra
     k, v = as_tensor(k, q), as_tensor(v, q)
     m = None if mask is None else as_mask(mask, q, "scaled_dot_product_attention")
     _check(q, k, v, m, scores_shape(q, k))
-    op = attention_op(q.data, k.data, v.data, dropout_p, training, return_weights)
-    out, ctx = op.apply_with_context(q, k, v, m, dropout_p=dropout_p, training=training)
+    out, ctx = ScaledDotProductAttention.apply_with_context(q, k, v, m, dropout_p=dropout_p, training=training,
+                                                            need_weights=return_weights)
     if return_weights:
         return out, Tensor._wrap(ctx.weights)
     return out

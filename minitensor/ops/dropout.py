@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cuda
 from ..autograd import Function
 from ..random import generator
 from ..tensor import Tensor, as_tensor
@@ -65,6 +64,4 @@ def dropout(x, p: float = 0.5, training: bool = True) -> Tensor:
     x = as_tensor(x)
     if not training or p == 0.0:
         return x
-    if cuda.kernels_may_run(x.xp) and cuda.launcher("dropout").applies(x.dtype, p):
-        return cuda.launcher("dropout").FusedDropout.apply(x, p=p)  # why: the mask drawn in the kernel, one launch each way
     return Dropout.apply(x, p=p)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import cuda
 from ..autograd import Function
 from ..errors import GraphError, ShapeError
 from ..tensor import Tensor, as_ids, as_tensor
@@ -173,8 +172,5 @@ def cross_entropy(logits, target, ignore_index: int | None = None, label_smoothi
         raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got {label_smoothing}")
     logits = as_tensor(logits)
     target = as_ids(target, logits)
-    op = CrossEntropy
-    if cuda.kernels_may_run(logits.xp) and cuda.launcher("cross_entropy").applies(logits.dtype, logits.shape):
-        op = cuda.launcher("cross_entropy").FusedCrossEntropy  # why: one pass over the logits each way
-    return op.apply(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
-                    reduction=reduction, overwrite=overwrite)
+    return CrossEntropy.apply(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing,
+                              reduction=reduction, overwrite=overwrite)

@@ -1,11 +1,9 @@
 """Layer normalisation (Ba et al., 2016) over the last axis.
 
-Two implementations of one op: :class:`LayerNorm`, the plain xp code below (the reference, any
-device and dtype), and, on CuPy arrays (or NumPy arrays under ``minitensor.cuda.emulate``),
-:class:`minitensor.cuda.layer_norm.FusedLayerNorm` on the hand-written kernels when they
-apply (weight and bias given, D <= 1024, and kernels on: ``minitensor.cuda.use_kernels``).
-:func:`layer_norm` chooses. :func:`dropout_add_layer_norm` is the post-norm sub-layer
-LayerNorm(x + Dropout(sub)), one kernel each way where the kernels run.
+:class:`LayerNorm` is the plain xp code below (the reference, any device and dtype); on CuPy
+arrays the speed layer routes it to the hand-written kernels where they apply
+(:class:`minitensor.cuda.layer_norm.FusedLayerNorm`). :func:`dropout_add_layer_norm` is the
+post-norm sub-layer LayerNorm(x + Dropout(sub)), one kernel each way where the kernels run.
 """
 from __future__ import annotations
 
@@ -92,10 +90,6 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     x = as_tensor(x)
     w = None if weight is None else as_tensor(weight, x)
     b = None if bias is None else as_tensor(bias, x)
-    if cuda.kernels_may_run(x.xp):  # (the kernels take only a weight and bias of x's width; LayerNorm checks)
-        kernel = cuda.launcher("layer_norm")
-        if kernel.applies(x.data, None if w is None else w.data, None if b is None else b.data):
-            return kernel.FusedLayerNorm.apply(x, w, b, eps=eps)  # why: one read of x each way, on the GPU
     return LayerNorm.apply(x, w, b, eps=eps)
 
 

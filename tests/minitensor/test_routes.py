@@ -89,6 +89,20 @@ def test_a_route_must_be_a_subclass_of_its_op(table):
         routes.register(Double, Double)
 
 
+def test_a_route_named_by_its_module_is_imported_and_checked_when_first_taken(table):
+    routes.register(Double, "tests.minitensor.test_routes:DoubleByAdding", lambda xp, arrays, params: arrays[0].size > 2)
+    assert routes.routes_of(Double)[0].implementation == "tests.minitensor.test_routes:DoubleByAdding"
+    assert routes.choose(Double, np, [np.ones(2)], {}) is Double                 # not taken: not imported yet
+    assert routes.choose(Double, np, [np.ones(3)], {}) is DoubleByAdding
+    assert routes.routes_of(Double)[0].implementation is DoubleByAdding          # imported once, kept
+    class Triple(Function):
+        pass
+
+    routes.register(Triple, "tests.minitensor.test_routes:DoubleByAdding")
+    with pytest.raises(TypeError, match="not a subclass of Triple"):
+        routes.choose(Triple, np, [np.ones(3)], {})
+
+
 def test_off_runs_the_reference_and_restores_the_routes_even_nested(table):
     routes.register(Double, DoubleByAdding)
     x = mt.tensor([1.0, 2.0], requires_grad=True)
