@@ -9,7 +9,7 @@ Write:
    1 − ε + ε/V on the true token and ε/V on each of the other V − 1 (ε = smoothing); the loss is
    −Σ q · log softmax(logits), summed over the non-pad positions and divided by their
    number (by 1 if every position is pad). Positions whose target is ``pad`` count for
-   nothing. The loss has the logits' dtype (float32 logits, a float32 loss). Build it from
+   nothing (``pad`` may be any integer, one of the classes or not). The loss has the logits' dtype (float32 logits, a float32 loss). Build it from
    your engine's operations (``LogSoftmax``, *, sum, /) so that its backward comes for free.
 
 Check by hand: with two classes, logits [0, 0], target 1, no smoothing and pad −1 (no

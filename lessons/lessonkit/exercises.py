@@ -502,7 +502,8 @@ def _cases_02():
                                   ((2, 3), (), "down to one number"), ((2, 1, 4), (1, 1, 4), "a size-1 axis of grad"),
                                   ((2, 3, 4), (3, 1), "a float32 grad: the sum is float32 too"),
                                   ((1, 2, 3), (2, 1), "a new axis of size 1 in front, and a size-1 axis"),
-                                  ((2, 3, 4, 5), (5,), "three new axes in front")]:
+                                  ((2, 3, 4, 5), (5,), "three new axes in front"),
+                                  ((0, 3), (1, 3), "an axis of size 0 broadcast from 1: its sum is 0")]:
         g = _r(rng, g_shape).astype(np.float32 if "float32" in title else np.float64)
         want = g.sum(axis=tuple(range(len(g_shape) - len(shape))))
         want = want.sum(axis=tuple(i for i, k in enumerate(shape) if k == 1), keepdims=True) if shape else want
@@ -878,22 +879,26 @@ def _cases_04():
                          shown={"target": target, "smoothing": 0.1, "pad": 0}, start=False, atol=1e-5, rtol=1e-5,
                          dtype="float32"))
     cases.append(_negative_pad_case())
+    cases.append(_negative_pad_case(pad=4))
     return cases
 
 
-def _negative_pad_case() -> Case:
-    """pad = −1, present in the targets: a pad position is found by its id, before any use of the
-    targets as class indices (clipped, −1 would read a class)."""
+def _negative_pad_case(pad=-1) -> Case:
+    """A pad id that is no class, present in the targets (−1, or V): a pad position is found by its
+    id before any use of the targets as class indices (clipped, or read as one, it would be a class)."""
     rng = np.random.default_rng(41)
     logits, target = _r(rng, (2, 3, 4)), rng.integers(0, 4, (2, 3))
-    target[0, -1] = target[1, 0] = -1
-    n = int((target != -1).sum())
-    return op_case("cross_entropy: pad = −1 in the targets, a negative id", "loss = cross_entropy(logits, target, "
+    target[0, -1] = target[1, 0] = pad
+    n = int((target != pad).sum())
+    safe = np.where(target == pad, 0, target)
+    weights = mt.tensor((target != pad).astype(np.float64))
+    what = "a negative id" if pad < 0 else "one past the last class"
+    return op_case(f"cross_entropy: pad = {pad} in the targets, {what}", "loss = cross_entropy(logits, target, "
                    "smoothing, pad); loss.backward()", dict(logits=logits),
-                   lambda ns, logits: ns.cross_entropy(logits, target.copy(), 0.1, -1),
-                   lambda logits: transformer.label_smoothed_loss(logits, mt.tensor(target), -1, 0.1,
-                                                                  reduction="sum") / n,
-                   shown={"target": target, "smoothing": 0.1, "pad": -1}, start=False)
+                   lambda ns, logits: ns.cross_entropy(logits, target.copy(), 0.1, pad),
+                   lambda logits: (F.cross_entropy(logits, mt.tensor(safe), label_smoothing=0.1, reduction="none")
+                                   * weights).sum() / n,
+                   shown={"target": target, "smoothing": 0.1, "pad": pad}, start=False)
 
 
 def _float32_loss_case(logits, target) -> Case:
@@ -980,7 +985,13 @@ def _modules_05(ns):
         def __init__(self):
             self.ps = [P(np.ones(2)), P(np.ones(1))]
             self.out = Linear(1, 1, rng)
-    return {"One": One, "Two": Two, "Stack": Stack, "Shared": Shared, "Constant": Constant, "Listed": Listed}
+
+    class Private(Module):
+        def __init__(self):
+            self.lin = Linear(1, 1, rng)
+            self._scale = P(np.ones(1))
+    return {"One": One, "Two": Two, "Stack": Stack, "Shared": Shared, "Constant": Constant, "Listed": Listed,
+            "Private": Private}
 
 
 _NAMES_05 = {
@@ -993,6 +1004,7 @@ _NAMES_05 = {
     "Shared": ("one parameter held by two attributes: named once, by the first", ["first.weight", "first.bias"]),
     "Constant": ("a Tensor that needs no gradient is not a parameter", ["weight"]),
     "Listed": ("a list of parameters: ps.0, ps.1", ["ps.0", "ps.1", "out.weight", "out.bias"]),
+    "Private": ("an attribute whose name starts with _ holds a parameter too", ["lin.weight", "lin.bias", "_scale"]),
 }
 
 
@@ -1102,6 +1114,7 @@ _MODULE_TEXT_05 = {
     "Shared": "first = Linear(1, 2); again = first.weight; note = 'not a parameter'",
     "Constant": "table = Tensor(ones(3)); weight = Parameter(ones(2))",
     "Listed": "ps = [Parameter(ones(2)), Parameter(ones(1))]; out = Linear(1, 1)",
+    "Private": "lin = Linear(1, 1); _scale = Parameter(ones(1))",
 }
 
 
@@ -1315,6 +1328,12 @@ def _cases_07():
                          arrays, lambda ns, x, gamma, beta: ns.LayerNormFunction.apply(x, gamma, beta, eps=1e-5),
                          lambda x, gamma, beta: F.layer_norm(x, gamma, beta, 1e-5), shown={"eps": 1e-5}, seed=76,
                          atol=1e-5, rtol=1e-4, dtype="float32"))
+    four = np.random.default_rng(78)
+    arrays = dict(x=_r(four, (2, 2, 2, 3)), gamma=_r(four, (3,)) + 1.0, beta=_r(four, (3,)))
+    cases.append(op_case("LayerNormFunction: four axes: γ's and β's gradients sum over all three leading ones",
+                         "out = LayerNormFunction.apply(x, gamma, beta, eps=eps); out.backward(output gradient)",
+                         arrays, lambda ns, x, gamma, beta: ns.LayerNormFunction.apply(x, gamma, beta, eps=1e-5),
+                         lambda x, gamma, beta: F.layer_norm(x, gamma, beta, 1e-5), shown={"eps": 1e-5}, seed=78))
     return cases
 
 
@@ -1366,7 +1385,7 @@ def _cases_08():
                                                         ((2, 3), np.array([[1000.0], [0.0]]),
                                                          "one row near 1000, one near 0: each row's own largest "
                                                          "entry")])]
-    for T in (1, 2, 4):
+    for T in (1, 2, 4, 0):
         def run(ns, T=T):
             yield ns.causal_mask(T)
         cases.append(Case(f"causal_mask({T})", "causal_mask(T)", {"T": T}, run,
@@ -1455,7 +1474,8 @@ def _cases_09():
     rng = np.random.default_rng(9)
     cases = []
     for i, (B, T, d, h, title) in enumerate([(1, 1, 2, 1, "one head: nothing to split"), (1, 2, 4, 2, "two heads"),
-                                            (2, 3, 6, 3, "three heads, a batch of two")]):
+                                            (2, 3, 6, 3, "three heads, a batch of two"),
+                                            (1, 0, 4, 2, "an empty sequence (T = 0)")]):
         mha = transformer.MultiHeadAttention(d, h)
         x = _r(rng, (B, T, d))
         cases.append(op_case(f"split_heads: {title}", "out = split_heads(x, h); out.backward(output gradient)",
@@ -2239,6 +2259,9 @@ def _cases_15():
         cases.append(_beam_rule_case(reference, rule, beam, alpha, max_len, title, first))
     for table, (beam, alpha, max_len), title in _SCRIPTED_15:
         cases.append(_scripted_beam_case(reference, table, beam, alpha, max_len, title))
+    cases.append(_scripted_beam_case(reference, {(3,): {3: .7, 2: .3}, (3, 3): {3: .7, 2: .3}}, 4, 0.6, 4,
+                                     "a beam wider than the words allowed: an extension at −∞ (banned) is neither "
+                                     "finished nor kept", V=4))
     specs = [((1, 1, 2, 1), "one beam, two tokens, the best one"), ((1, 2, 2, 2), "two beams"),
              ((1, 2, 3, 6), "n = K·V: every extension, in order"), ((2, 2, 3, 4), "two sentences"),
              ((2, 3, 4, 6), "three beams, four tokens"), ((1, 2, 3, 3), "beam 1 is unused (score −∞)")]
@@ -2390,19 +2413,19 @@ def _scripted_model(ns, table: dict, V: int = 5):
     return Scripted()
 
 
-def _scripted_beam_case(reference, table, beam, alpha, max_len, title) -> Case:
-    """beam_search on a scripted model; the answer is the reference solution's on it."""
+def _scripted_beam_case(reference, table, beam, alpha, max_len, title, V=5) -> Case:
+    """beam_search on a scripted model of ``V`` tokens; the answer is the reference solution's on it."""
     src = np.array([3])
     ours = types.SimpleNamespace(__track__=reference.__track__)
-    want = reference.beam_search(_scripted_model(ours, table), src.copy(), beam, alpha, max_len, 1, 2, 0)
+    want = reference.beam_search(_scripted_model(ours, table, V), src.copy(), beam, alpha, max_len, 1, 2, 0)
 
     def run(ns):
-        out = ns.beam_search(_scripted_model(ns, table), src.copy(), beam, alpha, max_len, 1, 2, 0)
+        out = ns.beam_search(_scripted_model(ns, table, V), src.copy(), beam, alpha, max_len, 1, 2, 0)
         yield np.zeros(0, np.int64) if isinstance(out, list) and not out else np.asarray(out)
     shown = "; ".join(f"after {list(k)}: " + ", ".join(f"{w} {p:g}" for w, p in v.items()) for k, v in table.items())
     return Case(f"beam_search: {title}", "beam_search(model, src, beam, alpha, max_len, bos=1, eos=2, pad=0)",
                 {"src": src, "beam": beam, "alpha": alpha, "max_len": max_len,
-                 "model": f"a scripted model of 5 tokens (pad 0, bos 1, eos 2): next-token probabilities {shown}; "
+                 "model": f"a scripted model of {V} tokens (pad 0, bos 1, eos 2): next-token probabilities {shown}; "
                           "after any other prefix, token 3"}, run,
                 [Expect("the best hypothesis' tokens", np.asarray(want, dtype=np.int64), kind="i")])
 
@@ -2772,7 +2795,33 @@ def _cases_17():
                               "silent_parameters(model, loss_fn)" if rel is None else
                               "silent_parameters(model, loss_fn, rel=rel)", shown, run,
                               [Expect("the silent parameters, in order", want, kind="s")]))
+    cases.append(_largest_first_case())
     return cases
+
+
+def _largest_first_case() -> Case:
+    """Five parameters, the largest gradient the first's: every norm counts toward the largest."""
+    scales = {"big": 1e5, "a": 1.0, "tiny": 1e-3, "b": 1.0, "c": 1.0}
+
+    def run(ns):
+        Module, P = engine(ns, "05").Module, engine(ns, "05").Parameter
+
+        class Five(Module):
+            def __init__(self):
+                for name in scales:
+                    setattr(self, name, P(np.ones(2)))
+
+        def loss_fn(m):
+            total = None
+            for name, k in scales.items():
+                term = (getattr(m, name) * k).sum()
+                total = term if total is None else total + term
+            return total
+        yield ns.silent_parameters(Five(), loss_fn)
+    return Case("five parameters, the largest gradient the first one's: the largest over them all",
+                "silent_parameters(model, loss_fn)", {"model": "a Module of five parameters (2,) of ones: big, a, "
+                                                      "tiny, b, c", "loss_fn": "Σ(1e5·big) + Σa + Σ(1e-3·tiny) + Σb + Σc"},
+                run, [Expect("the silent parameters, in order", ["tiny"], kind="s")])
 
 
 def _silent(none_only=False, clear=True):
@@ -2840,7 +2889,8 @@ def _cases_19():
     cases = []
     for V, d, d_ff, n, title in [(5, 3, 5, 1, "a tiny model"), (13, 64, 128, 2, "the copy task's model"),
                                  (37000, 512, 2048, 6, "the base model (Table 3: 65 million)"),
-                                 (37000, 1024, 4096, 6, "the big model (Table 3: 213 million)")]:
+                                 (37000, 1024, 4096, 6, "the big model (Table 3: 213 million)"),
+                                 (37000, 4096, 16384, 6, "a model of about 3 billion: beyond 32-bit integers")]:
         cfg = transformer.TransformerConfig(V, d_model=d, n_heads=1, d_ff=d_ff, n_encoder_layers=n,
                                             n_decoder_layers=n, dropout=0.0)
         want = _count_without_building(cfg)
@@ -2996,6 +3046,16 @@ def _cases_21():
                           [Expect("'w'", want["w"], atol=1e-12), Expect("'b'", want["b"], atol=1e-12),
                            Expect("the states given unchanged", np.bool_(True), kind="b")]))
     cases.append(_average_is_new_case(states))
+    steps = [{"step": np.array(1), "w": np.array([1.0, 3.0], np.float32)}, {"step": np.array(2), "w": np.array([2.0, 5.0],
+                                                                                                          np.float32)}]
+
+    def run(ns):
+        out = ns.average([{n: a.copy() for n, a in s.items()} for s in steps])
+        yield out.get("step", Missing("the result has no 'step'")) if isinstance(out, dict) else out
+        yield out.get("w", Missing("the result has no 'w'")) if isinstance(out, dict) else out
+    cases.append(Case("average: an integer entry (a step count): its mean, 1.5, is not rounded", "average(states)",
+                      {"states": steps}, run, [Expect("'step'", np.float64(1.5)), Expect("'w'", np.array([1.5, 4.0]),
+                                                                                           atol=1e-6)]))
     return cases
 
 
@@ -3124,7 +3184,56 @@ def _cases_22():
         _case_22([(0, 2), (2, 6)], "pad id 8 (and 0 a word): the tokens not counted are the pad argument's",
                  pad=8),
         _case_22([(0, 3), (3, 6)], "a micro-batch whose targets are all pad adds no token and no gradient",
-                 empty=True)]
+                 empty=True), _no_tokens_case_22(), _one_token_case_22()]
+
+
+def _no_tokens_case_22() -> Case:
+    """Every target pad: no token, a loss of 0 (cross_entropy divides by 1) and zero gradients,
+    not 0/0."""
+    b = _batch_22(0)
+    V, d, h, layers = b["V"], b["d"], b["h"], b["layers"]
+
+    def run(ns):
+        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+        m.load_state_dict({k: v.copy() for k, v in b["state"].items()})
+        micro = [(b["src"][i:j], b["tgt_in"][i:j], np.zeros_like(b["tgt_out"][i:j])) for i, j in ((0, 3), (3, 6))]
+        with np.errstate(all="ignore"):
+            yield ns.accumulate(m, micro, 0.1, 0)
+        grads = [p.grad for p in m.parameters()]
+        yield np.bool_(all(g is None or (np.all(np.isfinite(g)) and not np.any(g)) for g in grads))
+    return Case("every target pad: no token, and every gradient zero (not 0/0)", "accumulate(model, micro_batches, "
+                "smoothing=0.1, pad=0)", {"micro-batches": "sentence pairs 0–2 and 3–5 of a batch of 6, every target "
+                                          "pad", "model": "your Transformer with the grader's weights"}, run,
+                [Expect("the returned number of tokens", np.int64(0), kind="i"),
+                 Expect("every .grad zero (or None): the whole batch's loss is 0", np.bool_(True), kind="b")])
+
+
+def _one_token_case_22() -> Case:
+    """A batch of one sentence pair with one target token: the sum divided by exactly 1."""
+    b = _batch_22(0)
+    V, d, h, layers = b["V"], b["d"], b["h"], b["layers"]
+    src, tgt_in, tgt_out = (b[k][2:3] for k in ("src", "tgt_in", "tgt_out"))
+    cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                        n_decoder_layers=layers, dropout=0.0, max_len=16)
+    ref = transformer.Transformer(cfg)
+    ref.astype(np.float64)
+    ref.load_state_dict({k: v.copy() for k, v in b["state"].items()})
+    transformer.label_smoothed_loss(ref(mt.tensor(src), mt.tensor(tgt_in)), mt.tensor(tgt_out), 0, 0.1).backward()
+    want = sorted(((k, p.grad.numpy()) for k, p in ref.named_parameters()), key=lambda kv: (kv[1].size, kv[0]))
+
+    def run(ns):
+        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+        m.load_state_dict({k: v.copy() for k, v in b["state"].items()})
+        yield ns.accumulate(m, [(src, tgt_in, tgt_out)], 0.1, 0)
+        params = dict(m.named_parameters())
+        for k, _ in want:
+            g = params[k].grad
+            yield Missing(f"the parameter {k} got no gradient") if g is None else g
+    return Case("one micro-batch of one target token", "accumulate(model, micro_batches, smoothing=0.1, pad=0)",
+                {"micro-batches": "sentence pair 2 of the batch of 6, alone: one target token",
+                 "model": "your Transformer with the grader's weights"}, run,
+                [Expect("the returned number of tokens", np.int64(1), kind="i")]
+                + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7) for k, g in want])
 
 
 def _accumulate(mod, how="sum then divide", clear=True):
@@ -3169,7 +3278,9 @@ def _cases_23():
                          "needs its own maximum", [[30], [-30]], [[30], [30], [0], [0]]),
             (2, 3, 2, 1, "every score near −1000: the running maximum starts at −∞, not 0", 30, -30),
             (2, 4, 2, 2, "a later block's scores a thousand below the first block's: the maximum so far is kept, "
-                         "not replaced by the block's", 30, [[30], [30], [-30], [-30]])]:
+                         "not replaced by the block's", 30, [[30], [30], [-30], [-30]]),
+            (2, 4, 2, 2, "a later block's scores a thousand above the first block's: the maximum rises with it", 30,
+             [[-30], [-30], [30], [30]])]:
         q, k, v = _r(rng, (Tq, d)) + q_add, _r(rng, (Tk, d)) + k_add, _r(rng, (Tk, 3))
         want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
 

@@ -369,6 +369,12 @@ EQUIVALENT: dict = {
         "a NumPy float64 is a Python float: numerical_gradient computes the same",
     ("03", "gradcheck", "if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
      "if not np.all(np.abs(numeric - analytic) <= atol + rtol * np.abs(numeric)):"): "|a − b| = |b − a|",
+    ("04", "cross_entropy", "np.put_along_axis(q, np.where(real, target, 0)[..., None], 1 - smoothing + smoothing / V, "
+     "axis=-1)", "np.put_along_axis(q, np.where(real, target, 1)[..., None], 1 - smoothing + smoothing / V, axis=-1)"):
+        "the class written at a pad position is any valid one: q *= real zeroes that row after",
+    ("04", "cross_entropy", "np.put_along_axis(q, np.where(real, target, 0)[..., None], 1 - smoothing + smoothing / V, "
+     "axis=-1)", "np.put_along_axis(q, np.where(real, target, -1)[..., None], 1 - smoothing + smoothing / V, axis=-1)"):
+        "the class written at a pad position is any valid one (−1 is the last): q *= real zeroes that row after",
     ("04", "cross_entropy", "target = np.asarray(target)", "pass"): "target is an integer array, as the docstring says",
     ("04", "cross_entropy", "target = np.asarray(target)", "target = target"):
         "target is an integer array, as the docstring says",

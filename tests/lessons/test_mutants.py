@@ -236,6 +236,27 @@ TRIALS = [
      "    return {name: sum(s[name] for s in states) / len(states) for name in states[0]}"),  # one state itself
     ("24", "    return [np.concatenate(c).reshape(shape) for c in chunks], sent",
      "    return [np.concatenate(c).reshape(shape) if shape else np.concatenate(c) for c in chunks], sent"),  # 0-d
+    ("02", "n == 1 and grad.shape[i] != 1", "n == 1 and grad.shape[i] > 1"),              # a size-0 axis kept
+    ("04", "np.where(real, target, 0)[..., None]", "target[..., None]"),                   # pad read as a class
+    ("05", "            for name, value in vars(module).items():\n",
+     "            for name, value in vars(module).items():\n                if name.startswith(\"_\"):\n"
+     "                    continue\n"),                                                  # _names skipped
+    ("07", "        axes = tuple(range(grad.ndim - 1))", "        axes = (0, 1)[:grad.ndim - 1]"),  # two axes at most
+    ("08", "    return np.tril(np.ones((T, T), dtype=bool))",
+     "    return np.tril(np.ones((T, T), dtype=bool)) if T else np.ones((1, 1), bool)"),   # T = 0
+    ("09", "    return x.reshape(B, T, h, d // h).transpose(0, 2, 1, 3)",
+     "    return x.reshape(B, T, h, -1).transpose(0, 2, 1, 3)"),                         # −1 fails at T = 0
+    ("15", "                if not np.isfinite(s):\n                    break\n", ""),      # banned ones kept
+    ("17", "    top = max(norms)", "    top = max(norms[-3:])"),                             # the last three only
+    ("19", "    linear = lambda n_in, n_out: n_in * n_out + n_out   # noqa: E731",
+     "    d_model, d_ff = __import__(\"numpy\").int32(d_model), __import__(\"numpy\").int32(d_ff)\n"
+     "    linear = lambda n_in, n_out: n_in * n_out + n_out   # noqa: E731"),          # 32-bit counts
+    ("21", "    return {name: sum(s[name] for s in states) / len(states) for name in states[0]}",
+     "    return {name: (sum(s[name] for s in states) / len(states)).astype(states[0][name].dtype) "
+     "for name in states[0]}"),                                                     # integers truncated
+    ("22", "            p.grad = p.grad / max(tokens, 1)", "            p.grad = p.grad / tokens"),  # 0/0
+    ("23", "        m_new = np.maximum(m, s.max(axis=1, keepdims=True))",
+     "        m_new = np.maximum(m, s.max(axis=1, keepdims=True)) if start == 0 else m"),  # the first block's only
 ]
 
 

@@ -30,6 +30,6 @@ def accumulate(model, micro_batches, smoothing, pad):
         tokens += n
     for p in params:
         if p.grad is not None:
-            p.grad = p.grad / tokens
+            p.grad = p.grad / max(tokens, 1)
     return tokens
     # <<<
