@@ -5,7 +5,8 @@
     from minitensor import nn, optim
 """
 from . import allocator, amp, cuda, functional, nn, optim, profiler, routes, speed
-from .speed import gpu as _kernel_routes, cpu as _numpy_routes  # noqa: F401  (register the routes, kernels' first)
+from .speed import gpu as _kernel_routes, products as _product_routes, cpu as _numpy_routes  # noqa: F401, I001
+# (importing them registers the routes, in the order they are tried: the kernels', the products', NumPy's)
 from .autograd import Function, enable_grad, is_grad_enabled, no_grad
 from .errors import DeviceError, GraphError, ShapeError
 from .gradcheck import GradcheckError, gradcheck

@@ -140,3 +140,11 @@ def scatter_add(xp, target, index, values) -> None:
 def on_gpu(xp) -> bool:
     """True when ``xp`` is CuPy (the hand-written kernels may apply)."""
     return xp is not np
+
+
+def matmul(a, b):
+    """``a @ b`` over the last two axes, on either device. CuPy refuses batched bfloat16
+    products: those are formed in float32 and rounded back once."""
+    if a.dtype.name == "bfloat16" and type(a) is not np.ndarray and max(a.ndim, b.ndim) > 2:
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(a.dtype)
+    return a @ b

@@ -25,8 +25,6 @@ UNMIRRORED = {
     "minitensor/random.py": "minitensor/test_autograd.py, minitensor/ops/test_dropout.py (dropout's seeds)",
     "minitensor/tensor.py": "minitensor/test_autograd.py, minitensor/test_errors.py",
     "minitensor/testing.py": "the hypothesis strategies every op test draws from",
-    "minitensor/speed/products.py": "minitensor/cuda/test_gemm.py, minitensor/cuda/test_kernels.py, "
-                                    "minitensor/ops/test_linalg.py",
     "minitensor/threads.py": "minitensor/speed/test_rows.py, minitensor/test_optim.py",
     "transformer/cli.py": "transformer/test_cli_*.py",
     "transformer/commands.py": "transformer/test_cli_*.py",
@@ -77,8 +75,7 @@ REFERENCE_CORE = ["minitensor/tensor.py", "minitensor/autograd.py", "minitensor/
 # modules of the core that still choose a faster road themselves, and what of the speed layer they
 # import: each is to become a route of the speed layer, so the list can only shrink
 STILL_TO_ROUTE = {
-    "minitensor/ops/attention.py": {"minitensor.speed.products"},
-    "minitensor/ops/linalg.py": {"minitensor.cuda", "minitensor.speed.products"},
+    "minitensor/ops/linalg.py": {"minitensor.cuda"},
     "minitensor/ops/norm.py": {"minitensor.cuda"},
     "minitensor/optim.py": {"minitensor.cuda", "minitensor.threads"},
 }

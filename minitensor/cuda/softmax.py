@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.attention import ScaledDotProductAttention
+from ..speed.products import product
 from .build import array_module, as4d, ctype, items_per_lane, kernel, mask_view
 
 SOURCE = "softmax.cu"
@@ -66,6 +67,8 @@ class FusedSoftmaxAttention(ScaledDotProductAttention):
     """:class:`minitensor.ops.attention.ScaledDotProductAttention` (equation 1, the same products
     on cuBLAS) with its masked softmax and the softmax's backward on the kernels: the mask is
     read through broadcast strides, never materialised, and each pass reads the scores once."""
+
+    product = staticmethod(product)
 
     @staticmethod
     def softmax(xp, scores, mask):

@@ -15,7 +15,7 @@ from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_mask, as_tensor
 from .dropout import check_probability, dropout_keep, dropped
-from ..speed.products import product
+from .linalg import Products
 from .precision import compute_dtype
 from .shape import broadcasts
 from .softmax import softmax_array, softmax_backward
@@ -67,9 +67,12 @@ class ScaledDotProductAttention(Function):
         dS = P ⊙ (dP - Σ_k dP ⊙ P) · 1/√d_k,  dQ = dS K,  dK = dSᵀ Q.
     One op rather than five, so fused kernels can stand in for it on the GPU: the masked
     softmax and its backward are the two methods ``softmax`` and ``softmax_backward``, which
-    the fused kernel's op overrides. The weights P are kept on ``ctx.weights``; ``need_weights``
+    the fused kernel's op overrides (and ``product``, the matrix product, a faster route's). The
+    weights P are kept on ``ctx.weights``; ``need_weights``
     says the caller reads them (a route that never forms them does not apply then).
     """
+
+    product = staticmethod(Products.product)
 
     @staticmethod
     def softmax(xp, scores, mask):
@@ -91,6 +94,7 @@ class ScaledDotProductAttention(Function):
         ctx.scale = scale
         # scale q (Tq x d) before the product: cheaper than scaling the scores (Tq x Tk), and in
         # float16 the unscaled q·k overflows √d_k times sooner
+        product = ctx.fn.product
         scores = product(q * q.dtype.type(scale), k.swapaxes(-1, -2))
         p = ctx.fn.softmax(xp, scores, mask)
         keep = dropout_keep(xp, p.shape, dropout_p) if dropping else None
@@ -103,6 +107,7 @@ class ScaledDotProductAttention(Function):
     def backward(ctx, grad):
         nq, nk, nv = ctx.needs_input_grad[:3]
         q, k, v, p, keep = ctx.saved
+        product = ctx.fn.product
         a = dropped(p, keep, ctx.dropout_p) if keep is not None else p
         gv = product(a.swapaxes(-1, -2), grad) if nv else None
         gp = product(grad, v.swapaxes(-1, -2))

@@ -5,11 +5,11 @@ import numpy as np
 
 from .. import cuda
 from ..amp import autocast_dtype, cast_once
+from ..backend import matmul as _matmul
 from ..autograd import Function
 from ..errors import ShapeError
 from ..tensor import Tensor, as_tensor, as_tensors
 from .elementwise import Cast, relu
-from ..speed.products import add_bias, block_products, block_products_grad, product, sum_rows
 
 
 def _swap(a):
@@ -17,7 +17,29 @@ def _swap(a):
     return a.swapaxes(-1, -2)
 
 
-class Matmul(Function):
+class Products:
+    """The three array steps of the ops below, plain: a product, a bias added in place, and column
+    sums. A faster route of an op overrides them (``minitensor/speed/products.py``)."""
+
+    @staticmethod
+    def product(a, b, out_dtype=None):
+        """a @ b over the last two axes, written in ``out_dtype`` (default: as it comes)."""
+        c = _matmul(a, b)
+        return c if out_dtype is None or c.dtype == out_dtype else c.astype(out_dtype)
+
+    @staticmethod
+    def add_bias(xp, y, b):
+        """y += b in place (a float32 bias is added to a 16-bit y in float32 and rounded once); y."""
+        y += b
+        return y
+
+    @staticmethod
+    def column_sums(xp, g, dtype=None):
+        """Σ over the rows of a 2-D g, in ``dtype`` (default: g's)."""
+        return g.sum(axis=0, dtype=dtype)
+
+
+class Matmul(Products, Function):
     """C = A @ B over the last two axes; leading axes broadcast.
 
     dC/dA · G = G @ Bᵀ,  dC/dB · G = Aᵀ @ G (then the engine sums broadcast axes away).
@@ -32,13 +54,14 @@ class Matmul(Function):
                 f"(last axis of the first is {a.shape[-1]}, second-to-last of the second is {b.shape[-2]})"
             )
         ctx.save_for_backward(a, b)
-        return product(a, b)  # a @ b; why product: cuBLAS on CuPy, transposes as flags (speed.products)
+        return ctx.fn.product(a, b)
 
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved
         na, nb = ctx.needs_input_grad
-        return (product(grad, _swap(b)) if na else None), (product(_swap(a), grad) if nb else None)
+        mm = ctx.fn.product
+        return (mm(grad, _swap(b)) if na else None), (mm(_swap(a), grad) if nb else None)
 
 
 def _autocast(*tensors):
@@ -88,7 +111,7 @@ def matmul(a, b) -> Tensor:
     return Matmul.apply(a, b)
 
 
-class Linear(Function):
+class Linear(Products, Function):
     """y = x W + b for x (..., in), W (in, out), b (out,) — the paper's xW + b; with
     ``transposed``, W is stored (out, in) and y = x Wᵀ + b (the tied output layer h Eᵀ, whose
     gradient then comes out in E's own layout).
@@ -113,11 +136,9 @@ class Linear(Function):
         w = _weight_in(w, dtype)
         ctx.save_for_backward(x, w)
         ctx.transposed = transposed
-        y = product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one GEMM over all rows
+        y = ctx.fn.product(x.reshape(-1, x.shape[-1]), w.T if transposed else w)  # one product over all rows
         if b is not None:
-            # a float32 bias is added to a 16-bit y in float32 and rounded once: no cast of its own;
-            # why add_bias: one kernel pass where the kernels run (speed.products)
-            add_bias(ctx.xp, y, b)
+            ctx.fn.add_bias(ctx.xp, y, b)
         return y.reshape(x.shape[:-1] + (n_out,))
 
     @staticmethod
@@ -126,20 +147,39 @@ class Linear(Function):
         nx, nw, nb = ctx.needs_input_grad
         g2 = grad.reshape(-1, grad.shape[-1])
         x2 = x.reshape(-1, x.shape[-1])
-        gx = product(g2, w if ctx.transposed else w.T).reshape(x.shape) if nx else None
+        mm = ctx.fn.product
+        gx = mm(g2, w if ctx.transposed else w.T).reshape(x.shape) if nx else None
         # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
-        gw = (product(g2.T, x2, ctx.w_dtype) if ctx.transposed else product(x2.T, g2, ctx.w_dtype)) if nw else None
-        gb = sum_rows(ctx.xp, g2, ctx.b_dtype) if nb else None  # why: one product with ones, read row by row (speed.products)
+        gw = (mm(g2.T, x2, ctx.w_dtype) if ctx.transposed else mm(x2.T, g2, ctx.w_dtype)) if nw else None
+        gb = ctx.fn.column_sums(ctx.xp, g2, ctx.b_dtype) if nb else None
         return gx, gw, gb
 
 
-class Linears(Function):
+class Linears(Products, Function):
     """y_i = x W_i + b_i for i = 1..n, every W_i (in, out): the Q, K and V projections of one input.
 
-    One product x [W_1 … W_n] gives the n outputs (``speed.products.block_products``).
-    dx = Σ_i G_i W_iᵀ (``speed.products.block_products_grad``), dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over
-    rows. An output nothing used adds nothing to dx.
+    One product x [W_1 … W_n] gives the n outputs, column blocks of one (rows, n·out) array.
+    dx = Σ_i G_i W_iᵀ = [G_1 … G_n] [W_1 … W_n]ᵀ, dW_i = x₂ᵈᵀ G_i, db_i = Σ G_i over rows. An
+    output nothing used adds nothing to dx. The steps that form the outputs and dx are the
+    methods ``products`` and ``products_grad``, which a faster route overrides.
     """
+
+    @staticmethod
+    def products(xp, x, w, biases):
+        """[x W_i + b_i for each i], for x (rows, in) and w = [W_1 … W_n] (in, n·out)."""
+        y, n_out = _matmul(x, w), w.shape[1] // len(biases)
+        ys = [y[:, i * n_out:(i + 1) * n_out] for i in range(len(biases))]
+        for y_i, b in zip(ys, biases):
+            if b is not None:
+                y_i += b          # in place, as Linear adds its bias
+        return ys
+
+    @staticmethod
+    def products_grad(xp, grads, w, rows: int):
+        """Σ_i G_i W_iᵀ, a missing G_i (None) counting as zeros."""
+        n_out = w.shape[1] // len(grads)
+        gs = [xp.zeros((rows, n_out), w.dtype) if g is None else g for g in grads]
+        return _matmul(xp.concatenate(gs, axis=1), w.T)
 
     @staticmethod
     def forward(ctx, x, *params, dtype=None):
@@ -156,8 +196,7 @@ class Linears(Function):
         w = ctx.xp.concatenate(ws, axis=1)                    # [W_1 … W_n], (in, n out)
         ctx.save_for_backward(x, w)
         n_in, n_out = ws[0].shape
-        # why block_products: one GEMM whose outputs the attention kernels read in place (speed.products)
-        ys = block_products(ctx.xp, x.reshape(-1, n_in), w, bs)
+        ys = ctx.fn.products(ctx.xp, x.reshape(-1, n_in), w, bs)
         return tuple(y_i.reshape(x.shape[:-1] + (n_out,)) for y_i in ys)
 
     @staticmethod
@@ -166,13 +205,12 @@ class Linears(Function):
         needs = ctx.needs_input_grad
         x2, n_out = x.reshape(-1, x.shape[-1]), w.shape[1] // len(grads)
         g2 = [None if g is None else g.reshape(-1, n_out) for g in grads]
-        # why block_products_grad: no concatenation of the G_i where the kernels run (speed.products)
-        out = [block_products_grad(ctx.xp, g2, w, x2.shape[0]).reshape(x.shape) if needs[0] else None]
+        out = [ctx.fn.products_grad(ctx.xp, g2, w, x2.shape[0]).reshape(x.shape) if needs[0] else None]
         for i, g in enumerate(g2):
             nw, nb = needs[1 + 2 * i], needs[2 + 2 * i]
             # dW and db in the parameters' own dtype (float32 under autocast), each rounded once
-            out.append(product(x2.T, g, ctx.w_dtypes[i]) if nw and g is not None else None)
-            out.append(sum_rows(ctx.xp, g, ctx.b_dtypes[i]) if nb and g is not None else None)
+            out.append(ctx.fn.product(x2.T, g, ctx.w_dtypes[i]) if nw and g is not None else None)
+            out.append(ctx.fn.column_sums(ctx.xp, g, ctx.b_dtypes[i]) if nb and g is not None else None)
         return tuple(out)
 
 

@@ -134,3 +134,43 @@ def product(a, b, out_dtype=None, into=None):
         return into
     c = a @ b
     return c if out_dtype is None or c.dtype == out_dtype else c.astype(out_dtype)
+
+
+# ---------------------------------------------------------------------------- the routes
+# The products' ops with these steps in place of their plain ones (minitensor.ops.linalg.Products).
+# Registered after the kernels' routes and before NumPy's (see minitensor/__init__.py).
+from .. import routes  # noqa: E402
+from ..ops import attention, linalg  # noqa: E402
+
+
+class Matmul(linalg.Matmul):
+    product = staticmethod(product)
+
+
+class Linear(linalg.Linear):
+    product, add_bias, column_sums = staticmethod(product), staticmethod(add_bias), staticmethod(sum_rows)
+
+
+class Linears(linalg.Linears):
+    product, add_bias, column_sums = staticmethod(product), staticmethod(add_bias), staticmethod(sum_rows)
+    products, products_grad = staticmethod(block_products), staticmethod(block_products_grad)
+
+
+class ScaledDotProductAttention(attention.ScaledDotProductAttention):
+    product = staticmethod(product)
+
+
+def _on_cupy(xp, arrays, params) -> bool:
+    return xp is not np
+
+
+def _anywhere(xp, arrays, params) -> bool:
+    return True
+
+
+ROUTES = [
+    routes.register(linalg.Matmul, Matmul, _on_cupy),                  # on NumPy, product is a @ b
+    routes.register(linalg.Linear, Linear, _anywhere),                 # on NumPy too: sum_rows in BLAS
+    routes.register(linalg.Linears, Linears, _anywhere),               # on NumPy too: contiguous blocks
+    routes.register(attention.ScaledDotProductAttention, ScaledDotProductAttention, _on_cupy),
+]

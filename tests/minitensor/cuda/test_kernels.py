@@ -133,7 +133,8 @@ SOFTMAX_SHAPES = [(1, 1, 1, 1), (2, 3, 5, 7), (3, 2, 33, 31), (2, 4, 17, 100), (
 FLASH_SHAPES = [(1, 1, 1, 1, 8), (2, 3, 5, 7, 16), (2, 2, 65, 33, 32), (1, 3, 130, 200, 64), (2, 1, 31, 97, 40)]
 HALF_CTYPES = {"float32": "float", "float16": "f16", "bfloat16": "bf16"}
 OPS = {"flash": flash_kernels.FlashAttention, "fused": softmax_kernels.FusedSoftmaxAttention}
-PLAIN = (ScaledDotProductAttention, numpy_routes.ScaledDotProductAttention)   # no kernel: the reference or NumPy's route
+PLAIN = (ScaledDotProductAttention, numpy_routes.ScaledDotProductAttention,   # no kernel: the reference, or the
+         products.ScaledDotProductAttention)                                    # routes of NumPy or cuBLAS products
 
 
 @pytest.fixture(scope="module", autouse=True)
