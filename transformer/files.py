@@ -40,9 +40,11 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import IO
@@ -287,13 +289,34 @@ class Output:
         return self.open()
 
     def __exit__(self, kind, error, tb) -> None:
-        if kind is None:
-            self.commit()
-        elif self.lines_on_interrupt and issubclass(kind, KeyboardInterrupt):
-            with contextlib.suppress(FileWriteError):
-                self.commit(keep=whole_lines)
-        else:
-            self.discard()
+        with signals_held():  # a Ctrl-C during the rename takes effect once the name holds the file
+            if kind is None:
+                self.commit()
+            elif self.lines_on_interrupt and issubclass(kind, KeyboardInterrupt):
+                with contextlib.suppress(FileWriteError):
+                    self.commit(keep=whole_lines)
+            else:
+                self.discard()
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold back SIGINT, SIGTERM and SIGHUP in this block (in the main thread, where Python runs
+    signal handlers): one that arrives meanwhile is raised again when the block ends, to the
+    handler it would have met, so a file being finished is never left half renamed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    names = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    before = {number: signal.signal(number, lambda number, frame: caught.append(number)) for number in names}
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(caught):   # each held signal once, in the order it came
+            signal.raise_signal(number)
 
 
 def whole_lines(data: bytes) -> int | None:

@@ -451,3 +451,29 @@ def test_two_processes_racing_for_a_lock_never_both_hold_it_under_cpu_load(tmp_p
             b.wait()
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "0"
+
+
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_ctrl_c_during_the_rename_takes_effect_after_it_with_the_file_whole(tmp_path, monkeypatch, interrupted):
+    """A SIGINT that arrives while a finished file is renamed into place (here: sent from inside
+    the rename) is held until the name holds the whole file, then raises; the same for a log kept
+    on a first Ctrl-C, whose commit a second one must not cut."""
+    import signal
+
+    real_replace = files.os.replace
+
+    def replace_under_a_signal(src, dst):
+        os.kill(os.getpid(), signal.SIGINT)     # arrives now, in the middle of the commit
+        time.sleep(0.05)                         # (an unblocked signal would have run its handler by now)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", replace_under_a_signal)
+    target = tmp_path / "metrics.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        with files.Output(target, lines_on_interrupt=True) as f:
+            f.write('{"step": 1}\n{"step": 2}\n{"st')
+            if interrupted:
+                raise KeyboardInterrupt     # the first Ctrl-C: the log keeps its whole lines
+            f.write('ep": 3}\n')
+    want = '{"step": 1}\n{"step": 2}\n' + ("" if interrupted else '{"step": 3}\n')
+    assert target.read_text() == want and not list(tmp_path.glob(".*partial"))
