@@ -630,6 +630,11 @@ def _cases_03():
                                  "given, not the defaults)", x, y, 1.00001, 1.0, False, atol=0.0, rtol=1e-7))
     cases.append(_gradcheck_case("a backward 0.1% off, with rtol = 0.01: right (the tolerances given, not the "
                                  "defaults)", x, y, 1.001, 1.0, True, rtol=0.01))
+    cases.append(_gradcheck_case("a backward 5e-5 off where the gradient is 0: wrong (the default atol is 1e-5, "
+                                 "not 1e-4)", np.array([0.5, -0.7, 0.9]), np.zeros(3), "offset", 1.0, False))
+    cases.append(_gradcheck_case("a backward 0.005% off on gradients near 1000: right (the default rtol is 1e-4, "
+                                 "not 1e-5)", np.array([0.5, -0.7, 0.9]), np.array([1000.0, 1200.0, 900.0]), 1.00005,
+                                 1.0, True))
     return cases
 
 
@@ -669,7 +674,9 @@ def _gradcheck_case(title, x, y, sx, sy, right, **options) -> Case:
                "one entry": "a Function x · y whose backward returns (y, x) times the output's gradient, its first "
                             "entry of x's doubled",
                "one row": "a Function sum(x + y), one number, whose backward returns the output's gradient as an "
-                          "array of shape (1,) to each input"}
+                          "array of shape (1,) to each input",
+               "offset": "a Function x · y whose backward returns (y times the output's gradient + 5e-5, x times "
+                         "the output's gradient)"}
     fn = special[sx] if sx in special else \
         f"a Function x · y whose backward returns ({_scale_text(sx, 'y')}, {_scale_text(sy, 'x')})" + \
         ("" if sx == "mean" else " times the output's gradient")
@@ -725,6 +732,8 @@ def _product(ns, sx, sy):
                 return None, 2 * grad * self.y
             if sx == "mean":     # each entry's own output gradient replaced by their mean: right for ones only
                 return grad.mean() * self.y, grad * self.x * sy
+            if sx == "offset":   # 5e-5 too much in every entry of x's gradient
+                return grad * self.y + 5e-5, grad * self.x * sy
             return (None if sx is None else grad * self.y * (1.0 if sx == "relu" else sx)), grad * self.x * sy
     if sx == "relu":
         return lambda x, y: Product.apply(x.relu(), y)
@@ -1536,6 +1545,16 @@ def _cases_09():
                              lambda ns, m, query, mask=mask: (lambda q: m(q, q, q, mask))(engine(ns).Tensor(query)),
                              lambda m, query, mask=mask: (lambda q: m(q, q, q, mt.tensor(mask)))(mt.tensor(query)),
                              seed=906, shown={"query": query, "key = value": "query", "h": h, "mask": mask}))
+    heads = np.ones((1, h, 1, T), bool)            # a mask of its own for each head: (1, h, 1, T_k)
+    heads[0, 0, 0, -1] = heads[0, 1, 0, 0] = False
+    one = query[:1]
+    cases.append(module_case("MultiHeadAttention: a (1, h, 1, T) mask, each head its own keys",
+                             "out = MultiHeadAttention(d_model, h)(query, query, query, mask)",
+                             lambda ns: ns.MultiHeadAttention(d, h, np.random.default_rng(0)),
+                             transformer.MultiHeadAttention(d, h), {"query": one},
+                             lambda ns, m, query, mask=heads: (lambda q: m(q, q, q, mask))(engine(ns).Tensor(query)),
+                             lambda m, query, mask=heads: (lambda q: m(q, q, q, mt.tensor(mask)))(mt.tensor(query)),
+                             seed=907, shown={"query": one, "key = value": "query", "h": h, "mask": heads}))
     return cases
 
 
@@ -1973,7 +1992,30 @@ def _cases_13():
     cases.append(_right_nested_case())
     cases.append(_deep_recurrent_case(3000))
     cases.append(_leaf_case())
+    cases.append(_two_lengths_case())
     return cases
+
+
+def _two_lengths_case(n=2, d=2) -> Case:
+    """y = x @ w reached directly and through z = y @ v: the longest path counts, whichever input
+    of the sum a walk visits first (out = z + y, then y + z)."""
+    rng = np.random.default_rng(131)
+    x, w, v = _r(rng, (n, d)), _r(rng, (d, d)), _r(rng, (d, d))
+
+    def run(ns):
+        T = engine(ns).Tensor
+        for first_long in (True, False):
+            y = T(x, requires_grad=True) @ T(w, requires_grad=True)
+            z = y @ T(v, requires_grad=True)
+            out = z + y if first_long else y + z
+            yield ns.multiply_adds(out)
+            yield ns.sequential_products(out)
+    return Case("y = x @ w reached directly and through z = y @ v: the longer path, in either order",
+                "y = x @ w; z = y @ v; multiply_adds and sequential_products of z + y, then of y + z",
+                {"x": f"({n}, {d})", "w, v": f"({d}, {d})"}, run,
+                [e for order in ("z + y", "y + z") for e in
+                 (Expect(f"{order}: multiply_adds", np.int64(2 * n * d * d), kind="i"),
+                  Expect(f"{order}: sequential_products", np.int64(2), kind="i"))])
 
 
 def _leaf_case() -> Case:
@@ -2958,6 +3000,8 @@ _CORPORA_20 = [
     ("case matters: 'The' is not 'the'", ["The cat sat on the mat"], ["the cat sat on the mat"]),
     ("an n-gram is a tuple of tokens: 'a bc' is not 'ab c'", ["a bc d e"], ["ab c d e"]),
     ("one word shorter than the reference: BP = exp(1 − 6/5)", ["the cat sat on the"], ["the cat sat on the mat"]),
+    ("an empty reference and an empty hypothesis add nothing, not even to the lengths",
+     ["a cat sat on the mat", ""], ["a cat sat on the mat", ""]),
 ]
 
 
@@ -3184,7 +3228,7 @@ def _cases_22():
         _case_22([(0, 2), (2, 6)], "pad id 8 (and 0 a word): the tokens not counted are the pad argument's",
                  pad=8),
         _case_22([(0, 3), (3, 6)], "a micro-batch whose targets are all pad adds no token and no gradient",
-                 empty=True), _no_tokens_case_22(), _one_token_case_22()]
+                 empty=True), _no_tokens_case_22(), _one_token_case_22(), _pad_argument_case_22()]
 
 
 def _no_tokens_case_22() -> Case:
@@ -3206,6 +3250,38 @@ def _no_tokens_case_22() -> Case:
                                           "pad", "model": "your Transformer with the grader's weights"}, run,
                 [Expect("the returned number of tokens", np.int64(0), kind="i"),
                  Expect("every .grad zero (or None): the whole batch's loss is 0", np.bool_(True), kind="b")])
+
+
+def _pad_argument_case_22(pad=3) -> Case:
+    """The loss's pad is the argument, not the model's: a model that pads its sources with 0, and
+    targets in which 3 is the pad the loss skips."""
+    b = _batch_22(0)
+    V, d, h, layers = b["V"], b["d"], b["h"], b["layers"]
+    cfg = transformer.TransformerConfig(V, d_model=d, n_heads=h, d_ff=2 * d, n_encoder_layers=layers,
+                                        n_decoder_layers=layers, dropout=0.0, max_len=16)
+    ref = transformer.Transformer(cfg)
+    ref.astype(np.float64)
+    ref.load_state_dict({k: v.copy() for k, v in b["state"].items()})
+    transformer.label_smoothed_loss(ref(mt.tensor(b["src"]), mt.tensor(b["tgt_in"])), mt.tensor(b["tgt_out"]), pad,
+                                    0.1).backward()
+    want = sorted(((k, p.grad.numpy()) for k, p in ref.named_parameters()), key=lambda kv: (kv[1].size, kv[0]))
+    tokens = int((b["tgt_out"] != pad).sum())
+
+    def run(ns):
+        m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
+        m.load_state_dict({k: v.copy() for k, v in b["state"].items()})
+        micro = [(b["src"][i:j], b["tgt_in"][i:j], b["tgt_out"][i:j]) for i, j in ((0, 3), (3, 6))]
+        yield ns.accumulate(m, micro, 0.1, pad)
+        params = dict(m.named_parameters())
+        for k, _ in want:
+            g = params[k].grad
+            yield Missing(f"the parameter {k} got no gradient") if g is None else g
+    return Case(f"pad = {pad} for the loss, the model padding its sources with 0: the pad argument decides",
+                f"accumulate(model, micro_batches, smoothing=0.1, pad={pad})",
+                {"micro-batches": "sentence pairs 0–2 and 3–5 of a batch of 6",
+                 "model": "your Transformer (pad 0, its default) with the grader's weights"}, run,
+                [Expect("the returned number of tokens", np.int64(tokens), kind="i")]
+                + [Expect(f"the gradient of {k} {tuple(g.shape)}", g, atol=1e-9, rtol=1e-7) for k, g in want])
 
 
 def _one_token_case_22() -> Case:
@@ -3280,7 +3356,9 @@ def _cases_23():
             (2, 4, 2, 2, "a later block's scores a thousand below the first block's: the maximum so far is kept, "
                          "not replaced by the block's", 30, [[30], [30], [-30], [-30]]),
             (2, 4, 2, 2, "a later block's scores a thousand above the first block's: the maximum rises with it", 30,
-             [[-30], [-30], [30], [30]])]:
+             [[-30], [-30], [30], [30]]),
+            (2, 4, 2, 2, "square blocks (2 queries, 2 keys) and rows a thousand apart: each row's maximum", [[30], [-30]],
+             [[30], [30], [30], [30]])]:
         q, k, v = _r(rng, (Tq, d)) + q_add, _r(rng, (Tk, d)) + k_add, _r(rng, (Tk, 3))
         want = F.scaled_dot_product_attention(mt.tensor(q), mt.tensor(k), mt.tensor(v)).numpy()
 

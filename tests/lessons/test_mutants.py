@@ -257,6 +257,22 @@ TRIALS = [
     ("22", "            p.grad = p.grad / max(tokens, 1)", "            p.grad = p.grad / tokens"),  # 0/0
     ("23", "        m_new = np.maximum(m, s.max(axis=1, keepdims=True))",
      "        m_new = np.maximum(m, s.max(axis=1, keepdims=True)) if start == 0 else m"),  # the first block's only
+    ("03", "        if not np.all(np.abs(analytic - numeric) <= atol + rtol * np.abs(numeric)):",
+     "        if not np.allclose(analytic, numeric, atol, rtol):"),                    # tolerances swapped by position
+    ("13", "    order, seen, stack = [], set(), [(out, False)]\n",
+     "    best, seen, stack = 0, set(), [(out, 0)]\n    while stack:\n        t, c = stack.pop()\n"
+     "        if id(t) in seen or t.creator is None:\n            continue\n        seen.add(id(t))\n"
+     "        c += isinstance(t.creator, MatMul)\n        best = max(best, c)\n"
+     "        stack.extend((x, c) for x in t.creator.inputs)\n    return best\n"
+     "    order, seen, stack = [], set(), [(out, False)]\n"),                          # the first path found
+    ("22", "        n = int((np.asarray(tgt_out) != pad).sum())\n"
+           "        (cross_entropy(model(src, tgt_in), tgt_out, smoothing, pad) * n).backward()",
+     "        n = int((np.asarray(tgt_out) != model.pad).sum())\n"
+     "        (cross_entropy(model(src, tgt_in), tgt_out, smoothing, model.pad) * n).backward()"),  # the model's pad
+    ("09", "        return self.w_o(merge_heads(attention(q, k, v, mask)))",
+     "        if getattr(mask, \"ndim\", 0) == 4:\n            mask = mask[:, :1]\n"
+     "        return self.w_o(merge_heads(attention(q, k, v, mask)))"),                 # head 0's mask for all
+    ("20", "        c, r = c + len(hyp), r + len(ref)", "        c, r = c + len(hyp), r + max(len(ref), 1)"),
 ]
 
 
