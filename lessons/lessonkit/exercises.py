@@ -197,8 +197,26 @@ def _cases_01():
                          lambda x: _doubled(x, 30), seed=22))
     cases.append(_deep_chain_case(n(2)))
     cases.append(_leaf_backward_case(n(2)))
+    cases.append(_held_grad_case(n(2)))
     cases.append(_one_array_two_leaves_case(n(2)))
     return cases
+
+
+def _held_grad_case(x) -> Case:
+    """A second backward adds to .grad with a new array: the array a caller took from .grad after
+    the first keeps its numbers ("never change an array in place that someone else holds")."""
+    def run(ns):
+        tx = engine(ns).Tensor(x.copy(), requires_grad=True)
+        (tx * tx).backward(np.ones(2))
+        first = tx.grad
+        kept = None if first is None else np.array(first, copy=True)
+        (tx * tx).backward(np.ones(2))
+        yield tx.grad if tx.grad is not None else Missing("x.grad is None: no gradient reached x")
+        yield Missing("x.grad is None after the first backward") if first is None else np.bool_(
+            np.array_equal(first, kept))
+    return Case("a second backward adds up, leaving the array taken from .grad after the first as it was",
+                "(x * x).backward(ones); first = x.grad; (x * x).backward(ones)", {"x": x}, run,
+                [Expect("the gradient of x", 4 * x), Expect("first unchanged", np.bool_(True), kind="b")])
 
 
 def _leaf_backward_case(x) -> Case:
@@ -2283,6 +2301,7 @@ def _cases_15():
     cases.append(_greedy_rows_case(first=(110, 1.0), row0_first=True))
     cases.append(_greedy_padded_case(track.load(track.SOLUTIONS, "15"), first=(1, 2.0)))
     reference = track.load(track.SOLUTIONS, "15")   # the rules' variants run on the reference track
+    cases.append(_scripted_greedy_case(reference, [[3, 2, 3, 3, 3, 3], [3, 3, 3, 3, 2, 3], [4, 2, 2, 2, 2, 2]], 6))
     for rule, (beam, alpha, max_len, first, title) in {
             "penalty": (2, 2.0, 8, (172, 1.0), "a finished hypothesis' penalty is lp(its length, eos included)"),
             "eos rank": (2, 1.0, 8, (1, 2.0), "an eos ranked beyond the first beam extensions finishes nothing"),
@@ -2476,6 +2495,50 @@ def _learners_model(ns, state, V, d, h, layers):
     m = engine(ns, "14").Transformer(V, d_model=d, h=h, d_ff=2 * d, n_layers=layers, p_drop=0.0, max_len=16)
     m.load_state_dict({k: v.copy() for k, v in state.items()})
     return m
+
+
+def _scripted_greedy_case(reference, wants: list, max_len: int) -> Case:
+    """greedy_decode on a scripted model whose likeliest token for row b at step t is wants[b][t]
+    (every other token 5 lower): rows that finish steps before the last, whose model would go on
+    with words, or with eos again, continue with pad at every step. The answer is the reference
+    solution's on the same model."""
+    V = 5
+
+    def model_for(ns):
+        Tensor = engine(ns).Tensor
+
+        class Layer:
+            def step(self, x, memory, src_mask, cache):
+                return x
+
+        class Scripted:
+            decoder = types.SimpleNamespace(layers=[Layer()])
+
+            def encode(self, src):
+                return Tensor(np.zeros(np.shape(src) + (1,)))
+
+            def embed(self, ids, offset=0):       # the step, carried to the generator
+                return Tensor(np.full(np.shape(ids) + (1,), float(offset)))
+
+            def generator(self, x):
+                steps = np.asarray(x.data)[:, -1, 0].astype(int)
+                logits = np.full((len(steps), 1, V), -5.0)
+                for b, t in enumerate(steps):
+                    logits[b, 0, wants[b][min(t, len(wants[b]) - 1)]] = 0.0
+                return Tensor(logits)
+        return Scripted()
+    src = np.full((len(wants), 2), 3)
+    ours = types.SimpleNamespace(__track__=reference.__track__)
+    want = reference.greedy_decode(model_for(ours), src.copy(), max_len, 1, 2, 0)
+
+    def run(ns):
+        yield ns.greedy_decode(model_for(ns), src.copy(), max_len, 1, 2, 0)
+    return Case("greedy_decode: rows that finish steps before the last, their model going on with words or with eos",
+                f"greedy_decode(model, src, max_len={max_len}, bos=1, eos=2, pad=0)",
+                {"src": src, "model": "a scripted model of 5 tokens (pad 0, bos 1, eos 2) and one layer whose step "
+                                      "passes x on: row b's likeliest token at step t is " + "; ".join(
+                                          f"row {b}: {w}" for b, w in enumerate(wants))}, run,
+                [Expect("the tokens", np.asarray(want), kind="i")])
 
 
 def _greedy_rows_case(first=(0, 1.0), row0_first=False) -> Case:
@@ -3457,11 +3520,14 @@ def _ring_dtype_case(arrays, title) -> Case:
     exact = dtype.kind in "iu"
 
     def run(ns):
-        results, _ = ns.ring_all_reduce([a.copy() for a in arrays])
+        results, sent = ns.ring_all_reduce([a.copy() for a in arrays])
         yield from (results[r] for r in range(len(arrays)))
+        yield np.asarray(sent)
     return Case(title, "ring_all_reduce(arrays)", {f"arrays[{r}]": a for r, a in enumerate(arrays)}, run,
                 [Expect(f"results[{r}]: the sum, {dtype}", total, kind="i" if exact else "f", atol=1e-6, rtol=1e-6,
-                        dtype=str(dtype)) for r in range(len(arrays))])
+                        dtype=str(dtype)) for r in range(len(arrays))]
+                + [Expect("sent: entries (not bytes) each rank sent", np.asarray(_ring_sent(len(arrays), total.size)),
+                          kind="i")])
 
 
 def _everyone(arrays):

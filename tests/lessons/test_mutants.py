@@ -273,6 +273,13 @@ TRIALS = [
      "        if getattr(mask, \"ndim\", 0) == 4:\n            mask = mask[:, :1]\n"
      "        return self.w_o(merge_heads(attention(q, k, v, mask)))"),                 # head 0's mask for all
     ("20", "        c, r = c + len(hyp), r + len(ref)", "        c, r = c + len(hyp), r + max(len(ref), 1)"),
+    ("15", "            nxt = np.where(done, pad, nxt)", "            nxt = np.where(ys[:, -1] == eos, pad, nxt)"),  # one pad
+    ("15", "            nxt = np.where(done, pad, nxt)", "            nxt = np.where(done & (nxt != eos), pad, nxt)"),  # eos again
+    ("24", "            chunks[(r + 1) % R][i] += chunk\n            sent[r] += chunk.size",
+     "            chunks[(r + 1) % R][i] += chunk\n            sent[r] += chunk.nbytes // 8"),  # bytes / 8, not entries
+    ("01", "                    t.grad = g if t.grad is None else t.grad + g",
+     "                    if t.grad is None:\n                        t.grad = g.copy()\n                    else:\n"
+     "                        t.grad += g"),                                               # .grad changed in place
 ]
 
 
