@@ -48,7 +48,7 @@ def enabled() -> bool:
     return on
 
 
-def register(op: type, implementation: type, applies: Callable = lambda xp, arrays, params: True) -> Route:
+def register(op: type, implementation: type | str, applies: Callable = lambda xp, arrays, params: True) -> Route:
     """Run ``implementation`` for calls of ``op`` where ``applies(xp, arrays, params)`` is true.
 
     ``implementation`` must be a subclass of ``op`` (it keeps the op's name, checks and any step
