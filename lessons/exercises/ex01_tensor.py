@@ -20,7 +20,8 @@ Write:
    yourself with ``Tensor(..., requires_grad=True)``, not one a Function returned (those
    need no ``.grad``). Add it to what ``.grad`` already holds, so that a second backward
    adds up, and never change an array in place that someone else holds: ``grad`` is the
-   caller's, and one array may reach several tensors (x + y gives both the same).
+   caller's, and one array may reach several tensors (x + y gives both the same). Each leaf's
+   ``.grad`` is an array of its own, which its owner may change in place (clipping does).
    (``backward`` is only called on tensors that need a gradient.)
 
 Check by hand: x = Tensor(3.0, requires_grad=True); (x * x + x).backward() gives x.grad = 7.

@@ -198,8 +198,27 @@ def _cases_01():
     cases.append(_deep_chain_case(n(2)))
     cases.append(_leaf_backward_case(n(2)))
     cases.append(_held_grad_case(n(2)))
+    cases.append(_own_grad_case(n(2), n(2)))
     cases.append(_one_array_two_leaves_case(n(2)))
     return cases
+
+
+def _own_grad_case(x, g) -> Case:
+    """x + y hands one array to both inputs: each leaf's .grad must still be an array of its own,
+    sharing memory neither with the other's nor with the caller's output gradient."""
+    def run(ns):
+        Tensor = engine(ns).Tensor
+        tx, ty = Tensor(x.copy(), requires_grad=True), Tensor(x.copy(), requires_grad=True)
+        given = g.copy()
+        (tx + ty).backward(given)
+        yield from _grads_of({"x": tx, "y": ty}, "xy")
+        arrays = [a for a in (tx.grad, ty.grad) if isinstance(a, np.ndarray)]
+        yield np.bool_(len(arrays) == 2 and not np.shares_memory(arrays[0], arrays[1])
+                       and not any(np.shares_memory(a, given) for a in arrays))
+    return Case("x + y: each leaf's .grad an array of its own (not the other's, not the output gradient given)",
+                "out = x + y; out.backward(output gradient)", {"x": x, "y": x, "output gradient": g}, run,
+                [Expect("the gradient of x", g), Expect("the gradient of y", g),
+                 Expect("x.grad, y.grad and the output gradient three separate arrays", np.bool_(True), kind="b")])
 
 
 def _held_grad_case(x) -> Case:

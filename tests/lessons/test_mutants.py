@@ -277,9 +277,11 @@ TRIALS = [
     ("15", "            nxt = np.where(done, pad, nxt)", "            nxt = np.where(done & (nxt != eos), pad, nxt)"),  # eos again
     ("24", "            chunks[(r + 1) % R][i] += chunk\n            sent[r] += chunk.size",
      "            chunks[(r + 1) % R][i] += chunk\n            sent[r] += chunk.nbytes // 8"),  # bytes / 8, not entries
-    ("01", "                    t.grad = g if t.grad is None else t.grad + g",
+    ("01", "                    t.grad = g.copy() if t.grad is None else t.grad + g",
      "                    if t.grad is None:\n                        t.grad = g.copy()\n                    else:\n"
      "                        t.grad += g"),                                               # .grad changed in place
+    ("01", "                    t.grad = g.copy() if t.grad is None else t.grad + g",
+     "                    t.grad = g if t.grad is None else t.grad + g"),               # .grad shared, not its own
 ]
 
 
