@@ -166,9 +166,10 @@ class Function:
 
 
 class Calls:
-    """How the engine runs an op's forward, an op's backward and a whole backward walk: plainly.
-    A tool that wraps them from outside (``minitensor.profile`` times each) puts an object with
-    the same three methods in :data:`calls` while it is open, and this one back afterwards."""
+    """How the engine runs an op's forward, an op's backward, a whole backward walk and an
+    optimizer's update: plainly. A tool that wraps them from outside (``minitensor.profile``
+    times each) puts an object with the same four methods in :data:`calls` while it is open, and
+    this one back afterwards."""
 
     @staticmethod
     def forward(fn, ctx, arrays, params):
@@ -181,6 +182,11 @@ class Calls:
     @staticmethod
     def walk(root: "Context", grad, retain_graph: bool) -> None:
         _walk(root, grad, retain_graph)
+
+    @staticmethod
+    def step(optimizer, update) -> None:
+        """``update()``: the update of ``optimizer`` (:meth:`minitensor.optim.Optimizer.step`)."""
+        update()
 
 
 calls = Calls  # the engine's calls now (see Calls)

@@ -7,7 +7,7 @@ from typing import Iterable
 
 import numpy as np
 
-from . import backend, cuda, profiler, threads
+from . import autograd, backend, routes
 from .tensor import Tensor
 
 
@@ -39,12 +39,14 @@ class Optimizer:
         ``grad_scale`` folds a factor of the gradients (1/tokens for a mean over tokens, 1/S to
         undo a loss scale) into the update's own pass: no pass of its own over the gradients,
         which are left as they are."""
-        with profiler.region(f"{type(self).__name__}.step", self.params[0].xp if self.params else None):
-            self.steps += 1
-            self._grad_scale = grad_scale
-            self._begin_step()
-            self._update_all([(p.data, p.grad.data, state) for p, state in zip(self.params, self.state)
-                              if p.grad is not None])
+        self.steps += 1
+        self._grad_scale = grad_scale
+        self._begin_step()
+        items = [(p.data, p.grad.data, state) for p, state in zip(self.params, self.state) if p.grad is not None]
+        weights = [w for w, _, _ in items]
+        # a route of this optimizer's class (a subclass of it) may update this optimizer's state its own way
+        route = routes.choose(type(self), backend.array_module(weights[0]) if weights else np, weights, {})
+        autograd.calls.step(self, lambda: route._update_all(self, items))
 
     def _begin_step(self) -> None:
         """Per-step quantities shared by all parameters (none by default)."""
@@ -140,52 +142,6 @@ class Adam(Optimizer):
         self._c1 = 1 - b1**self.steps  # bias corrections
         self._c2 = 1 - b2**self.steps
 
-    def _update_all(self, items: list) -> None:
-        """Where the kernels may run (a GPU), every parameter in one launch (``cuda/adam.cu``).
-        On NumPy, every parameter is cut into cache-sized pieces and the pieces are shared
-        among worker threads (:mod:`minitensor.threads`): the update's dozen passes then stay
-        in cache and run on every core. The arithmetic is the same as one parameter at a time."""
-        if items and cuda.kernels_may_run(backend.array_module(items[0][0])):
-            items = self._update_in_one_launch(items)
-        pieces, rest = [], []
-        for w, g, state in items:
-            xp = backend.array_module(w)
-            if backend.on_gpu(xp) or not w.flags.c_contiguous:
-                rest.append((w, g, state))
-                continue
-            m, v = self._moments(w, state)
-            flat = [a.reshape(-1) for a in (w, g, m, v)]  # views (g is copied if it is not contiguous)
-            pieces += [tuple(a[s] for a in flat) for s in threads.pieces(w.size)]
-        super()._update_all(rest)
-
-        def work(_, share):
-            scratch = {}
-            for w, g, m, v in share:
-                tmp = scratch.get(w.dtype)
-                if tmp is None:
-                    tmp = scratch[w.dtype] = np.empty((2, threads.PIECE), w.dtype)
-                self._adam_numpy(w, g, m, v, tmp[0, :w.size], tmp[1, :w.size])
-
-        threads.share(work, pieces)
-
-    def _update_in_one_launch(self, items: list) -> list:
-        """Update the parameters one launch can take (``cuda.launcher("adam").applies``), grouped
-        by dtype; return the rest, for the per-parameter forms."""
-        launcher = cuda.launcher("adam")
-        groups: dict = {}
-        rest = []
-        for w, g, state in items:
-            m, v = self._moments(w, state)
-            if launcher.applies([w, g, m, v]):
-                groups.setdefault(w.dtype, []).append((w, g, m, v))
-            else:
-                rest.append((w, g, state))
-        b1, b2 = self.betas
-        for group in groups.values():
-            launcher.step(*map(list, zip(*group)), b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps,
-                          self.weight_decay, self._grad_scale)
-        return rest
-
     def _moments(self, w, state: dict) -> tuple:
         if "m" not in state:
             xp = backend.array_module(w)
@@ -193,31 +149,18 @@ class Adam(Optimizer):
         return state["m"], state["v"]
 
     def _update(self, w, g, state):
-        m, v = self._moments(w, state)
-        xp = backend.array_module(w)
-        self._adam_numpy(w, g, m, v, xp.empty_like(w), xp.empty_like(w))
-
-    def _adam_numpy(self, w, g, m, v, tmp, tmp_g) -> None:
-        """One update of ``w`` (and its moments ``m``, ``v``) in place, with the scratch ``tmp``
-        (and ``tmp_g`` for the scaled gradient)."""
+        """One parameter's update, in place: the formula above, term by term."""
         b1, b2 = self.betas
-        if self._grad_scale != 1.0:
-            g = np.multiply(g, g.dtype.type(self._grad_scale), out=tmp_g)
+        m, v = self._moments(w, state)
+        g = _scaled(g, self._grad_scale)
         if self.weight_decay:
             g = g + self.weight_decay * w
-        np.multiply(g, 1 - b1, out=tmp)
         m *= b1
-        m += tmp                                   # m = b1 m + (1-b1) g
-        np.multiply(g, g, out=tmp)
-        tmp *= 1 - b2
+        m += (1 - b1) * g
         v *= b2
-        v += tmp                                   # v = b2 v + (1-b2) g²
-        np.sqrt(v, out=tmp)
-        tmp *= 1 / math.sqrt(self._c2)
-        tmp += self.eps                            # √(v / (1-b2^t)) + eps
-        np.divide(m, tmp, out=tmp)
-        tmp *= self.lr / self._c1
-        w -= tmp                                   # w -= lr · m̂ / (√v̂ + eps)
+        v += (g * g) * (1 - b2)
+        xp = backend.array_module(w)
+        w -= m / (xp.sqrt(v) * (1 / math.sqrt(self._c2)) + self.eps) * (self.lr / self._c1)
 
 
 def _scaled(g, grad_scale: float):

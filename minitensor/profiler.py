@@ -78,7 +78,7 @@ class Profile:
         global active
         if active is not None:
             raise RuntimeError("a profile is already open; profiles do not nest")
-        active = autograd.calls = self  # the engine's forward, backward and walk go through this profile
+        active = autograd.calls = self  # the engine's forward, backward, walk and step go through this profile
         self.opened += 1
         self._rates = None
         self._start = time.perf_counter()
@@ -143,6 +143,11 @@ class Profile:
         """Run the engine's backward walk, its own work timed as the row "(autograd engine)"."""
         with self._region("(autograd engine)"):
             autograd._walk(root, grad, retain_graph)
+
+    def step(self, optimizer, update) -> None:
+        """Run an optimizer's update, timed as the row "<its class>.step"."""
+        with self._region(f"{type(optimizer).__name__}.step", optimizer.params[0].xp):
+            update()
 
     @contextmanager
     def _region(self, name: str, xp=None):
@@ -226,23 +231,6 @@ class Profile:
 def profile() -> Profile:
     """A new :class:`Profile`, to open with ``with``."""
     return Profile()
-
-
-def region(name: str, xp=None):
-    """Time a block as a row of its own when a profile is open (for work that is not an op:
-    the optimizer's step); nothing otherwise."""
-    return active._region(name, xp) if active is not None else _NOTHING
-
-
-class _Nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-_NOTHING = _Nothing()
 
 
 def _product_seconds(batch: int, m: int, k: int, n: int, kind: tuple, repeats: int) -> float:

@@ -25,7 +25,7 @@ UNMIRRORED = {
     "minitensor/random.py": "minitensor/test_autograd.py, minitensor/ops/test_dropout.py (dropout's seeds)",
     "minitensor/tensor.py": "minitensor/test_autograd.py, minitensor/test_errors.py",
     "minitensor/testing.py": "the hypothesis strategies every op test draws from",
-    "minitensor/threads.py": "minitensor/speed/test_rows.py, minitensor/test_optim.py",
+    "minitensor/threads.py": "minitensor/speed/test_rows.py, minitensor/test_optim.py, minitensor/speed/test_cpu.py",
     "transformer/cli.py": "transformer/test_cli_*.py",
     "transformer/commands.py": "transformer/test_cli_*.py",
     "transformer/config.py": "transformer/test_model_config.py, transformer/test_flags.py",
@@ -77,7 +77,6 @@ REFERENCE_CORE = ["minitensor/tensor.py", "minitensor/autograd.py", "minitensor/
 STILL_TO_ROUTE = {
     "minitensor/ops/linalg.py": {"minitensor.cuda"},
     "minitensor/ops/norm.py": {"minitensor.cuda"},
-    "minitensor/optim.py": {"minitensor.cuda", "minitensor.threads"},
 }
 
 

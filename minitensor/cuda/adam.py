@@ -1,13 +1,16 @@
 """Launcher for ``adam.cu``: Adam's update of every parameter in one launch, where the
 per-parameter form takes one launch each (253 for Transformer base).
 
-The reference is the NumPy form in :class:`minitensor.optim.Adam` (``_adam_numpy``), the same
-arithmetic; tests compare the two.
+The reference is :class:`minitensor.optim.Adam`, the same arithmetic a parameter at a time;
+tests compare the two. :class:`FusedAdam` is its route (:mod:`minitensor.speed.gpu`).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .. import optim
 from .build import address_table, array_module, ctype, kernel, one_launch_takes
 
 SOURCE = "adam.cu"
@@ -42,3 +45,23 @@ def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, s
     k((blocks,), (THREADS,), (table, starts, np.int32(len(weights)), np.int64(total), np.float64(b1), np.float64(b2),
                               np.float64(step_size), np.float64(inv_sqrt_c2), np.float64(eps), np.float64(wd),
                               np.float64(grad_scale)))
+
+
+class FusedAdam(optim.Adam):
+    """The parameters one launch can take (:func:`applies`), grouped by dtype, a launch per
+    group; the rest a parameter at a time, by the reference."""
+
+    def _update_all(self, items: list) -> None:  # self: the Adam being stepped (see Optimizer.step)
+        groups: dict = {}
+        rest = []
+        for w, g, state in items:
+            m, v = self._moments(w, state)
+            if applies([w, g, m, v]):
+                groups.setdefault(w.dtype, []).append((w, g, m, v))
+            else:
+                rest.append((w, g, state))
+        b1, b2 = self.betas
+        for group in groups.values():
+            step(*map(list, zip(*group)), b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps,
+                 self.weight_decay, self._grad_scale)
+        optim.Adam._update_all(self, rest)

@@ -8,9 +8,11 @@ blocks".
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .. import routes
+from .. import optim, routes, threads
 from ..ops import attention, loss, norm, reduce, softmax
 from ..ops.precision import compute_dtype
 from .rows import max_kept, rowwise, sum_kept, sum_last
@@ -169,6 +171,58 @@ class CrossEntropy(loss.CrossEntropy):
                        into={0: e} if overwrite else None)
 
 
+# ------------------------------------------------------------------ Adam
+class Adam(optim.Adam):
+    """Every parameter cut into cache-sized pieces, the pieces shared among worker threads
+    (:mod:`minitensor.threads`): the update's dozen passes then stay in cache and run on every
+    core. Each piece takes the reference's arithmetic in the same order, into scratch arrays made
+    once per thread. (A parameter that is not contiguous is updated whole, by the reference.)"""
+
+    def _update_all(self, items: list) -> None:  # self: the Adam being stepped (see Optimizer.step)
+        pieces, whole = [], []
+        for w, g, state in items:
+            if not w.flags.c_contiguous:
+                whole.append((w, g, state))
+                continue
+            m, v = self._moments(w, state)
+            flat = [a.reshape(-1) for a in (w, g, m, v)]  # views (g is copied if it is not contiguous)
+            pieces += [tuple(a[s] for a in flat) for s in threads.pieces(w.size)]
+        optim.Adam._update_all(self, whole)
+
+        def work(_, share):
+            scratch = {}
+            for w, g, m, v in share:
+                tmp = scratch.get(w.dtype)
+                if tmp is None:
+                    tmp = scratch[w.dtype] = np.empty((2, threads.PIECE), w.dtype)
+                adam_in_place(self, w, g, m, v, tmp[0, :w.size], tmp[1, :w.size])
+
+        threads.share(work, pieces)
+
+
+def adam_in_place(opt: optim.Adam, w, g, m, v, tmp, tmp_g) -> None:
+    """:meth:`minitensor.optim.Adam._update` on one piece, every step into ``w``, ``m``, ``v``
+    or the scratch ``tmp`` (and ``tmp_g`` for the scaled gradient): no array made."""
+    b1, b2 = opt.betas
+    if opt._grad_scale != 1.0:
+        g = np.multiply(g, g.dtype.type(opt._grad_scale), out=tmp_g)
+    if opt.weight_decay:
+        g = g + opt.weight_decay * w
+    np.multiply(g, 1 - b1, out=tmp)
+    m *= b1
+    m += tmp                                   # m = b1 m + (1-b1) g
+    np.multiply(g, g, out=tmp)
+    tmp *= 1 - b2
+    v *= b2
+    v += tmp                                   # v = b2 v + (1-b2) g²
+    np.sqrt(v, out=tmp)
+    tmp *= 1 / math.sqrt(opt._c2)
+    tmp += opt.eps                             # √(v / (1-b2^t)) + eps
+    np.divide(m, tmp, out=tmp)
+    tmp *= opt.lr / opt._c1
+    w -= tmp                                   # w -= lr · m̂ / (√v̂ + eps)
+
+
 def on_numpy(xp, arrays, params) -> bool:
     return xp is np
 
@@ -176,5 +230,5 @@ def on_numpy(xp, arrays, params) -> bool:
 ROUTES = [routes.register(op, route, on_numpy) for op, route in (
     (softmax.Softmax, Softmax), (softmax.LogSoftmax, LogSoftmax), (reduce.LogSumExp, LogSumExp),
     (attention.ScaledDotProductAttention, ScaledDotProductAttention), (norm.LayerNorm, LayerNorm),
-    (loss.CrossEntropy, CrossEntropy),
+    (loss.CrossEntropy, CrossEntropy), (optim.Adam, Adam),
 )]

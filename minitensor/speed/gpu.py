@@ -8,7 +8,7 @@ kernels' routes are tried first. ``tests/minitensor/cuda/`` proves each equal to
 """
 from __future__ import annotations
 
-from .. import cuda, routes
+from .. import cuda, optim, routes
 from ..ops import attention, dropout, loss, norm
 
 
@@ -66,4 +66,5 @@ ROUTES = [
     routes.register(attention.ScaledDotProductAttention, "minitensor.cuda.flash_attention:FlashAttention", _flash),
     routes.register(attention.ScaledDotProductAttention, "minitensor.cuda.softmax:FusedSoftmaxAttention",
                     _fused_softmax),
+    routes.register(optim.Adam, "minitensor.cuda.adam:FusedAdam", lambda xp, arrays, params: _kernels(xp)),
 ]

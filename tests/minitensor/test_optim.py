@@ -136,37 +136,6 @@ def test_empty_parameter_list_is_an_error():
         optim.SGD([], lr=0.1)
 
 
-@settings(deadline=None, max_examples=25)
-@given(shapes=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9)), min_size=1, max_size=4),
-       piece=st.integers(1, 20), workers=st.integers(1, 3), wd=st.sampled_from([0.0, 0.01]),
-       transposed=st.booleans())
-def test_adam_in_pieces_on_worker_threads_equals_one_parameter_at_a_time(shapes, piece, workers, wd, transposed,
-                                                                         monkeypatch):
-    """The NumPy Adam cuts parameters into pieces and shares them among threads; the update is
-    the same arithmetic on the same elements, so it matches the one-by-one update bit for bit
-    (whatever the piece size, thread count, and a parameter that is not contiguous)."""
-    monkeypatch.setattr(threads, "PIECE", piece)
-    monkeypatch.setenv("MINITENSOR_THREADS", str(workers))
-    rng = np.random.default_rng(len(shapes) * 100 + piece)
-    start = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-    if transposed:
-        start[0] = start[0].T  # a view laid out column by column: updated whole
-    results = []
-    for split in (True, False):
-        params = [mt.tensor(a.copy() if not (transposed and i == 0) else a.T.copy().T, requires_grad=True)
-                  for i, a in enumerate(start)]
-        opt = optim.Adam(params, lr=0.01, betas=(0.9, 0.98), eps=1e-9, weight_decay=wd)
-        if not split:
-            opt._update_all = lambda items, opt=opt: optim.Optimizer._update_all(opt, items)
-        for step in range(3):
-            for p in params:
-                p.grad = mt.tensor(np.sin(p.numpy() * 3 + step).astype(np.float32))
-            opt.step()
-        results.append([p.numpy() for p in params] + [s["v"] for s in opt.state])
-    for a, b in zip(*results):
-        np.testing.assert_array_equal(a, b)
-
-
 def test_worker_count_comes_from_the_environment_and_bad_values_are_refused(monkeypatch):
     monkeypatch.setenv("MINITENSOR_THREADS", "3")
     assert threads.count() == 3

@@ -3,12 +3,12 @@ values and the same gradients, on inputs drawn by hypothesis, with -inf, masked 
 targets and arrays large enough to be cut into blocks of rows."""
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minitensor as mt
 import minitensor.functional as F
-from minitensor import routes
+from minitensor import routes, threads
 from minitensor.speed import cpu
 from minitensor.speed import rows as fast
 
@@ -135,6 +135,44 @@ def test_cross_entropy_route_equals_the_reference_by_blocks(seed, dtype, shape, 
                logits, target, seed=seed), dtype)
 
 
+@settings(deadline=None, max_examples=25)
+@given(shapes=st.lists(st.tuples(st.integers(1, 9), st.integers(1, 9)), min_size=1, max_size=4),
+       piece=st.integers(1, 20), workers=st.integers(1, 3), wd=st.sampled_from([0.0, 0.01]),
+       scale=st.sampled_from([1.0, 0.3]), transposed=st.booleans())
+def test_adam_route_in_pieces_on_worker_threads_equals_the_reference_bit_for_bit(shapes, piece, workers, wd, scale,
+                                                                                 transposed, monkeypatch):
+    """The route cuts parameters into pieces and shares them among threads; each piece takes the
+    reference's arithmetic in its order, so weights and moments match the reference's a parameter
+    at a time bit for bit (whatever the piece size, thread count, grad_scale, and a parameter that
+    is not contiguous)."""
+    monkeypatch.setattr(threads, "PIECE", piece)
+    monkeypatch.setenv("MINITENSOR_THREADS", str(workers))
+    rng = np.random.default_rng(len(shapes) * 100 + piece)
+    start = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    if transposed:
+        start[0] = start[0].T  # a view laid out column by column: updated whole
+    results, pieces = [], []
+    monkeypatch.setattr(cpu, "adam_in_place", lambda *a: pieces.append(a[1].size) or ADAM_IN_PLACE(*a))
+    for on in (True, False):
+        params = [mt.tensor(a.copy() if not (transposed and i == 0) else a.T.copy().T, requires_grad=True)
+                  for i, a in enumerate(start)]
+        opt = mt.optim.Adam(params, lr=0.01, betas=(0.9, 0.98), eps=1e-9, weight_decay=wd)
+        with (routes.off() if not on else _nothing()):
+            for step in range(3):
+                for p in params:
+                    p.grad = mt.tensor(np.sin(p.numpy() * 3 + step).astype(np.float32))
+                opt.step(scale)
+        results.append([p.numpy() for p in params] + [s[k] for s in opt.state for k in "mv"])
+        if on:  # the route ran, and only with the routes on: every contiguous element once a step
+            contiguous = 3 * sum(p.data.size for p in params if p.data.flags.c_contiguous)
+            assert sum(pieces) == contiguous
+    assert sum(pieces) == contiguous
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+ADAM_IN_PLACE = cpu.adam_in_place
+
 TESTS = {  # each NumPy route and the test above that compares it with its op
     cpu.Softmax: test_softmax_and_log_softmax_routes_equal_the_reference,
     cpu.LogSoftmax: test_softmax_and_log_softmax_routes_equal_the_reference,
@@ -142,6 +180,7 @@ TESTS = {  # each NumPy route and the test above that compares it with its op
     cpu.ScaledDotProductAttention: test_attention_route_equals_the_reference_with_masks,
     cpu.LayerNorm: test_layer_norm_route_equals_the_reference_with_and_without_weight_and_bias,
     cpu.CrossEntropy: test_cross_entropy_route_equals_the_reference_by_blocks,
+    cpu.Adam: test_adam_route_in_pieces_on_worker_threads_equals_the_reference_bit_for_bit,
 }
 
 

@@ -5,7 +5,7 @@ computes what its op computes is proved in tests/minitensor/cuda/.)"""
 import numpy as np
 import pytest
 
-from minitensor import cuda, routes
+from minitensor import cuda, optim, routes
 from minitensor.ops import attention, dropout, loss, norm
 from minitensor.speed import cpu, gpu
 
@@ -18,6 +18,7 @@ CALLS = {  # op -> (arrays, params, the class of its kernel route for them)
     "dropout": (dropout.Dropout, [rng.standard_normal((4, 8))], {"p": 0.1}, "minitensor.cuda.dropout.FusedDropout"),
     "attention": (attention.ScaledDotProductAttention, [rng.standard_normal((1, 2, 5, 8))] * 3 + [None],
                   {"need_weights": True}, "minitensor.cuda.softmax.FusedSoftmaxAttention"),
+    "adam": (optim.Adam, [rng.standard_normal((4, 8)), rng.standard_normal(3)], {}, "minitensor.cuda.adam.FusedAdam"),
 }
 
 
