@@ -37,7 +37,7 @@ from harness import environment, peak_tflops, product_timer, sync, write_results
 
 import minitensor as mt
 from minitensor import amp
-from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam
+from transformer import Transformer, TransformerConfig, fuse, label_smoothed_loss, paper_adam
 
 PAPER = {"steps": 100_000, "target_tokens_per_step": 25_000, "hours": 12.0, "hardware": "8 x P100"}
 
@@ -101,7 +101,7 @@ def minitensor_step(args, data, precision: str):
     if dev == "cuda":
         mt.cuda.set_tf32(precision == "tf32")
     mt.manual_seed(0)
-    model = Transformer(config(args)).to(dev)
+    model = fuse(Transformer(config(args))).to(dev)  # the form a training run uses
     opt = paper_adam(model.parameters(), lr=1e-4)
     scaler = amp.LossScaler() if precision == "fp16" else None
     half = {"fp16": "float16", "bf16": "bfloat16"}.get(precision)

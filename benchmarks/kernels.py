@@ -411,7 +411,7 @@ def base_step_with_and_without_kernels(sizes: Sizes) -> dict:
 
     import cupy as cp
 
-    from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam
+    from transformer import Transformer, TransformerConfig, fuse, label_smoothed_loss, paper_adam
 
     rng = np.random.default_rng(0)
     B, T, V, layers = sizes.step
@@ -419,7 +419,7 @@ def base_step_with_and_without_kernels(sizes: Sizes) -> dict:
     tgt = rng.integers(3, V, (B, T + 1))
     ti, to = mt.tensor(tgt[:, :-1], device="cuda"), mt.tensor(tgt[:, 1:], device="cuda")
     mt.manual_seed(0)
-    model = Transformer(TransformerConfig.base(V, n_encoder_layers=layers, n_decoder_layers=layers)).to("cuda")
+    model = fuse(Transformer(TransformerConfig.base(V, n_encoder_layers=layers, n_decoder_layers=layers))).to("cuda")
     opt = paper_adam(model.parameters(), lr=1e-4)
     out = {"batch": B, "length": T, "layers": layers}
     warmup, timed = min(2, sizes.repeat - 1), min(4, sizes.repeat - 1)   # 2 and 4; --tiny: 1 and 1

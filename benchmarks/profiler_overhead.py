@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE.parent))
 import minitensor as mt  # noqa: E402
 from minitensor import autograd, profiler  # noqa: E402
 from minitensor.ops.elementwise import Add  # noqa: E402
-from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam  # noqa: E402
+from transformer import Transformer, TransformerConfig, fuse, label_smoothed_loss, paper_adam  # noqa: E402
 
 from harness import environment, write_results  # noqa: E402
 
@@ -42,7 +42,7 @@ SETUPS = {  # name: (model, batch, length)
 def update_fn(model_kw: dict, batch: int, length: int):
     mt.manual_seed(0)
     cfg = TransformerConfig(**model_kw)
-    model = Transformer(cfg)
+    model = fuse(Transformer(cfg))
     opt = paper_adam(model.parameters())
     rng = np.random.default_rng(0)
     src = rng.integers(3, cfg.vocab_size, (batch, length))

@@ -50,6 +50,7 @@ def parse_args(argv=None) -> CopyTaskSettings:
         "seed": "random seed (weights, data, dropout)",
         "profile": "time every op of N updates (after the first) with minitensor.profile: a table on stderr "
                    "and profile.json in the run directory; 0 is off",
+        "fused": "the model's sub-layers in their fused forms (transformer/fused.py); false: as the paper writes them",
     }
     for name, kind in RANGES.items():
         kind_or_none = (lambda v, kind=kind: None if v == "none" else kind(v)) if name == "stop_at" else kind

@@ -11,9 +11,9 @@
 #
 # $$\mathrm{LayerNorm}(x + \mathrm{Dropout}(\mathrm{Sublayer}(x))).$$
 #
-# That is `transformer.Residual`, which computes the formula in one call,
-# `F.dropout_add_layer_norm(sublayer(x), x, ...)`: plain ops on the CPU, one kernel each way
-# on a GPU. Pre-norm, $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$,
+# That is `transformer.Residual`, which computes the formula as written,
+# `self.norm(x + self.dropout(sublayer(x)))`. (A training run swaps in a fused form,
+# `transformer/fused.py`: the same values, one kernel each way on a GPU.) Pre-norm, $x + \mathrm{Dropout}(\mathrm{Sublayer}(\mathrm{LayerNorm}(x)))$,
 # is an option (`norm_first=True`): later work (Xiong et al., 2020) found it trains without
 # the warm-up a post-norm model needs, and lesson 16 puts that to the test.
 #

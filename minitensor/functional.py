@@ -22,9 +22,9 @@ from .ops.elementwise import (
     add, cast, div, exp, log, masked_fill, mul, neg, pow, relu, sigmoid, sqrt, sub, tanh, where,
 )
 from .ops.embedding import embedding
-from .ops.linalg import linear, linears, matmul
+from .ops.linalg import linear, matmul
 from .ops.loss import cross_entropy
-from .ops.norm import dropout_add_layer_norm, layer_norm
+from .ops.norm import layer_norm
 from .ops.reduce import logsumexp, max, mean, sum
 from .ops.shape import broadcast_to, concat, getitem, permute, reshape, split, stack, to_device, transpose
 from .ops.softmax import log_softmax, softmax
@@ -32,9 +32,9 @@ from .tensor import Tensor
 
 __all__ = [
     "add", "sub", "mul", "div", "pow", "neg", "exp", "log", "sqrt", "tanh", "relu", "sigmoid", "cast", "to_device",
-    "matmul", "linear", "linears", "sum", "mean", "max", "logsumexp", "softmax", "log_softmax",
+    "matmul", "linear", "sum", "mean", "max", "logsumexp", "softmax", "log_softmax",
     "reshape", "transpose", "permute", "getitem", "concat", "stack", "split", "broadcast_to",
-    "where", "masked_fill", "dropout", "embedding", "layer_norm", "dropout_add_layer_norm", "cross_entropy",
+    "where", "masked_fill", "dropout", "embedding", "layer_norm", "cross_entropy",
     "scaled_dot_product_attention", "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "logical_not", "argmax",
 ]

@@ -72,12 +72,8 @@ SPEED_LAYER = ("minitensor.speed", "minitensor.cuda", "minitensor.threads", "min
 REFERENCE_CORE = ["minitensor/tensor.py", "minitensor/autograd.py", "minitensor/routes.py", "minitensor/functional.py",
                   "minitensor/gradcheck.py", "minitensor/random.py", "minitensor/errors.py", "minitensor/optim.py",
                   "minitensor/ops/*.py", "minitensor/nn/*.py"]
-# modules of the core that still choose a faster road themselves, and what of the speed layer they
-# import: each is to become a route of the speed layer, so the list can only shrink
-STILL_TO_ROUTE = {
-    "minitensor/ops/linalg.py": {"minitensor.cuda"},
-    "minitensor/ops/norm.py": {"minitensor.cuda"},
-}
+# the model as the paper writes it: its fused forms are transformer/fused.py's
+WRITTEN_MODEL = ["transformer/attention.py", "transformer/layers.py", "transformer/model.py", "transformer/embedding.py"]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -105,9 +101,9 @@ def speed_imports(path: Path) -> set[str]:
             for m in imported_modules(path) if m.startswith(SPEED_LAYER)}
 
 
-def test_the_reference_core_imports_nothing_of_the_speed_layer_but_what_is_still_to_route():
-    core = sorted({p for pattern in REFERENCE_CORE for p in ROOT.glob(pattern) if p.name != "__init__.py"})
-    assert len(core) > 15
+def test_the_reference_core_and_the_written_model_import_nothing_of_the_speed_layer():
+    core = sorted({p for pattern in REFERENCE_CORE + WRITTEN_MODEL for p in ROOT.glob(pattern)
+                   if p.name != "__init__.py"})
+    assert len(core) > 19
     found = {str(p.relative_to(ROOT)): speed_imports(p) for p in core}
-    found = {k: v for k, v in found.items() if v}
-    assert found == STILL_TO_ROUTE
+    assert {k: v for k, v in found.items() if v} == {}

@@ -2,6 +2,7 @@
 from . import decoding
 from .attention import MultiHeadAttention
 from .config import TransformerConfig
+from .fused import fuse
 from .embedding import PositionalEncoding, ScaledEmbedding, sinusoidal_table
 from .layers import DecoderLayer, EncoderLayer, PositionwiseFeedForward, Residual
 from .loss import label_smoothed_loss
@@ -13,5 +14,5 @@ __all__ = [
     "TransformerConfig", "Transformer", "Encoder", "Decoder", "EncoderLayer", "DecoderLayer",
     "MultiHeadAttention", "PositionwiseFeedForward", "Residual", "PositionalEncoding", "ScaledEmbedding",
     "sinusoidal_table", "padding_mask", "causal_mask", "target_mask", "label_smoothed_loss",
-    "noam_lr", "NoamSchedule", "paper_adam", "decoding",
+    "noam_lr", "NoamSchedule", "paper_adam", "decoding", "fuse",
 ]

@@ -4,9 +4,8 @@
 
 The h projections W^Q_i (d_model x d_k) are stored side by side as one d_model x d_model
 matrix ``w_q`` (likewise ``w_k``, ``w_v``); splitting its output into h slices of width d_k
-gives the h heads at once. In self-attention Q, K and V are projections of one input, so the
-three matrices are applied as one, x [W^Q W^K W^V] (likewise K and V of the encoder's output in
-encoder-decoder attention): one larger matrix product in place of three.
+gives the h heads at once. (The fused form, ``transformer/fused.py``, applies the projections
+of one input as one product, x [W^Q W^K W^V].)
 """
 from __future__ import annotations
 
@@ -47,11 +46,9 @@ class MultiHeadAttention(nn.Module):
         B, _, T, _ = x.shape
         return x.transpose(1, 2).reshape(B, T, self.d_model)
 
-    @staticmethod
-    def project(x: mt.Tensor, *linears: nn.Linear) -> tuple:
-        """x through several of the projections at once: x [W_1 … W_n] + [b_1 … b_n], one matrix
-        product for all of them (F.linears), cut into one output each."""
-        return F.linears(x, [lin.weight for lin in linears], [lin.bias for lin in linears])
+    def projections(self, query: mt.Tensor, key: mt.Tensor, value: mt.Tensor) -> tuple:
+        """Q W^Q, K W^K, V W^V, each (B, T, d_model): the h heads' projections side by side."""
+        return self.w_q(query), self.w_k(key), self.w_v(value)
 
     def forward(self, query: mt.Tensor, key: mt.Tensor, value: mt.Tensor, mask: mt.Tensor | None = None,
                 cache: dict | None = None, static_kv: bool = False) -> mt.Tensor:
@@ -61,12 +58,8 @@ class MultiHeadAttention(nn.Module):
         those of the earlier positions, so each step projects only the new token."""
         if cache is not None and static_kv and "k" in cache:
             q, k, v = self.split_heads(self.w_q(query)), cache["k"], cache["v"]
-        elif key is query and value is query:  # self-attention: Q, K and V of one input, one product
-            q, k, v = (self.split_heads(t) for t in self.project(query, self.w_q, self.w_k, self.w_v))
         else:
-            q = self.split_heads(self.w_q(query))
-            k, v = (self.split_heads(t) for t in (self.project(key, self.w_k, self.w_v) if value is key
-                                                  else (self.w_k(key), self.w_v(value))))
+            q, k, v = (self.split_heads(t) for t in self.projections(query, key, value))
         if cache is not None and not static_kv and "k" in cache:
             k = F.concat([cache["k"], k], axis=2)
             v = F.concat([cache["v"], v], axis=2)

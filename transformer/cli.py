@@ -155,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     _value(t, "--device", RANGES["device"], None, HELP["device"])
     _value(t, "--precision", RANGES["precision"], None, HELP["precision"])
     _value(t, "--tf32", RANGES["tf32"], None, HELP["tf32"])
+    _value(t, "--fused", RANGES["fused"], None, HELP["fused"])
     _value(t, "--memory-every", RANGES["memory_every"], None, HELP["memory_every"])
     _value(t, "--profile", RANGES["profile"], None, HELP["profile"])
     t.set_defaults(func=cmd_train)

@@ -19,6 +19,7 @@ from .config import TransformerConfig
 from .decoding import greedy_decode
 from .flags import Real, Whole
 from .loss import label_smoothed_loss
+from .fused import fuse
 from .model import Transformer
 from .plots import plot_attention, plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar, finish
@@ -60,6 +61,7 @@ class CopyTaskSettings:
     device: str = "cpu"
     run_dir: str = "runs/copy"
     profile: int = 0             # time every op of updates 2 to N+1 (minitensor.profile): a table and profile.json
+    fused: bool = True           # the sub-layers in their fused forms (transformer/fused.py)
     show_progress: bool = True
 
     def check(self) -> None:
@@ -93,7 +95,7 @@ class CopyTaskSettings:
 RANGES = {"vocab": Whole(FIRST_SYMBOL + 1, 2**22), "min_length": Whole(1, 2**16), "max_length": Whole(1, 2**16),
           "batch": Whole(1, 2**20), "steps": TRAIN_RANGES["max_steps"],
           **{name: TRAIN_RANGES[name] for name in ("smoothing", "warmup", "lr_factor", "eval_every", "seed",
-                                                   "device", "run_dir", "profile")},
+                                                   "device", "run_dir", "profile", "fused")},
           "eval_size": Whole(1, 10**6), "stop_at": Real(0, 1), "test_size": Whole(1, 10**6)}
 
 
@@ -130,7 +132,7 @@ def score(pred: np.ndarray, tgt_out: np.ndarray) -> tuple[float, float]:
 
 
 def build_model(s: CopyTaskSettings) -> Transformer:
-    return Transformer(s.model_config()).to(s.device)
+    return fuse(Transformer(s.model_config()), s.fused).to(s.device)
 
 
 def evaluate(model: Transformer, data, s: CopyTaskSettings) -> tuple[float, float]:

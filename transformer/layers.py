@@ -22,7 +22,7 @@ class PositionwiseFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: mt.Tensor) -> mt.Tensor:
-        return self.w_2(self.dropout(self.w_1(x, activation="relu")))  # max(0, x W_1 + b_1) W_2 + b_2
+        return self.w_2(self.dropout(F.relu(self.w_1(x))))  # max(0, x W_1 + b_1) W_2 + b_2
 
 
 class Residual(nn.Module):
@@ -41,9 +41,7 @@ class Residual(nn.Module):
     def forward(self, x: mt.Tensor, sublayer) -> mt.Tensor:
         if self.norm_first:
             return x + self.dropout(sublayer(self.norm(x)))
-        # self.norm(x + self.dropout(sublayer(x))), in one kernel each way on the GPU
-        return F.dropout_add_layer_norm(sublayer(x), x, self.norm.weight, self.norm.bias, self.dropout.p,
-                                        self.training, self.norm.eps)
+        return self.norm(x + self.dropout(sublayer(x)))
 
 
 class EncoderLayer(nn.Module):

@@ -38,8 +38,8 @@ def flag(name: str) -> str:
 # update_freq, the same batches per update on another number of processes); every other setting
 # shapes the weights or the recipe
 FREE_ON_RESUME = frozenset({"run_dir", "max_steps", "max_epochs", "max_minutes", "eval_every", "bleu_sentences",
-                            "beam_size", "alpha", "save_every", "keep_last", "device", "tf32", "memory_every", "profile",
-                            "progress", "update_freq"})
+                            "beam_size", "alpha", "save_every", "keep_last", "device", "tf32", "fused", "memory_every",
+                            "profile", "progress", "update_freq"})
 
 
 # a run's data settings (stored in each checkpoint as meta["data"]): how each is named when it differs
@@ -96,7 +96,8 @@ RANGES = {"max_tokens": Whole(1, 2**31 - 1), "update_freq": Whole(1, 10**6), "sm
           "max_minutes": Real(0, 1e7), "eval_every": Whole(1, _MANY), "bleu_sentences": Whole(0, _MANY),
           "beam_size": Whole(1, MAX_BEAM), "alpha": Real(0, 100), "save_every": Whole(1, _MANY),
           "keep_last": Whole(1, 10**6), "seed": Whole(0, 2**32 - 1), "device": Text("device"),
-          "precision": Choice(tuple(sorted(PRECISIONS))), "tf32": Boolean(), "memory_every": Whole(0, _MANY),
+          "precision": Choice(tuple(sorted(PRECISIONS))), "tf32": Boolean(), "fused": Boolean(),
+          "memory_every": Whole(0, _MANY),
           "profile": Whole(0, 10**6), "progress": Boolean(), "run_dir": Text("folder")}
 
 
@@ -135,6 +136,9 @@ HELP = {
     "precision": ("fp32; fp16 (16-bit products, float32 weights, dynamic loss scaling); bf16 (bfloat16 products, "
                   f"float32's exponent range, so no loss scaling; needs ml_dtypes) ({_PRESET}, else fp32)"),
     "tf32": f"let float32 products use TF32 tensor cores, GPU only ({_PRESET}, else false)",
+    "fused": ("the model's sub-layers in their fused forms: Q, K and V in one product, bias + ReLU and dropout + "
+              "residual + LayerNorm each one kernel on a GPU (transformer/fused.py); false: as the paper writes them, "
+              "the same values (default true)"),
     "memory_every": f"on the GPU, record the peak memory of every N-th update in metrics.jsonl ({_PRESET}, else 50; "
                     "0: never)",
     "profile": ("time every op of N updates (after the run's first) with minitensor.profile: a table on stderr and "
@@ -178,6 +182,7 @@ class TrainSettings:
     device: str = "cpu"
     precision: str = "fp32"         # fp32, fp16 (with dynamic loss scaling) or bf16: see minitensor.amp
     tf32: bool = False              # float32 matrix products on TF32 tensor cores (GPU only)
+    fused: bool = True              # the sub-layers in their fused forms (transformer/fused.py)
     memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
     profile: int = 0                # time every op of N updates (after the run's first): a table and profile.json
     progress: bool = True

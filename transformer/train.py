@@ -39,6 +39,7 @@ from .model import Transformer
 from .plots import plot_curves
 from .progress import ProfiledUpdates, bar as progress_bar, size_to_budget
 from .files import remove_stale, write_file
+from .fused import fuse
 from .schedule import NoamSchedule, paper_adam
 from .settings import PRECISIONS, SettingsError, TrainSettings, run_differences
 from .signals import CLOSED_STDOUT, ENDING_SIGNALS, EXIT_CLOSED_PIPE, StopRequest, close_stdout, handled
@@ -200,7 +201,7 @@ class Trainer:
         self.cfg = settings.model_config(tokenizer.vocab_size)
         # settings.json and the checkpoints record the model as built: the tokenizer's vocabulary
         self.s = settings = dataclasses.replace(settings, model=self.cfg)
-        self.model = Transformer(self.cfg).to(settings.device)
+        self.model = fuse(Transformer(self.cfg), settings.fused).to(settings.device)
         for p in self.model.parameters():  # every rank starts from rank 0's weights
             self.comm.broadcast(p.data)
         self.opt = paper_adam(self.model.parameters())

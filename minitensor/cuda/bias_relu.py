@@ -1,7 +1,7 @@
 """Launcher for the fused bias + ReLU kernels of ``bias_relu.cu``, and for its bias alone.
 
-:class:`FusedBiasRelu` is the op on this route; :func:`minitensor.functional.linear` with
-``activation="relu"`` takes it after a product without bias where the kernels apply, and
+:class:`FusedBiasRelu` is the op on this route; :func:`minitensor.speed.fusions.linear_relu`
+takes it after a product without bias where the kernels apply, and
 ``relu(linear(x, W, b))`` (:class:`minitensor.ops.linalg.Linear`, then
 :class:`minitensor.ops.elementwise.Relu`) elsewhere; tests compare the two. The bias alone
 (``forward(y, b, relu=False)``) is what ``speed.products.add_bias`` runs on CuPy for every linear layer.

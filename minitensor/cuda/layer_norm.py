@@ -2,8 +2,8 @@
 :class:`FusedLayerNorm` (LayerNorm alone) and :class:`FusedDropoutAddLayerNorm` (the post-norm
 sub-layer, LayerNorm(x + Dropout(sub)), one kernel each way).
 
-:func:`minitensor.functional.layer_norm` and :func:`minitensor.functional.dropout_add_layer_norm`
-take them where the kernels apply, and the plain xp reference elsewhere:
+:func:`minitensor.functional.layer_norm` (by its route, :mod:`minitensor.speed.gpu`) and
+:func:`minitensor.speed.fusions.dropout_add_layer_norm` take them where the kernels apply, and the plain xp reference elsewhere:
 :class:`minitensor.ops.norm.LayerNorm` (``layer_norm_reference``), after ``x + dropout(sub)``
 for the fused form. Tests compare the two.
 """

@@ -20,9 +20,8 @@ class Linear(Module):
         self.weight = init.xavier_uniform_(Parameter(np.zeros((in_features, out_features), np.float32)))
         self.bias = Parameter(np.zeros(out_features, np.float32)) if bias else None
 
-    def forward(self, x, activation: str | None = None):
-        """x W + b; ``activation="relu"``: max(0, x W + b), the bias and the max fused on the GPU."""
-        return F.linear(x, self.weight, self.bias, activation=activation)
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"{self.in_features}, {self.out_features}, bias={self.bias is not None}"

@@ -2,16 +2,13 @@
 
 :class:`LayerNorm` is the plain xp code below (the reference, any device and dtype); on CuPy
 arrays the speed layer routes it to the hand-written kernels where they apply
-(:class:`minitensor.cuda.layer_norm.FusedLayerNorm`). :func:`dropout_add_layer_norm` is the
-post-norm sub-layer LayerNorm(x + Dropout(sub)), one kernel each way where the kernels run.
+(:class:`minitensor.cuda.layer_norm.FusedLayerNorm`).
 """
 from __future__ import annotations
 
 from ..autograd import Function
 from ..errors import ShapeError
-from ..tensor import Tensor, as_tensor, as_tensors
-from .. import cuda
-from .dropout import check_probability, dropout
+from ..tensor import Tensor, as_tensor
 from .precision import compute_dtype
 
 
@@ -91,23 +88,3 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5) -> Tensor:
     w = None if weight is None else as_tensor(weight, x)
     b = None if bias is None else as_tensor(bias, x)
     return LayerNorm.apply(x, w, b, eps=eps)
-
-
-def dropout_add_layer_norm(sub, x, weight, bias, p: float = 0.0, training: bool = True, eps: float = 1e-5) -> Tensor:
-    """LayerNorm(x + Dropout(sub)): the post-norm residual connection around a sub-layer whose
-    output is ``sub`` (Sections 3.1 and 5.4), with the LayerNorm's ``weight`` and ``bias``.
-    Where the kernels run, one kernel each way (the dropout mask drawn inside it and drawn again
-    by the backward); elsewhere, and for p = 1, the three ops."""
-    check_probability("dropout_add_layer_norm: p", p)
-    sub, x = as_tensors(sub, x)
-    w, b = as_tensor(weight, x), as_tensor(bias, x)
-    if sub.shape != x.shape:
-        raise ShapeError(f"dropout_add_layer_norm: the sub-layer's output has shape {tuple(sub.shape)}, "
-                         f"the residual {tuple(x.shape)}: they must be the same")
-    p = p if training else 0.0
-    if p < 1.0 and cuda.kernels_may_run(x.xp):
-        kernel = cuda.launcher("layer_norm")
-        if kernel.applies(x.data, w.data, b.data, sub.data):
-            # why: dropout, the residual sum and LayerNorm in one pass each way, no mask kept
-            return kernel.FusedDropoutAddLayerNorm.apply(sub, x, w, b, p=p, eps=eps)
-    return layer_norm(x + dropout(sub, p, training), w, b, eps)

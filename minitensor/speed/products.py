@@ -141,6 +141,7 @@ def product(a, b, out_dtype=None, into=None):
 # Registered after the kernels' routes and before NumPy's (see minitensor/__init__.py).
 from .. import routes  # noqa: E402
 from ..ops import attention, linalg  # noqa: E402
+from . import fusions  # noqa: E402
 
 
 class Matmul(linalg.Matmul):
@@ -151,7 +152,7 @@ class Linear(linalg.Linear):
     product, add_bias, column_sums = staticmethod(product), staticmethod(add_bias), staticmethod(sum_rows)
 
 
-class Linears(linalg.Linears):
+class Linears(fusions.Linears):
     product, add_bias, column_sums = staticmethod(product), staticmethod(add_bias), staticmethod(sum_rows)
     products, products_grad = staticmethod(block_products), staticmethod(block_products_grad)
 
@@ -171,6 +172,6 @@ def _anywhere(xp, arrays, params) -> bool:
 ROUTES = [
     routes.register(linalg.Matmul, Matmul, _on_cupy),                  # on NumPy, product is a @ b
     routes.register(linalg.Linear, Linear, _anywhere),                 # on NumPy too: sum_rows in BLAS
-    routes.register(linalg.Linears, Linears, _anywhere),               # on NumPy too: contiguous blocks
+    routes.register(fusions.Linears, Linears, _anywhere),               # on NumPy too: contiguous blocks
     routes.register(attention.ScaledDotProductAttention, ScaledDotProductAttention, _on_cupy),
 ]

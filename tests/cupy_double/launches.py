@@ -28,13 +28,13 @@ def count_update(precision: str, batch: int = 2, length: int = 6) -> collections
 
     import minitensor as mt  # noqa: PLC0415
     from minitensor import amp  # noqa: PLC0415
-    from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam  # noqa: PLC0415
+    from transformer import Transformer, TransformerConfig, fuse, label_smoothed_loss, paper_adam  # noqa: PLC0415
 
     if not double.installed():
         raise RuntimeError("count_update needs the CuPy double installed (tests.cupy_double.install())")
     mt.manual_seed(0)
     mt.cuda.set_tf32(precision == "tf32")
-    model = Transformer(TransformerConfig.base(64)).to("cuda")
+    model = fuse(Transformer(TransformerConfig.base(64))).to("cuda")  # the form a training run uses
     opt = paper_adam(model.parameters(), lr=1e-4)
     scaler = amp.LossScaler(init_scale=2.0**4) if precision == "fp16" else None  # no overflow: a full update
     half = {"fp16": "float16", "bf16": "bfloat16"}.get(precision)

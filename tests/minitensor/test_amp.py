@@ -33,31 +33,34 @@ def test_autocast_runs_products_in_float16_and_hands_float32_parameters_float32_
         np.testing.assert_allclose(t.grad.numpy(), ref.grad.numpy(), rtol=2e-2, atol=2e-2)
 
 
-def test_under_autocast_every_products_backward_gets_a_float16_gradient(monkeypatch):
+@pytest.mark.parametrize("fused", [False, True], ids=["written", "fused"])
+def test_under_autocast_every_products_backward_gets_a_float16_gradient(fused, monkeypatch):
     """A gradient has its tensor's dtype: a float16 Linear output summed with a float32 residual
     gets a float16 gradient, so the backward's two products run in float16, not in float32 (the
-    mixed-dtype product that NumPy and CuPy would otherwise widen)."""
+    mixed-dtype product that NumPy and CuPy would otherwise widen); in the model as written and
+    in its fused form."""
     from minitensor.ops import linalg
-    from transformer import Transformer, TransformerConfig, label_smoothed_loss
+    from minitensor.speed import fusions
+    from transformer import Transformer, TransformerConfig, fuse, label_smoothed_loss
 
     seen = []
-    for op in (linalg.Linear, linalg.Linears, linalg.Matmul):
+    for op in (linalg.Linear, fusions.Linears, linalg.Matmul):
         def spy(ctx, grad, _backward=op.backward):
             grads = grad if isinstance(grad, tuple) else (grad,)   # Linears: one per output
             seen.append(tuple(g.dtype for g in grads) + tuple(a.dtype for a in ctx.saved))
             return _backward(ctx, grad)
         monkeypatch.setattr(op, "backward", staticmethod(spy))
     mt.manual_seed(0)
-    model = Transformer(TransformerConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                          n_decoder_layers=1))
+    model = fuse(Transformer(TransformerConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                               n_decoder_layers=1)), fused)
     rng = np.random.default_rng(0)
     src, tgt = rng.integers(3, 40, (3, 5)), rng.integers(3, 40, (3, 6))
     with amp.autocast("float16"):
         loss = label_smoothed_loss(model(mt.tensor(src), mt.tensor(tgt[:, :-1])), mt.tensor(tgt[:, 1:]), 0, 0.1)
     loss.backward()
-    # Q, K, V in one product twice and the memory's K, V in one; 1 + 2 other projections, 2 + 2
-    # feed-forward products, the output layer
-    assert len(seen) >= 12
+    # 3 + 3 + 3 projections (fused: Q, K, V in one product twice and the memory's K, V in one),
+    # 3 output projections, 2 + 2 feed-forward products, the output layer, and attention's products
+    assert len(seen) >= (12 if fused else 16)
     assert all(dt == np.float16 for row in seen for dt in row), sorted(set(seen))
     assert all(p.grad.dtype == np.float32 for p in model.parameters() if p.grad is not None)
 

@@ -6,6 +6,7 @@ import pytest
 
 import minitensor as mt
 import minitensor.functional as F
+from minitensor.speed import fusions
 
 from ..helpers import close, leaf
 
@@ -363,3 +364,23 @@ def test_backward_twice_with_retain_graph_gives_the_same_gradients_where_ops_reu
     loss.backward()
     close(x.grad, 2 * first)
     assert np.abs(first).sum() > 0
+
+
+def test_an_output_of_an_op_with_several_used_twice_sums_its_gradients_and_backward_starts_at_any_output():
+    """The engine hands an op with several outputs one gradient per output: the sum of what
+    reached that output (here used twice), None where nothing did; backward may start at one
+    output."""
+    x = mt.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    w1, w2 = mt.tensor(np.ones((3, 2)), requires_grad=True), mt.tensor(np.full((3, 2), 2.0), requires_grad=True)
+    a, b = fusions.linears(x, [w1, w2])  # (an op with two outputs: the speed layer's Q, K, V in one product)
+    (a * 3 + a).sum().backward(retain_graph=True)          # a read twice; b never
+    close(x.grad, np.full((2, 3), 8.0))                    # d/dx Σ 4 x W1 = 4 · (row sums of W1)
+    close(w1.grad, 4 * x.numpy().sum(axis=0)[:, None] * np.ones((3, 2)))
+    assert w2.grad is None
+    x.grad = w1.grad = None
+    b.sum().backward()                                     # from the other output alone
+    close(x.grad, np.full((2, 3), 4.0))                    # the row sums of W2: 2 + 2
+    close(w2.grad, x.numpy().sum(axis=0)[:, None] * np.ones((3, 2)))
+    assert w1.grad is None
+
+

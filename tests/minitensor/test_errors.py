@@ -4,6 +4,7 @@ import pytest
 
 import minitensor as mt
 import minitensor.functional as F
+from minitensor.speed import fusions
 
 from ..helpers import leaf
 
@@ -27,15 +28,15 @@ def test_linear_weight_that_does_not_fit():
 
 def test_linears_name_the_weight_or_bias_that_does_not_fit():
     with pytest.raises(mt.ShapeError, match=r"linears.*\(5, 3\).*\(4, 2\)"):
-        F.linears(mt.zeros(5, 3), [mt.zeros(3, 2), mt.zeros(4, 2)])
+        fusions.linears(mt.zeros(5, 3), [mt.zeros(3, 2), mt.zeros(4, 2)])
     with pytest.raises(mt.ShapeError, match=r"\(3, 5\).*all be"):
-        F.linears(mt.zeros(5, 3), [mt.zeros(3, 2), mt.zeros(3, 5)])
+        fusions.linears(mt.zeros(5, 3), [mt.zeros(3, 2), mt.zeros(3, 5)])
     with pytest.raises(mt.ShapeError, match=r"bias of shape \(3,\)"):
-        F.linears(mt.zeros(5, 3), [mt.zeros(3, 2), mt.zeros(3, 2)], [None, mt.zeros(3)])
+        fusions.linears(mt.zeros(5, 3), [mt.zeros(3, 2), mt.zeros(3, 2)], [None, mt.zeros(3)])
     with pytest.raises(ValueError, match="as many biases"):
-        F.linears(mt.zeros(5, 3), [mt.zeros(3, 2)], [None, None])
+        fusions.linears(mt.zeros(5, 3), [mt.zeros(3, 2)], [None, None])
     with pytest.raises(ValueError, match="one or more weights"):
-        F.linears(mt.zeros(5, 3), [])
+        fusions.linears(mt.zeros(5, 3), [])
 
 
 def test_attention_mask_of_wrong_shape_or_dtype():

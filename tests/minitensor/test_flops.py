@@ -7,7 +7,8 @@ from minitensor.autograd import Function
 from minitensor.cuda.softmax import FusedSoftmaxAttention
 from minitensor.ops.attention import ScaledDotProductAttention
 from minitensor.ops.elementwise import Add
-from minitensor.ops.linalg import Linear, Linears, Matmul
+from minitensor.ops.linalg import Linear, Matmul
+from minitensor.speed.fusions import Linears
 
 
 def ctx(*needs):

@@ -81,7 +81,7 @@ def test_the_cycle_finder_finds_a_planted_circle():
 PUBLIC_MODULES = {"minitensor", "minitensor.functional", "minitensor.nn", "minitensor.optim", "minitensor.amp",
                   "minitensor.cuda", "minitensor.distributed", "minitensor.profiler", "minitensor.backend",
                   "minitensor.blas", "minitensor.threads", "minitensor.allocator", "minitensor.environment",
-                  "minitensor.kinds"}
+                  "minitensor.kinds", "minitensor.speed.fusions"}
 
 
 def private_uses(path: Path) -> list[str]:

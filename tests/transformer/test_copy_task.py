@@ -63,8 +63,8 @@ def test_reduced_copy_task_converges_and_saves_outputs(tmp_path, capsys):
 
 
 def test_the_reference_engine_alone_trains_the_copy_task(tmp_path, monkeypatch):
-    """With the speed layer's routes off, every op of the run and the optimizer's update are their
-    reference code, and the copy task still learns to copy."""
+    """The model as the paper writes it (not fused), the speed layer's routes off: every op of the
+    run and the optimizer's update are their reference code, and the copy task still learns to copy."""
     chosen = []
     choose = routes.choose
 
@@ -75,7 +75,7 @@ def test_the_reference_engine_alone_trains_the_copy_task(tmp_path, monkeypatch):
     monkeypatch.setattr(routes, "choose", spy)
     s = CopyTaskSettings(vocab=10, min_length=4, max_length=6, model=small_model(32, 64),
                          batch=64, steps=800, warmup=50, lr_factor=1.0, eval_every=50, eval_size=100,
-                         stop_at=1.0, test_size=100, run_dir=str(tmp_path), show_progress=False)
+                         stop_at=1.0, test_size=100, run_dir=str(tmp_path), show_progress=False, fused=False)
     with routes.off():
         summary = train_copy_task(s)
     assert summary["exact_match"] >= 0.95, summary

@@ -34,7 +34,7 @@ from minitensor.ops.loss import smoothed_nll
 from minitensor.errors import ShapeError
 from minitensor.ops import linalg
 from minitensor.speed import cpu as numpy_routes
-from minitensor.speed import products
+from minitensor.speed import fusions, products
 from minitensor.ops.norm import layer_norm_backward_reference, layer_norm_reference
 
 from ...cupy_double import double
@@ -306,7 +306,7 @@ def test_dropout_add_layer_norm_masks_follow_seed_and_offset_and_keep_one_minus_
 
 
 def test_dropout_add_layer_norm_takes_the_kernels_and_gradchecks_through_them(dev, monkeypatch):
-    """F.dropout_add_layer_norm: one kernel each way where the kernels run; kernels off (or
+    """fusions.dropout_add_layer_norm: one kernel each way where the kernels run; kernels off (or
     evaluation, p = 0) the reference ops give the same values without dropout; with dropout, a
     float64 gradcheck through the kernels (reseeded before each evaluation: the same mask)."""
     rng = _rng("residual op")
@@ -321,7 +321,7 @@ def test_dropout_add_layer_norm_takes_the_kernels_and_gradchecks_through_them(de
     def run(p, training=True):
         for t in (sub, x, w, b):
             t.grad = None
-        y = F.dropout_add_layer_norm(sub, x, w, b, p, training)
+        y = fusions.dropout_add_layer_norm(sub, x, w, b, p, training)
         (y * c).sum().backward()
         return [mt.backend.to_numpy(a) for a in (y.data, sub.grad.data, x.grad.data, w.grad.data, b.grad.data)]
 
@@ -341,12 +341,12 @@ def test_dropout_add_layer_norm_takes_the_kernels_and_gradchecks_through_them(de
 
     def reseeded(s, u, g, e):
         mt.manual_seed(9)
-        return (F.dropout_add_layer_norm(s, u, g, e, 0.4) * c).sum()
+        return (fusions.dropout_add_layer_norm(s, u, g, e, 0.4) * c).sum()
     assert mt.gradcheck(reseeded, [sub, x, w, b])
     with pytest.raises(ShapeError, match="must be the same"):
-        F.dropout_add_layer_norm(sub[:, :2], x, w, b, 0.1)
+        fusions.dropout_add_layer_norm(sub[:, :2], x, w, b, 0.1)
     with pytest.raises(ValueError, match="p must be in"):
-        F.dropout_add_layer_norm(sub, x, w, b, 1.5)
+        fusions.dropout_add_layer_norm(sub, x, w, b, 1.5)
 
 
 # ---------------------------------------------------------------- attention masks
@@ -1158,7 +1158,7 @@ def test_the_bias_alone_is_added_in_place_group_by_group(dev, groups, rows, cols
 
 
 def test_linear_relu_takes_the_fused_kernels_and_gradchecks_through_them(dev, monkeypatch):
-    """F.linear(activation="relu") runs the product without its bias, then one kernel each way
+    """fusions.linear_relu runs the product without its bias, then one kernel each way
     (kernels off: relu(linear(x, W, b)), the reference); both give the same values and
     gradients, and a float64 gradcheck passes through the kernels."""
     rng = _rng("linear relu")
@@ -1171,7 +1171,7 @@ def test_linear_relu_takes_the_fused_kernels_and_gradchecks_through_them(dev, mo
     def run():
         for t in (x, w, b):
             t.grad = None
-        y = F.linear(x, w, b, activation="relu")
+        y = fusions.linear_relu(x, w, b)
         (y * c).sum().backward()
         return [mt.backend.to_numpy(a) for a in (y.data, x.grad.data, w.grad.data, b.grad.data)]
 
@@ -1183,9 +1183,7 @@ def test_linear_relu_takes_the_fused_kernels_and_gradchecks_through_them(dev, mo
     for a, r in zip(fused, reference):
         np.testing.assert_allclose(a, r, rtol=1e-12, atol=1e-12)
     assert 0 < (fused[0] > 0).mean() < 1                      # both sides of the kink are tested
-    assert mt.gradcheck(lambda u, v, e: F.linear(u, v, e, activation="relu"), [x, w, b])
-    with pytest.raises(ValueError, match="activation must be one of"):
-        F.linear(x, w, b, activation="gelu")
+    assert mt.gradcheck(fusions.linear_relu, [x, w, b])
 
 
 def test_linear_relu_under_autocast_writes_16_bit_values_and_float32_parameter_gradients(dev):
@@ -1201,7 +1199,7 @@ def test_linear_relu_under_autocast_writes_16_bit_values_and_float32_parameter_g
     def run():
         w.grad = b.grad = None
         with mt.amp.autocast("bfloat16"):
-            y = F.linear(x, w, b, activation="relu")
+            y = fusions.linear_relu(x, w, b)
         F.cast(y, np.float32).sum().backward()
         return y, w.grad, b.grad
 

@@ -1,5 +1,6 @@
-"""One training step of the Transformer with the hand-written kernels on, run on the CPU
-emulator of CUDA, against the plain NumPy path: the same loss and the same gradients.
+"""One training step of the Transformer in its fused form (what a training run uses) with the
+hand-written kernels on, run on the CPU emulator of CUDA, against the plain NumPy path: the same
+loss and the same gradients.
 
 This is the end-to-end check that the GPU routes (LayerNorm kernels, dropout + residual +
 LayerNorm, the feed-forward's bias + ReLU, the fused attention softmax, flash attention) compute what the NumPy code computes inside a real model.
@@ -10,7 +11,7 @@ import pytest
 import minitensor as mt
 from minitensor import cuda
 from minitensor.cuda import emulator
-from transformer import Transformer, TransformerConfig
+from transformer import Transformer, TransformerConfig, fuse
 from transformer.loss import label_smoothed_loss
 
 from ...helpers import require, translation_batch
@@ -19,7 +20,7 @@ from ...helpers import require, translation_batch
 def _step(cfg, batch, emulate: bool):
     """Loss and gradients of one training step from the same initial weights."""
     mt.manual_seed(0)
-    model = Transformer(cfg)
+    model = fuse(Transformer(cfg))
     src, tgt_in, tgt_out = (mt.tensor(a) for a in batch)
     with cuda.emulate(emulate):
         mt.manual_seed(1)                      # the same dropout masks on both paths
