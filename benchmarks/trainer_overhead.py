@@ -47,7 +47,7 @@ def bare_seconds(settings: TrainSettings, tok, train, warmup: int) -> float:
     """Seconds per update of the bare loop over the same batches, after ``warmup`` updates."""
     t = Trainer(settings, tok, train)  # the same initial weights, optimizer, schedule and batches
     model, opt, sched, s = t.model, t.opt, t.sched, t.s
-    batches = [collate(train.src, train.tgt, idx) for idx in t._epoch_batches(0)[:s.max_steps]]
+    batches = [collate(train.src, train.tgt, idx) for idx in t.batches.of_epoch(0)[:s.max_steps]]
     model.train()
     for i, b in enumerate(batches):
         if i == warmup:

@@ -113,20 +113,19 @@ FIXED_CUT = {"max_tokens": 6250, "update_freq": 4}
 def one_run(folder: Path, run_dir: Path, updates: int) -> dict:
     """The preparation and set-up of ``train --preset wmt14-base --data-dir folder``, staged and
     timed, then ``updates`` updates; every stage's seconds and the peak resident memory after it."""
-    from transformer import cli, corpus  # noqa: PLC0415
+    from transformer import corpus  # noqa: PLC0415
     from transformer.batching import lengths, token_batches  # noqa: PLC0415
     from transformer.presets import PRESETS  # noqa: PLC0415
+    from transformer.settings import DataSettings  # noqa: PLC0415
     from transformer.train import Trainer, TrainSettings  # noqa: PLC0415
 
     preset = PRESETS["wmt14-base"]
-    args = cli.build_parser().parse_args(["train", "--preset", "wmt14-base", "--data-dir", str(folder),
-                                          "--run-dir", str(run_dir), "--device", "cpu"])
-    args.dataset = "wmt14"
+    data = DataSettings(dataset="wmt14", data_dir=str(folder), vocab_size=preset["settings"]["model"].vocab_size)
     start = time.perf_counter()
     stages, peaks = {}, {}
     run_dir.mkdir(parents=True, exist_ok=True)
     resident = {}
-    tok, train, valid, _, _ = corpus.prepare(args, run_dir, preset["settings"]["model"].vocab_size, timings=stages)
+    tok, train, valid, _, _ = corpus.prepare(data, run_dir, timings=stages)
     peaks.update({name: None for name in stages})
     peaks[list(stages)[-1]] = _peak()
     resident[list(stages)[-1]] = _resident()
@@ -149,7 +148,7 @@ def one_run(folder: Path, run_dir: Path, updates: int) -> dict:
     losses = []
 
     def one_update(group):
-        trainer.update(trainer.my_batches(group))
+        trainer.update(trainer.batches.mine(group))
         return trainer.read_loss()
 
     for u in range(updates):

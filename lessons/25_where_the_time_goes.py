@@ -26,16 +26,17 @@ import numpy as np
 
 import minitensor as mt
 from minitensor import profiler
-from transformer import Transformer, TransformerConfig, label_smoothed_loss, paper_adam
+from transformer import Transformer, TransformerConfig, fuse, label_smoothed_loss, paper_adam
 from lessonkit import Results, checks, show, smoke
 
 results = Results("25")
 
 
 def make_update(cfg: TransformerConfig, batch: int, length: int, seed: int = 0):
-    """One training update of a fresh model on a random batch (no padding), as a function."""
+    """One training update of a fresh model on a random batch (no padding), as a function; the
+    model in its fused form, as a training run has it (transformer/fused.py)."""
     mt.manual_seed(seed)
-    model = Transformer(cfg)
+    model = fuse(Transformer(cfg))
     opt = paper_adam(model.parameters())
     rng = np.random.default_rng(seed)
     src = rng.integers(3, cfg.vocab_size, (batch, length))
@@ -66,7 +67,8 @@ print(prof.table())
 # Read the table from the top: `Linear` and `Linears` are every matrix product of the model's
 # linear layers (the attention projections, the feed-forward layers and the output projection
 # onto the vocabulary), forward and backward; `Linears` is the projections of one input made in
-# one product, Q, K and V in self-attention and K and V of the encoder's output. The `GFLOP/s`
+# one product, Q, K and V in self-attention and K and V of the encoder's output (the fused form
+# of the model that training runs use; the model as the paper writes it makes three products). The `GFLOP/s`
 # column is what those products achieved inside the update; `BLAS alone` is what the same shapes
 # reach when timed alone, one after the other, with nothing else running.
 # `ScaledDotProductAttention` is attention's own two products (the scores and the weighted

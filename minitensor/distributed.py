@@ -76,6 +76,14 @@ class Communicator:
     def barrier(self, timeout: float | None = None) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def sum_on_host(self, values) -> tuple:
+        """``values`` (host floats) summed over the ranks: a decision every rank must take alike
+        (when to stop), made from what each rank knows. Over MPI, also for NCCL's ranks."""
+        array = np.asarray(values, dtype=np.float64)
+        if self.world_size > 1:
+            getattr(self, "mpi", self).all_reduce(array)
+        return tuple(array.tolist())
+
 
 class SingleProcess(Communicator):
     """World size 1: every collective is the identity."""

@@ -37,7 +37,6 @@ UNMIRRORED = {
     "transformer/rundir.py": "transformer/test_cli_nothing_lost.py, transformer/test_cli_run_dirs.py",
     "transformer/schedule.py": "transformer/test_model_config.py, transformer/test_train.py",
     "transformer/settings.py": "transformer/test_flags.py, transformer/test_model_config.py",
-    "transformer/signals.py": "transformer/test_cli_nothing_lost.py",
     "transformer/wmt14.py": "transformer/test_wmt14_data.py",
 }
 
@@ -107,3 +106,18 @@ def test_the_reference_core_and_the_written_model_import_nothing_of_the_speed_la
     assert len(core) > 19
     found = {str(p.relative_to(ROOT)): speed_imports(p) for p in core}
     assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_only_the_command_line_reads_the_parsed_flags():
+    """The library (the model, the data, training) takes plain settings (TrainSettings,
+    DataSettings), never argparse's namespace: no function outside cli.py and commands.py has a
+    parameter named args."""
+    import ast  # noqa: PLC0415
+
+    takers = set()
+    for path in sorted((ROOT / "transformer").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    "args" in [a.arg for a in node.args.args + node.args.kwonlyargs] and node.name != "parse_args":
+                takers.add(path.name)
+    assert takers == {"commands.py"}

@@ -97,3 +97,60 @@ def _padded(rows: list, start: int | None = None, end: int | None = None) -> np.
     else:
         out[np.arange(len(rows)), n] = end
     return out
+
+
+class UpdateBatches:
+    """The training pairs as the updates take them: each epoch's token batches (a new order per
+    epoch, from ``seed``; the last two epochs' kept), the place reached (``epoch``, and ``done``:
+    the batches of it consumed, every rank's), and this rank's share of each update's group of
+    ``group`` batches (every ``world_size``-th, from ``rank``), padded.
+
+    :meth:`ahead` collates the next update's share while the device works on this one, and
+    :meth:`next` hands it over when the place is still the one it was collated for."""
+
+    def __init__(self, src, tgt, max_tokens: int, seed: int, group: int, rank: int = 0, world_size: int = 1):
+        self.src, self.tgt, self.max_tokens, self.seed = src, tgt, max_tokens, seed
+        self.group, self.rank, self.world_size = group, rank, world_size
+        self.epoch, self.done = 0, 0
+        self._epochs: dict = {}
+        self._ahead = None, []  # (epoch, done): the share collated for that place
+
+    def of_epoch(self, epoch: int) -> list[np.ndarray]:
+        """The index arrays of an epoch's batches, every rank's."""
+        if epoch not in self._epochs:
+            self._epochs = {e: b for e, b in self._epochs.items() if e == epoch - 1}
+            self._epochs[epoch] = token_batches(lengths(self.src), lengths(self.tgt), self.max_tokens,
+                                                seed=self.seed * 100_003 + epoch)
+        return self._epochs[epoch]
+
+    def mine(self, group: list[np.ndarray]) -> list[Batch]:
+        """This rank's share of ``group``, padded."""
+        return [collate(self.src, self.tgt, idx) for idx in group[self.rank::self.world_size]]
+
+    def roll(self) -> int:
+        """After an epoch's last batch, on to the next epoch; returns the epoch now."""
+        if self.done >= len(self.of_epoch(self.epoch)):
+            self.epoch, self.done = self.epoch + 1, 0
+        return self.epoch
+
+    def next(self) -> list[Batch]:
+        """This rank's share of the next update's group, which then counts as consumed."""
+        group = self.of_epoch(self.epoch)[self.done:][:self.group]
+        place, share = self._ahead
+        self._ahead = None, []
+        share = share if place == (self.epoch, self.done) else self.mine(group)
+        self.done += len(group)
+        return share
+
+    def ahead(self, max_epochs: int) -> None:
+        """Collate the share of the update after this one now, unless it would start epoch ``max_epochs``."""
+        epoch, done = self.epoch, self.done
+        if done >= len(self.of_epoch(epoch)):
+            epoch, done = epoch + 1, 0
+        if epoch < max_epochs:
+            self._ahead = (epoch, done), self.mine(self.of_epoch(epoch)[done:][:self.group])
+
+    def epochs_ended(self) -> int:
+        """The epochs completed: one whose last batch was consumed counts (as a resumed run that
+        makes no update finds it)."""
+        return self.epoch + (self.done > 0 and self.done >= len(self.of_epoch(self.epoch)))

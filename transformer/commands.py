@@ -34,7 +34,8 @@ from .presets import DEFAULT_PRESET, PRESETS, plan_batches
 from .rundir import (Loaded, RunDirInUse, RunLock, archive, average_of, check_fresh, check_not_busy, check_run_dir,
                      check_vocabulary, checkpoint_kind, leftovers, load_model, previous_run, record_run_id,
                      refuse_copy_task_run, resumable, run_file, run_id_of)
-from .settings import DATA_NAMES, DATA_SETTINGS, RANGES, SettingsError, TrainSettings, model_with, run_differences
+from .settings import (DATA_NAMES, DATA_SETTINGS, RANGES, DataSettings, SettingsError, TrainSettings, model_with,
+                       run_differences)
 from .signals import Stopped, close_stdout
 from .tokenizer import Tokenizer, TokenizerModelError, VocabularyTooLarge, VocabularyTooSmall
 from .train import RunFileError, Trainer, TrainingDiverged, read_metrics
@@ -167,6 +168,13 @@ def data_settings(args, preset: str, saved: dict, source: Path | None = None) ->
     return values
 
 
+def data_source(args) -> DataSettings:
+    """The data settings of the flags (with the run's own and the preset's filled in by
+    :func:`data_settings` and :func:`recall_data`), for the library to read."""
+    given = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(DataSettings)}
+    return DataSettings(**{name: value for name, value in given.items() if value is not None})
+
+
 def check_memory(settings: TrainSettings, vocab_size: int) -> None:
     """Refuse a model whose weights, gradients and Adam moments alone (4 float32 copies) exceed
     this machine's memory, before any data is read (it would fail inside NumPy, or swap)."""
@@ -287,8 +295,8 @@ def _train(args, settings: TrainSettings, run: Path, comm, data: dict, expect_te
            run_id: str | None, saved_id) -> dict:
     if comm.rank > 0:  # rank 0 (which made the run directory) trains the BPE model and writes the id caches first
         comm.barrier(timeout=24 * 3600)
-    tok, train, valid, _, text_sha256 = prepare(args, run, args.vocab_size, args.limit, quiet=comm.rank > 0,
-                                                expect_text=expect_text)
+    tok, train, valid, _, text_sha256 = prepare(data_source(args), run, quiet=comm.rank > 0,
+                                                progress=not args.no_progress, expect_text=expect_text)
     if comm.rank == 0 and comm.world_size > 1:
         comm.barrier(timeout=24 * 3600)
     data = {**data, "train_sha256": text_sha256}

@@ -40,6 +40,7 @@ from .checkpoint import UNREADABLE
 from .data import FilterReport, iter_parallel, pair_fault
 from .files import STAMPS, sha256_of
 from .flags import InputError
+from .settings import DataSettings
 from .tokenizer import IdFile, Tokenizer, TokenIds, encode_cached
 
 CHUNK = 20_000  # pairs encoded at a time: enough for sentencepiece's threads, little text held
@@ -245,43 +246,44 @@ class ParallelData:
 BPE_SAMPLE_PAIRS = 1_000_000
 
 
-def load_corpora(args) -> dict:
+def load_corpora(data: DataSettings) -> dict:
     """{"train": ParallelText (streamed), "valid": (src, tgt) lists, "test": lists or None}."""
-    if args.dataset == "multi30k":
-        folder = D.multi30k_files(args.data_dir)
-        s, t = args.src_lang, args.tgt_lang
+    if data.dataset == "multi30k":
+        folder = D.multi30k_files(data.data_dir)
+        s, t = data.src_lang, data.tgt_lang
         return {"train": ParallelText(files=((folder / f"train.{s}.gz", folder / f"train.{t}.gz"),)),
                 "valid": D.multi30k("val", s, t, folder),
                 "test": D.multi30k("test_2016_flickr", s, t, folder)}
-    if args.data_dir and not args.train_src:  # a folder that `data wmt14` prepared
-        train, valid, test = (wmt14.split_files(args.data_dir, split, args.src_lang, args.tgt_lang)
+    if data.data_dir and not data.train_src:  # a folder that `data wmt14` prepared
+        train, valid, test = (wmt14.split_files(data.data_dir, split, data.src_lang, data.tgt_lang)
                               for split in wmt14.SPLITS)
         return {"train": ParallelText(files=(train,)), "valid": D.read_parallel(*valid), "test": D.read_parallel(*test)}
-    if not (args.train_src and args.train_tgt and args.valid_src and args.valid_tgt):
+    if not (data.train_src and data.train_tgt and data.valid_src and data.valid_tgt):
         raise InputError("wmt14 needs --data-dir (a folder prepared by: python -m transformer data wmt14 --out DIR) "
                          "or --train-src/--train-tgt (comma-separated lists allowed) and --valid-src/--valid-tgt "
                          "(newstest2013); --test-src/--test-tgt (newstest2014) are optional")
-    train = ParallelText(files=tuple(zip(args.train_src.split(","), args.train_tgt.split(","))))
-    test = D.read_parallel(args.test_src, args.test_tgt) if args.test_src and args.test_tgt else None
-    return {"train": train, "valid": D.read_parallel(args.valid_src, args.valid_tgt), "test": test}
+    train = ParallelText(files=tuple(zip(data.train_src.split(","), data.train_tgt.split(","))))
+    test = D.read_parallel(data.test_src, data.test_tgt) if data.test_src and data.test_tgt else None
+    return {"train": train, "valid": D.read_parallel(data.valid_src, data.valid_tgt), "test": test}
 
 
-def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: bool = False,
-            timings: dict | None = None, expect_text: str | None = None):
+def prepare(data: DataSettings, run: Path, quiet: bool = False, progress: bool = True, timings: dict | None = None,
+            expect_text: str | None = None):
     """Filter, train (or load) the joint BPE model on a sample, encode on every core (cached):
     -> tokenizer, train, valid, test, and the training text's SHA-256. The training text is
-    streamed, never held. ``timings``, when given, receives each stage's seconds.
-    ``expect_text``: the SHA-256 the training text must have (a resumed run's), checked before
-    anything is encoded."""
+    streamed, never held. ``quiet``: no notes (the other ranks of a data-parallel run);
+    ``progress``: a progress bar while encoding. ``timings``, when given, receives each stage's
+    seconds. ``expect_text``: the SHA-256 the training text must have (a resumed run's), checked
+    before anything is encoded."""
     timings = {} if timings is None else timings
     with _stage(timings, "read and filter, BPE sample"):
-        corpora = load_corpora(args)
+        corpora = load_corpora(data)
         text_sha256 = corpora["train"].fingerprint()
         if expect_text is not None and text_sha256 != expect_text:
             raise InputError(f"--resume: the training text is not the run's (its SHA-256 is {text_sha256[:12]}..., the "
                              f"run was trained on {expect_text[:12]}...); give the run's own data (--data-dir or the "
                              "--train-src/--train-tgt files it was trained on)")
-        keep = PairFilter(args.max_words, args.max_ratio, limit)
+        keep = PairFilter(data.max_words, data.max_ratio, data.limit)
         model_path = run / "spm.model"
         if not model_path.exists():
             src, tgt, report = bpe_sample(corpora["train"], keep, BPE_SAMPLE_PAIRS)
@@ -294,11 +296,11 @@ def prepare(args, run: Path, vocab_size: int, limit: int | None = None, quiet: b
         if not quiet:
             print(f"training data: {report}; training the BPE model on {len(src):,} of them", file=sys.stderr)
         with _stage(timings, "BPE training"):
-            tok = Tokenizer.train(src + tgt, run / "spm", vocab_size)
+            tok = Tokenizer.train(src + tgt, run / "spm", data.vocab_size)
         del src, tgt
     with _stage(timings, "encode and cache"):
         src, tgt, report = encode_corpus(tok, corpora["train"], keep, run / "cache" / "train",
-                                         progress=not (quiet or args.no_progress), text_sha256=text_sha256,
+                                         progress=progress and not quiet, text_sha256=text_sha256,
                                          warn=None if quiet else lambda msg: print(msg, file=sys.stderr))
         if len(src) == 0:
             raise D.DataError(f"no training pair is left to learn from ({report}); raise --max-words or --max-ratio, or "

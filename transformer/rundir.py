@@ -8,18 +8,23 @@ writer names when it refuses.
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import minitensor as mt
+
 from .checkpoint import (CheckpointError, average_checkpoints, kind_of, load_checkpoint, model_config, newest_loadable,
-                         read_meta, step_checkpoints)
-from .files import LOCK_NAME, Busy, Lock, holder_of, sha256_of, write_file
+                         prune_checkpoints, read_meta, save_checkpoint, step_checkpoints)
+from .files import LOCK_NAME, Busy, Lock, holder_of, remove_stale, sha256_of, write_file
 from .flags import InputError
 from .fused import fuse
 from .model import Transformer
+from .progress import ranges, read_metrics
 from .settings import SettingsError, TrainSettings, run_differences
 from .tokenizer import Tokenizer, fingerprint
 
@@ -374,3 +379,130 @@ def check_vocabulary(run: Path, meta: dict) -> None:
     if isinstance(trained_with, str) and sha256_of(model) != trained_with:
         raise InputError(f"--resume: {model} is not the vocabulary the run was trained with (its SHA-256 is "
                          f"{sha256_of(model)[:12]}..., the checkpoints' {trained_with[:12]}...); put the run's own back")
+
+
+# ---------------------------------------------------------------------------- a training run's own checkpoints
+class RunCheckpoints:
+    """A training run's checkpoints in its run directory, for ``trainer`` (a
+    :class:`transformer.train.Trainer`): what one records (:meth:`meta`: the weights' run, its
+    identity, the place in the data, the random state), whether one is this run's
+    (:meth:`foreign`), writing one (:meth:`save`, keeping the newest ``keep_last`` of the run's
+    own), and going on from the newest of the run's own (:meth:`resume`, at any world size)."""
+
+    def __init__(self, trainer):
+        self.t = trainer
+
+    def meta(self) -> dict:
+        t = self.t
+        return {"step": t.step, "epoch": t.batches.epoch, "batch_in_epoch": t.batches.done,
+                "schedule": t.sched.state_dict(), "rng": mt.get_rng_state(), "config": t.cfg.to_dict(),
+                "settings": asdict(t.s), "vocab_sha256": t.tok.fingerprint(),
+                "best_valid": finite_or_none(t.best_valid), "longest_source": t.longest_source,
+                "train_seconds": t.train_seconds, "world_size": t.comm.world_size,
+                "loss_scaler": t.scaler.state_dict() if t.scaler.enabled else None, "data": t.data,
+                "run_id": t.run_id}
+
+    def foreign(self, meta: dict) -> str | None:
+        """Why a checkpoint is not this run's (another vocabulary, model or recipe), or None."""
+        t = self.t
+        if kind_of(meta) != "training":
+            return f"it holds {kind_of(meta)} weights without the optimizer's state, so training cannot go on from it"
+        if meta.get("vocab_sha256") != t.tok.fingerprint():
+            return f"trained with another vocabulary than {t.tok.path}"
+        differing = run_differences(meta, {"settings": asdict(t.s), "data": t.data, "run_id": t.run_id},
+                                    ("in it", "in this run"))
+        try:
+            other_model = model_config(meta, "it") != t.cfg
+        except CheckpointError as e:
+            return str(e)
+        if differing or other_model:
+            return f"not a checkpoint of this run ({'; '.join(differing) or 'another model'})"
+        return None
+
+    def restore(self, ck: dict) -> str | None:
+        """Take the model, optimizer, schedule, random state and place in the data from a loaded
+        checkpoint; returns why it could not (metadata altered by hand), or None. A failure part
+        way is harmless: the next checkpoint tried sets every one of them again."""
+        t, meta = self.t, ck["meta"]
+        try:
+            t.model.load_state_dict(ck["model"])
+            t.model.to(t.s.device)
+            t.opt.load_state_dict(ck["optimizer"])
+            t.sched.load_state_dict(meta["schedule"])
+            mt.set_rng_state(meta["rng"])
+            t.step, t.batches.epoch, t.batches.done = (_count(meta, k) for k in ("step", "epoch", "batch_in_epoch"))
+            t.saved_step = t.step
+            best, t.train_seconds = meta["best_valid"], float(meta["train_seconds"])
+            t.best_valid = math.inf if best is None else float(best)  # null when no validation had run
+            if t.scaler.enabled and meta.get("loss_scaler"):
+                t.scaler.load_state_dict(meta["loss_scaler"])
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            return f"its metadata is damaged ({type(e).__name__}: {e})"
+        return None
+
+    def save(self) -> Path | None:
+        """checkpoint_<step>.npz (rank 0), then the run's own beyond the newest ``keep_last`` deleted."""
+        t = self.t
+        if not t.main:
+            return None
+        path = t.run / f"checkpoint_{t.step}.npz"
+        self.move_aside(path)
+        path = save_checkpoint(path, t.model, t.opt, self.meta())
+        t.saved_step = t.step
+        prune_checkpoints(t.run, t.s.keep_last, ours=lambda meta: self.foreign(meta) is None)
+        return path
+
+    def move_aside(self, path: Path) -> None:
+        """A file where a checkpoint is to be saved (damaged, another run's, one that resume could
+        not use, not a checkpoint at all) is kept under another name, with a note, not replaced."""
+        if not (path.exists() or path.is_symlink()):
+            return
+        try:
+            why = "a directory" if path.is_dir() else self.foreign(load_checkpoint(path)["meta"])
+        except CheckpointError as e:
+            why = str(e)
+        moved = path.with_name(f"{path.stem}.moved-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{path.suffix}")
+        os.replace(path, moved)
+        print(f"note: {path.name} was in the way of update {self.t.step}'s checkpoint ({why or 'not the one resumed'}): "
+              f"moved to {moved.name}", file=sys.stderr)
+
+    def resume(self) -> bool:
+        """Go on from the newest checkpoint of this run in the run directory (False if there is
+        none); a damaged checkpoint, or another run's, is skipped with a note. The metrics log
+        keeps the records up to that checkpoint, one per update, in order (with a note where
+        some are missing). Works for any world size: training goes on at the first batch not
+        yet consumed."""
+        t = self.t
+        note = (lambda msg: print(msg, file=sys.stderr)) if t.main else None
+        found = step_checkpoints(t.run, warn=note) if t.run.exists() else []
+        if t.main and t.run.exists():
+            remove_stale(t.run)  # the temporary files of a run killed while it wrote
+        if not found:
+            return False
+        newest_loadable(found, warn=note, refuse=lambda ck: self.foreign(ck["meta"]) or self.restore(ck))
+        metrics = t.run / "metrics.jsonl"
+        if metrics.exists():  # forget log lines written after that checkpoint; one record per update, in order
+            records = [r for r in read_metrics(metrics, warn=note) if r["step"] <= t.step]
+            t.history = sorted({r["step"]: r for r in records}.values(), key=lambda r: r["step"])
+            if t.main and [r["step"] for r in records] != [r["step"] for r in t.history]:
+                note(f"note: {metrics} held updates out of order or more than once: kept the last record of each, "
+                     "in order")
+            if t.main:
+                write_file(metrics, "".join(json.dumps(r) + "\n" for r in t.history))
+                if missing := sorted(set(range(1, t.step + 1)) - {r["step"] for r in t.history}):
+                    note(f"note: {metrics} holds no record of update(s) {ranges(missing)} (lines cut or deleted): "
+                         "training goes on; the log and the curves have a gap there")
+        return True
+
+
+def finite_or_none(x: float) -> float | None:
+    """``x``, or None (JSON null) where it is infinite or NaN: strict JSON has no Infinity."""
+    return x if math.isfinite(x) else None
+
+
+def _count(meta: dict, key: str) -> int:
+    """A whole number >= 0 from a checkpoint's metadata (ValueError otherwise)."""
+    value = meta[key]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{key} is {value!r}")
+    return value

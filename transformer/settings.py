@@ -217,6 +217,32 @@ def model_with(model: TransformerConfig, **fields) -> TransformerConfig:
     return TransformerConfig(**values)
 
 
+@dataclass(frozen=True)
+class DataSettings:
+    """Where a run's parallel text comes from and which pairs it keeps: what
+    :func:`transformer.corpus.prepare` reads. ``dataset`` "multi30k" reads Multi30k's files from
+    ``data_dir`` (downloaded there when None); "wmt14" reads a folder ``data wmt14`` prepared
+    (``data_dir``), or the files ``train_src``/``train_tgt`` (comma-separated lists of files
+    allowed), ``valid_src``/``valid_tgt`` and, optionally, ``test_src``/``test_tgt``. Pairs with
+    a side longer than ``max_words`` words or a length ratio above ``max_ratio`` are dropped;
+    ``limit`` keeps only the first pairs; ``vocab_size`` is the joint BPE vocabulary's."""
+
+    dataset: str = "multi30k"
+    data_dir: str | None = None
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    vocab_size: int = 8000
+    limit: int | None = None
+    max_words: int = 250
+    max_ratio: float = 3.0
+    train_src: str | None = None
+    train_tgt: str | None = None
+    valid_src: str | None = None
+    valid_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+
+
 # a run's data settings beside its preset: kind, default (None: the preset's) and help. The parser
 # leaves them None, so that a resumed run keeps its own
 DATA_SETTINGS = {

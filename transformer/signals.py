@@ -14,6 +14,9 @@ import os
 import signal
 import sys
 import threading
+import time
+
+from .files import signals_held
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program ended by SIGPIPE (`... | head -1`)
@@ -65,6 +68,56 @@ class StopRequest:
 
 
 CLOSED_STDOUT = "stdout closed"  # the reader of the output went away: a stop, as a signal asks for
+
+
+class StopPolicy:
+    """When a training loop stops, asked between updates (:meth:`check`): when a signal (or a
+    closed stdout) asked for a stop, or when the time budget, ``max_minutes`` of training (0:
+    none), is spent. With several ranks, every rank asks before the same update and they agree
+    in one small sum over the ranks: a signal to any rank stops them all after the same update,
+    and rank 0's clock keeps the time. The first signal is announced by rank 0 through ``say``; a
+    second one stops at once (:class:`StopRequest`)."""
+
+    def __init__(self, comm, max_minutes: float, max_steps: int, step: int = 0, seconds_before: float = 0.0,
+                 say=None):
+        self.comm, self.max_minutes, self.max_steps = comm, max_minutes, max_steps
+        self.say = say if comm.rank == 0 else None
+        self.request = StopRequest(self._announce)
+        self.clock = time.perf_counter() - seconds_before
+        self.running = step  # the update running now, or let go by the last check (for the announcement)
+
+    def seconds(self) -> float:
+        """The seconds of training, those before a resume included."""
+        return time.perf_counter() - self.clock
+
+    def check(self, step: int) -> tuple[str | None, float]:
+        """Before update ``step + 1``: why to stop now ("signal" or "max_minutes"; None: go on),
+        and the fraction of the budget spent (updates or minutes, whichever is further; rank
+        0's), for the learning rate's cool-down. Signals are held while it decides, so the
+        announcement of one that comes meanwhile names the update that will be the last."""
+        with signals_held():
+            spent = self.seconds()
+            progress = max(step / self.max_steps, spent / (60 * self.max_minutes) if self.max_minutes > 0 else 0.0)
+            out_of_time = self.max_minutes > 0 and spent >= 60 * self.max_minutes
+            signalled = self.request.name is not None
+            if self.comm.world_size > 1:  # rank 0's clock, any rank's signal
+                main = self.comm.rank == 0
+                signalled, out_of_time, progress = self.comm.sum_on_host(
+                    [signalled, out_of_time and main, progress if main else 0.0])
+            self.running = step if signalled or out_of_time else step + 1
+        if signalled and self.say and self.comm.world_size > 1:
+            who = self.request.name or "another rank was asked to stop"
+            self.say(f"{who}: stopping after update {step} and saving a checkpoint")
+        return ("signal" if signalled else "max_minutes" if out_of_time else None), progress
+
+    def _announce(self, name: str, again: str) -> None:
+        if self.say is None:
+            return
+        if self.comm.world_size == 1:  # the update running now, or the one the last check let go
+            self.say(f"{name}: stopping after update {self.running} and saving a checkpoint; {again} to stop at once")
+        else:  # the ranks agree before the next update which update was the last (check)
+            self.say(f"{name}: stopping when the ranks next agree, before the next update, and saving a "
+                     f"checkpoint; {again} to stop at once")
 
 
 def raise_stopped(signum, frame):

@@ -153,10 +153,10 @@ def test_fp16_training_skips_overflowing_updates_says_so_and_then_learns(tmp_pat
     params = trainer.model.parameters()
     before = [p.numpy().copy() for p in params]
     assert all(p.dtype == np.float32 for p in params)  # master weights stay float32
-    trainer.update(trainer.my_batches(trainer._epoch_batches(0)[:1]))
+    trainer.update(trainer.batches.mine(trainer.batches.of_epoch(0)[:1]))
     assert trainer.last_skipped and trainer.scaler.scale == 2.0**19 and trainer.opt.steps == 0
     assert all(np.array_equal(a, p.numpy()) for a, p in zip(before, params))  # a skipped update changes nothing
-    trainer.batch_in_epoch = 1
+    trainer.batches.done = 1
     trainer.fit()
     records = trainer.history
     skipped = [r for r in records if r.get("skipped")]

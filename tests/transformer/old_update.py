@@ -8,17 +8,18 @@ import minitensor as mt
 from minitensor import amp
 from transformer.batching import collate
 from transformer.loss import batch_loss
+from transformer.train import reseed_dropout
 
 
 def old_update(t, group) -> None:
     """One update of trainer ``t`` over the index arrays ``group``, the old way (no --clip-norm)."""
     mine = group[t.comm.rank::t.comm.world_size]
-    t._reseed_dropout()
+    reseed_dropout(t.s.seed, t.step, t.comm.rank)
     t.model.train()
     t.opt.zero_grad()
     tokens = 0
     for idx in mine:
-        b = collate(t.train_data.src, t.train_data.tgt, idx)
+        b = collate(t.batches.src, t.batches.tgt, idx)
         with amp.autocast(t.amp_dtype, weights=t.model.parameters()):
             loss = batch_loss(t.model, mt.tensor(b.src), mt.tensor(b.tgt_in), b.tgt_out, t.cfg.pad_id, t.s.smoothing,
                               reduction="sum")
@@ -67,7 +68,7 @@ def run_both(settings, tok, train, run_dir, comm=None, updates: int = 5) -> list
     new = Trainer(settings(run_dir / "new", max_steps=updates), tok, train, comm=comm)
     new.fit()
     old = Trainer(settings(run_dir / "old", max_steps=updates), tok, train, comm=comm)
-    batches = old._epoch_batches(0)
+    batches = old.batches.of_epoch(0)
     chunk = old.s.update_freq * old.comm.world_size
     for u in range(updates):
         old_update(old, batches[u * chunk:(u + 1) * chunk])

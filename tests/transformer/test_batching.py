@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transformer.batching import collate, token_batches
+from transformer.batching import UpdateBatches, collate, token_batches
 
 
 @given(lengths=st.lists(st.tuples(st.integers(1, 30), st.integers(1, 30)), min_size=1, max_size=200),
@@ -79,3 +79,33 @@ def test_collate_adds_eos_bos_and_pads():
     np.testing.assert_array_equal(b.tgt_in, [[1, 9, 0], [1, 10, 11]])
     np.testing.assert_array_equal(b.tgt_out, [[9, 2, 0], [10, 11, 2]])
     assert b.target_tokens == 5 and len(b) == 2
+
+
+@pytest.mark.parametrize("world_size,group", [(1, 1), (1, 3), (2, 2), (3, 6)])
+def test_update_batches_hand_each_batch_of_an_epoch_once_each_rank_its_share_and_ahead_is_next(world_size, group):
+    """Over two epochs, the updates' groups cover every batch of each epoch once, in the epoch's
+    order; rank r's share is every world_size-th batch of the group from r; a share collated
+    ahead is the one next() hands over, and the epochs end where the batches do."""
+    rng = np.random.default_rng(world_size * 10 + group)
+    src = [list(range(3, 3 + n)) for n in rng.integers(1, 9, 40)]
+    tgt = [list(range(3, 3 + n)) for n in rng.integers(1, 9, 40)]
+    ranks = [UpdateBatches(src, tgt, 24, seed=5, group=group, rank=r, world_size=world_size) for r in range(world_size)]
+    for epoch in (0, 1):
+        order = ranks[0].of_epoch(epoch)
+        seen = []
+        while ranks[0].roll() == epoch:
+            shares = []
+            for r, b in enumerate(ranks):
+                assert b.roll() == epoch
+                if r == 0 and b.done % 2:
+                    b.ahead(max_epochs=9)                        # collated one update early on odd places
+                shares.append(b.next())
+            group_ = order[len(seen):len(seen) + group]
+            for r, share in enumerate(shares):
+                want = [collate(src, tgt, idx) for idx in group_[r::world_size]]
+                assert [s.src.tolist() for s in share] == [w.src.tolist() for w in want]
+            seen += group_
+        assert [i.tolist() for i in seen] == [i.tolist() for i in order]
+        assert sorted(int(i) for idx in seen for i in idx) == list(range(40))
+    assert ranks[0].epoch == 2 and ranks[0].epochs_ended() == 2
+    assert not np.array_equal(np.concatenate(ranks[0].of_epoch(1)), np.concatenate(ranks[0].of_epoch(2)))

@@ -403,9 +403,9 @@ def test_a_signal_to_any_rank_or_to_mpiexec_stops_every_rank_after_the_same_upda
         assert f"another rank was asked to stop: stopping after update {step} and saving a checkpoint" in err
     else:
         # every rank got the signal; rank 0 says at once that the ranks will stop, and which update they
-        # stop after once their exchange decides it (a rank may read its flag an update before another)
-        assert "SIGINT: stopping when the ranks next exchange their gradients, after that update, and saving a " \
-               "checkpoint; press Ctrl-C again to stop at once" in err, err
+        # stop after once they agree on it, between updates (a rank may see its signal an update before another)
+        assert "SIGINT: stopping when the ranks next agree, before the next update, and saving a checkpoint; " \
+               "press Ctrl-C again to stop at once" in err, err
         stopping = [x for x in err.splitlines() if "stopping after update" in x]
         assert stopping in ([f"SIGINT: stopping after update {step} and saving a checkpoint"],
                             [f"another rank was asked to stop: stopping after update {step} and saving a checkpoint"]), err

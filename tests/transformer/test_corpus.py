@@ -7,6 +7,7 @@ import pytest
 
 from transformer import corpus, data
 from transformer.corpus import PairFilter, ParallelText, bpe_sample, encode_corpus
+from transformer.settings import DataSettings
 from transformer.tokenizer import IdFile, Tokenizer, TokenIds
 
 from ..helpers import MULTI30K, needs_multi30k
@@ -129,3 +130,24 @@ def test_an_id_file_reads_slices_as_the_array_they_were_written_from(tmp_path):
     assert np.array_equal(np.asarray(f), ids)
     with pytest.raises(TypeError, match="slices"):
         f[3]
+
+
+def test_prepare_reads_what_its_data_settings_name_and_keeps_what_they_keep(files, tmp_path):
+    """corpus.prepare takes a DataSettings: WMT-style files named by it (the valid side too), its
+    filter (max_words, max_ratio) and limit, its vocabulary size; a dataset of files it lacks is refused."""
+    c = tmp_path / "c"
+    valid = (tmp_path / "v.en", tmp_path / "v.de")
+    valid[0].write_text("a dog runs\na cat sits\n", encoding="utf-8")
+    valid[1].write_text("ein hund rennt\neine katze sitzt\n", encoding="utf-8")
+    s = DataSettings(dataset="wmt14", src_lang="en", tgt_lang="de", vocab_size=120, limit=500, max_words=30,
+                     max_ratio=3.0, train_src=str(c) + ".en", train_tgt=str(c) + ".de", valid_src=str(valid[0]),
+                     valid_tgt=str(valid[1]))
+    run = tmp_path / "run"
+    run.mkdir()
+    tok, train, valid_data, test, sha = corpus.prepare(s, run, quiet=True, progress=False)
+    text, en, de = files
+    kept = list(PairFilter(max_words=30, max_ratio=3.0, limit=500).kept(text, data.FilterReport()))
+    assert tok.vocab_size == 120 and len(train.src) == len(kept) < 500 and len(valid_data.src) == 2 and test is None
+    assert sha == ParallelText(files=((str(c) + ".en", str(c) + ".de"),)).fingerprint()
+    with pytest.raises(corpus.InputError, match="wmt14 needs --data-dir"):
+        corpus.prepare(DataSettings(dataset="wmt14"), run, quiet=True, progress=False)

@@ -107,9 +107,9 @@ def test_whole_trainer_updates_never_wait_for_the_device(small, tmp_path, precis
         pytest.importorskip("ml_dtypes")
     tok, train, _ = small
     t = Trainer(tiny_settings(tmp_path, device="cuda", precision=precision, update_freq=2), tok, train)
-    groups = t._epoch_batches(0)
+    groups = t.batches.of_epoch(0)
     for u in range(3):
-        batches = t.my_batches(groups[2 * u:2 * u + 2])  # collated on the host, as the loop does ahead
+        batches = t.batches.mine(groups[2 * u:2 * u + 2])  # collated on the host, as the loop does ahead
         with cupyx.allow_synchronize(False):
             t.update(batches)
     assert t.opt.steps == 3 and np.isfinite(t.read_loss())

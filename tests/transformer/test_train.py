@@ -264,3 +264,18 @@ def test_a_metrics_line_without_the_numbers_the_plots_read_is_named(tmp_path, li
     log.write_text('{"step": 1, "epoch": 0, "loss": null, "lr": 0.1, "skipped": true}\n' + line + "\n")
     with pytest.raises(RunFileError, match=rf"metrics.jsonl:2: not a metrics record \({wrong}: not a number\)"):
         read_metrics(log)
+
+
+def test_the_trainer_is_the_update_and_the_loop_its_helpers_live_beside_it():
+    """Trainer holds the update, validation and the loop (at most 12 methods); the batches, the
+    stop policy, the log and the checkpoints are objects of their own."""
+    import inspect  # noqa: PLC0415
+
+    from transformer.batching import UpdateBatches  # noqa: PLC0415
+    from transformer.progress import RunLog  # noqa: PLC0415
+    from transformer.rundir import RunCheckpoints  # noqa: PLC0415
+    from transformer.signals import StopPolicy  # noqa: PLC0415
+
+    own = [name for name, member in vars(Trainer).items() if inspect.isfunction(member) or isinstance(member, property)]
+    assert len(own) <= 12, own
+    assert all(isinstance(c, type) for c in (UpdateBatches, RunLog, RunCheckpoints, StopPolicy))
