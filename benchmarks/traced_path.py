@@ -17,6 +17,7 @@ frames, and comprehensions, in between are skipped).
 
     python benchmarks/traced_path.py --data-dir ../shared/data/multi30k
     PYTHONPATH=/tmp/old python benchmarks/traced_path.py --root /tmp/old ...   # another checkout
+    MINITENSOR_ROUTES=off python benchmarks/traced_path.py ... -- --fused false   # the reference alone
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -122,10 +124,12 @@ def trace(root: Path, argv: list[str]) -> Tracer:
 
     t = Tracer(root)
     sys.setprofile(t.hook)
+    threading.setprofile(t.hook)  # the worker threads too (Adam's pieces run there)
     try:
         cli.run(argv)
     finally:
         sys.setprofile(None)
+        threading.setprofile(None)
     if t.update_frame is None:
         raise SystemExit("the run made no update")
     return t
@@ -136,12 +140,13 @@ def main() -> None:
     p.add_argument("--root", default=str(HERE.parent), help="the checkout to read (default: this one)")
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "multi30k"))
     p.add_argument("--out", help="also write the JSON here")
+    p.add_argument("flags", nargs="*", help="more flags for train, after -- (e.g. -- --fused false)")
     a = p.parse_args()
     root = Path(a.root).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         argv = ["train", "--run-dir", str(Path(tmp) / "run"), "--data-dir", a.data_dir, "--limit", "500",
                 "--vocab-size", "300", "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--max-steps", "1",
-                "--eval-every", "1000", "--bleu-sentences", "0", "--no-progress"]
+                "--eval-every", "1000", "--bleu-sentences", "0", "--no-progress", *a.flags]
         t = trace(root, argv)
     files = {f for f, _ in t.functions}
     adam_functions = list(dict.fromkeys(t.adam or []))

@@ -7,13 +7,6 @@ from ..autograd import Function
 from ..tensor import Tensor, as_tensor
 
 
-def finite_max(xp, x, axis):
-    """max over ``axis`` (kept), with an all -inf row clamped to the lowest finite value, so
-    ``x - max`` stays -inf there instead of becoming NaN."""
-    m = x.max(axis=axis, keepdims=True)
-    return xp.maximum(m, xp.finfo(x.dtype).min)
-
-
 def exp_normalise(xp, x, axis, overwrite: bool = False):
     """(e, s, m) with m = max x, e = exp(x - m) and s = Σ e over ``axis`` (m and s kept as size 1).
 
@@ -21,7 +14,8 @@ def exp_normalise(xp, x, axis, overwrite: bool = False):
     is exp(0) = 1. A row that is all -inf gives e = 0 and s = 0. ``overwrite``: x is a
     temporary, and e is computed in its memory.
     """
-    m = finite_max(xp, x, axis)
+    # an all -inf row's max clamped to the lowest finite value: x - m stays -inf there, not NaN
+    m = xp.maximum(x.max(axis=axis, keepdims=True), xp.finfo(x.dtype).min)
     e = xp.subtract(x, m, out=x if overwrite and x.ndim else None)
     e = xp.exp(e, out=e) if e.ndim else xp.exp(e)  # in place: one temporary (0-d: a NumPy scalar)
     s = e.sum(axis=axis, keepdims=True)
