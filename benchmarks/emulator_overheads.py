@@ -1,6 +1,6 @@
 """The CUDA emulator's fixed costs, which the GPU tests on the CPU pay at every launch and at every
 warp operation: a launch of an empty kernel (the same kernel again, and two kernels in turn, as a
-model's step launches them), a warp shuffle, a barrier (``minitensor/cuda/emulator.py``; no GPU
+model's step launches them), a warp shuffle, a barrier (``minitensor/cuda/emulator/``; no GPU
 needed, a C++ compiler is); and what a first use pays, compiling real kernels into an empty cache
 for each check, one compiler at a time.
 
@@ -44,9 +44,9 @@ extern "C" __global__ void barriers(float* x, int k) {
 LAUNCHES = [(1, 32), (1, 256), (4, 256), (1, 1024)]   # (blocks, threads a block)
 STEPS = 200                                          # shuffles or barriers a thread, in one block of 256
 COMPILED = [("layer_norm.cu", "layer_norm_forward<float, 1>"),                  # a small kernel
-            ("flash_attention.cu", "flash_attention_tc_forward<bf16, 64, 64, 2>"),   # the largest ones
-            ("flash_attention.cu", "flash_attention_tc_backward_dkdv<bf16, 64, 64>"),
-            ("flash_attention.cu", "flash_attention_tc_backward_dq<bf16, 64, 32, 2>")]
+            ("flash_attention_tc.cu", "flash_attention_tc_forward<bf16, 64, 64, 2>"),   # the largest ones
+            ("flash_attention_tc.cu", "flash_attention_tc_backward_dkdv<bf16, 64, 64>"),
+            ("flash_attention_tc.cu", "flash_attention_tc_backward_dq<bf16, 64, 32, 2>")]
 
 
 def compile_seconds(check) -> float:

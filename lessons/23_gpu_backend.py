@@ -98,8 +98,8 @@ print(common[start:common.index("}\n", start) + 2])
 # ## 3. Running the kernels without a GPU: the emulator
 #
 # A kernel is just C++ with a few extra words (`__global__`, `threadIdx`, `__shared__`,
-# `__syncthreads`, `__shfl_xor_sync`). `minitensor/cuda/emulator.h` defines those words for
-# the CPU, and `emulator.py` compiles the very same `.cu` text with the system's C++ compiler.
+# `__syncthreads`, `__shfl_xor_sync`). `minitensor/cuda/emulator/emulator.h` defines those words for
+# the CPU, and `minitensor/cuda/emulator/` compiles the very same `.cu` text with the system's C++ compiler.
 # Every CUDA thread becomes a fiber; the threads of a block take turns at each barrier and
 # each warp shuffle, exactly where a GPU would make them wait for one another. It is slow
 # (a fiber per thread), and it is strict: a barrier some thread never reaches, a race in

@@ -1,7 +1,7 @@
-"""Launcher for the FlashAttention-style kernels of ``flash_attention.cu`` (CUDA cores for
-float32 and float64, tensor cores for float16 and bfloat16, and for float32 in TF32 where
-:func:`minitensor.cuda.set_tf32` allows it), and :class:`FlashAttention`, the attention op on
-this route.
+"""Launcher for the FlashAttention-style kernels of ``flash_attention.cu`` (CUDA cores, for
+float32 and float64: the algorithm in its plainest form) and ``flash_attention_tc.cu`` (tensor
+cores, for float16 and bfloat16, and for float32 in TF32 where :func:`minitensor.cuda.set_tf32`
+allows it), and :class:`FlashAttention`, the attention op on this route.
 
 The plain xp reference is :class:`minitensor.ops.attention.ScaledDotProductAttention`'s own
 code (scores, softmax, weights); tests compare the two, and a float64 gradcheck goes through
@@ -17,7 +17,14 @@ from ..ops.attention import ScaledDotProductAttention
 from . import one_pass_backward_enabled, tf32_enabled, wgmma_enabled
 from .build import SM90A, address, array_module, as4d, ctype, kernel, mask_view, no_pointer
 
-SOURCE = "flash_attention.cu"
+SOURCE, TC_SOURCE = "flash_attention.cu", "flash_attention_tc.cu"
+SOURCES = (SOURCE, TC_SOURCE)
+
+
+def source_of(name: str) -> str:
+    """The file that holds the kernel instantiation ``name``."""
+    return TC_SOURCE if name.startswith("flash_attention_tc_") else SOURCE
+
 # CUDA-core kernels (float32, float64): (BQ, BK) of the forward, (BK, BQ) of the dK/dV pass, (BQ, BK)
 # of the dQ pass: shared memory under 48 KB and no register spills at D = 64 (nvcc -Xptxas -v;
 # tests/minitensor/cuda/test_sources.py)
@@ -114,7 +121,12 @@ def one_pass_names(t: str, d: int, wg: bool = False) -> tuple[str, str]:
             f"flash_attention_tc_backward_dkdv<{t}, {d}, {bq}, {'true' if wg else 'false'}, true>")
 
 
-def instantiations() -> list[str]:
+def instantiations(source: str | None = None) -> list[str]:
+    """Every instantiation the launcher can ask for (of ``source`` alone, where given)."""
+    return [name for name in _instantiations() if source in (None, source_of(name))]
+
+
+def _instantiations() -> list[str]:
     short = TC_TWO_BLOCKS_FROM - 1
     return list(dict.fromkeys([name for t in TILES for D in HEAD_SIZES[t] for name in names(t, D)]
                               + [name for t in TC_TYPES for D in TC_TILES for Tq in (None, short)
@@ -259,7 +271,7 @@ def forward(q, k, v, mask, scale: float, causal: bool = False, tf32: bool = Fals
         out = cp.empty_like(q)
         lse = cp.empty(q.shape[:-1], dtype=np.float32)
         wg = takes_wgmma(t, d, k, v)   # the forward stages K and V
-        fn = kernel(SOURCE, names(t, d, tf32, Tq, wg)[0], cp, SM90A if wg else ())
+        fn = kernel(TC_SOURCE, names(t, d, tf32, Tq, wg)[0], cp, SM90A if wg else ())
         rows = TC_ROWS * _tc_tile(t, d, tf32, Tq)[0][1]
         fn((B * H, -(-Tq // rows)), (128,), (q, k, v, out, lse) + _tc_args(cp, q, out, k, k, mask, causal, scale))
         return out, lse
@@ -293,10 +305,10 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
             return _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, delta, dq, dk, dv)
         _, dkdv, dq_name = names(t, d, tf32, Tq, wg)
         rows = TC_ROWS * _tc_tile(t, d, tf32, Tq)[2][1]
-        kernel(SOURCE, dq_name, cp, options)((B * H, -(-Tq // rows)), (128,),
-                                             (q, k, v, out, grad, lse, delta, dq) + tail)
-        kernel(SOURCE, dkdv, cp, options)((B * H, key_blocks), (128,),
-                                          (q, k, v, grad, lse, delta, dk, dv) + (no_pointer(),) * 3 + tail)
+        kernel(TC_SOURCE, dq_name, cp, options)((B * H, -(-Tq // rows)), (128,),
+                                                (q, k, v, out, grad, lse, delta, dq) + tail)
+        kernel(TC_SOURCE, dkdv, cp, options)((B * H, key_blocks), (128,),
+                                             (q, k, v, grad, lse, delta, dk, dv) + (no_pointer(),) * 3 + tail)
         return dq, dk, dv
     q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
     grad = cp.ascontiguousarray(grad, dtype=q.dtype)
@@ -323,11 +335,11 @@ def _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, 
     tiles = -(-Tq // ONE_PASS_BQ[d])
     turns = cp.empty(B * H * tiles + 1, dtype=np.int32)
     dq_sum = cp.empty((B * H, Tq, d), dtype=np.float32) if key_blocks > 1 else no_pointer()
-    kernel(SOURCE, delta_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,),
-                                   (out, grad, delta, turns, np.int32(H), np.int32(Tq))
+    kernel(TC_SOURCE, delta_name, cp)((B * H, -(-Tq // TC_ROWS)), (128,),
+                                      (out, grad, delta, turns, np.int32(H), np.int32(Tq))
                                    + tuple(np.int64(x) for x in _strides4(out)))
-    kernel(SOURCE, backward_name, cp, options)((B * H, key_blocks), (128,),
-                                               (q, k, v, grad, lse, delta, dk, dv, dq, dq_sum, turns) + tail)
+    kernel(TC_SOURCE, backward_name, cp, options)((B * H, key_blocks), (128,),
+                                                  (q, k, v, grad, lse, delta, dk, dv, dq, dq_sum, turns) + tail)
     return dq, dk, dv
 
 

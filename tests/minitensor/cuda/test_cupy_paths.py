@@ -165,5 +165,7 @@ def test_gpu_extras_bring_cupy_14_its_cuda_libraries_nccl_and_a_numpy_it_support
         assert f"cupy-{cuda}x[ctk]>=14" in deps
         assert nccl in deps and "numpy>=2.1.2" in deps and any(d.startswith("ml_dtypes") for d in deps)
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    shipped = {p.name for pattern in package_data["minitensor.cuda"] for p in sources.FOLDER.glob(pattern)}
-    assert {"common.cuh", "emulator.h", *sources.SOURCES} <= shipped   # an installed package compiles too
+    shipped = {str(p.relative_to(sources.FOLDER)) for package, folder in (("minitensor.cuda", sources.FOLDER),
+                                                                          ("minitensor.cuda.emulator", sources.FOLDER / "emulator"))
+               for pattern in package_data[package] for p in folder.glob(pattern)}
+    assert {"common.cuh", "emulator/emulator.h", *sources.SOURCES} <= shipped   # an installed package compiles too

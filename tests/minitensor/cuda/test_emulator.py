@@ -719,7 +719,7 @@ def _small_cases(address_tables: bool = True):
 def test_every_real_kernel_passes_the_race_and_memory_checks(check):
     items = [("layer_norm.cu", n) for n in ln_kernels.names("float", 33)]
     items += [("softmax.cu", n) for n in softmax_kernels.names("float", 40)]
-    items += [("flash_attention.cu", n) for n in flash_kernels.names("float", 24) + flash_kernels.names("f16", 32)
+    items += [(flash_kernels.source_of(n), n) for n in flash_kernels.names("float", 24) + flash_kernels.names("f16", 32)
               + flash_kernels.names("f16", 32, Tq=70) + flash_kernels.names("float", 32, tf32=True, Tq=70)
               + flash_kernels.names("f16", 64, wg=True) + flash_kernels.names("f16", 32, Tq=70, wg=True)
               + flash_kernels.one_pass_names("f16", 32) + flash_kernels.one_pass_names("f16", 64, wg=True)]
@@ -839,7 +839,7 @@ def test_a_wgmma_reading_cp_async_writes_that_were_not_fenced_is_refused():
     writes must each be fenced (fence.proxy.async) before the barrier. The flash forward without
     its fence fails on the emulator; with it (the test of the kernels themselves) it runs."""
     name = flash_kernels.names("f16", 32, Tq=40, wg=True)[0]
-    src = broken("flash_attention.cu", "if constexpr (WG) fence_async_shared();", "")
+    src = broken("flash_attention_tc.cu", "if constexpr (WG) fence_async_shared();", "")
     q = np.random.default_rng(8).standard_normal((1, 1, 40, 32)).astype(np.float16)
     args = (q, q, q, emulator.arrays.empty_like(q), emulator.arrays.empty((1, 1, 40), np.float32)) \
         + flash_kernels._tc_args(emulator.arrays, q, q, q, q, None, False, 0.2)
@@ -905,7 +905,7 @@ def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(mon
     wrong one on a GPU: the race check fails it, at the second key block's read of the first block's
     float32 sum (of the first tile, or of the second)."""
     name = flash_kernels.one_pass_names("f16", 32)[1]
-    _launch_instead(monkeypatch, name, broken("flash_attention.cu", "if (kb > 0) await_turn(flag, kb);", wait), "race")
+    _launch_instead(monkeypatch, name, broken("flash_attention_tc.cu", "if (kb > 0) await_turn(flag, kb);", wait), "race")
     q = np.random.default_rng(9).standard_normal((1, 1, 70, 32)).astype(np.float16)   # two key blocks, two tiles
     out, lse = flash_kernels.forward(q, q, q, None, 0.2)
     monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
@@ -927,7 +927,7 @@ def test_the_one_pass_backward_does_not_depend_on_the_order_its_blocks_start_in(
     not started (on a GPU, a hang once the waiting blocks fill it), and the emulator fails it."""
     name = flash_kernels.one_pass_names("f16", 32, wg)[1]
     _launch_instead(monkeypatch, name, broken(
-        "flash_attention.cu", START_ORDER_LINE,
+        "flash_attention_tc.cu", START_ORDER_LINE,
         START_ORDER_LINE.replace("started);", "started) * 0 + blockIdx.x + gridDim.x * blockIdx.y;")
         if places == "blockIdx" else START_ORDER_LINE))
     monkeypatch.setattr(flash_kernels, "wgmma_enabled", lambda: wg)

@@ -153,11 +153,11 @@ def _compile_for_the_emulator_in_parallel(request):
     items += [("layer_norm.cu", n) for t, s in RESIDUAL_SUBS for d in (1, 7, 24, 33, 130, 512)
               for n in ln_kernels.names(HALF_CTYPES.get(t, "double"), d, HALF_CTYPES.get(s, "double"))]
     items += [("softmax.cu", n) for n in softmax_kernels.names("double", 6)]
-    items += [("flash_attention.cu", n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
-    items += [("flash_attention.cu", n) for n in flash_kernels.names("double", 8)]
-    items += [("flash_attention.cu", n) for t in flash_kernels.TC_TYPES for d in flash_kernels.TC_TILES
+    items += [(flash_kernels.source_of(n), n) for s in FLASH_SHAPES for n in flash_kernels.names("float", s[-1])]
+    items += [(flash_kernels.source_of(n), n) for n in flash_kernels.names("double", 8)]
+    items += [(flash_kernels.source_of(n), n) for t in flash_kernels.TC_TYPES for d in flash_kernels.TC_TILES
               for Tq in (None, 1) for n in flash_kernels.names(t, d, Tq=Tq)]
-    items += [("flash_attention.cu", n) for d in flash_kernels.TF32_TILES for Tq in (None, 1)
+    items += [(flash_kernels.source_of(n), n) for d in flash_kernels.TF32_TILES for Tq in (None, 1)
               for n in flash_kernels.names("float", d, True, Tq)]
     items += [("cross_entropy.cu", n) for n in ce_kernels.instantiations()]
     items += [("dropout.cu", n) for n in dropout_kernels.instantiations()]

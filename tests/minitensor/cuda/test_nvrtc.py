@@ -61,7 +61,7 @@ def compiled():
         arch, filename = job
         options, method = cupy_nvrtc_options(compiler, arch)
         program = compiler._NVRTCProgram(sources.source(filename), "kern.cu",
-                                         name_expressions=LAUNCHERS[filename].instantiations(), method=method)
+                                         name_expressions=sources.instantiations(filename), method=method)
         return job, program.compile(options)
 
     jobs = [(arch, f) for f in sources.SOURCES for arch in ARCHS]
@@ -73,7 +73,7 @@ def compiled():
 @pytest.mark.parametrize("filename", sources.SOURCES)
 def test_every_instantiation_compiles_with_nvrtc_under_cupys_options(compiled, arch, filename):
     binary, mapping = compiled[(arch, filename)]
-    expressions = LAUNCHERS[filename].instantiations()
+    expressions = sources.instantiations(filename)
     assert binary[:4] == b"\x7fELF"                      # a cubin for sm_XX, as CuPy loads it
     assert set(mapping) == set(expressions)
     for expr in expressions:                             # each lowered to a kernel symbol in the cubin
@@ -118,7 +118,7 @@ def test_the_wgmma_kernels_compile_for_sm90a_under_cupys_options():
     options, method = cupy_nvrtc_options(compiler, "90", build.SM90A)
     assert options.index("-arch=sm_90a") < options.index("-arch=sm_90")
     expressions = flash_attention.wgmma_instantiations()
-    program = compiler._NVRTCProgram(sources.source("flash_attention.cu"), "kern.cu", name_expressions=expressions,
+    program = compiler._NVRTCProgram(sources.source(flash_attention.TC_SOURCE), "kern.cu", name_expressions=expressions,
                                      method=method)
     binary, mapping = program.compile(options)
     assert binary[:4] == b"\x7fELF" and b"sm_90a" in binary

@@ -16,7 +16,8 @@ NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
 
 # each source's launcher, which lists the instantiations it can ask for (test_nvrtc.py compiles them too)
-LAUNCHERS = {cuda.launcher(name).SOURCE: cuda.launcher(name) for name in cuda.KERNELS}
+LAUNCHERS = {source: cuda.launcher(name) for name in cuda.KERNELS
+             for source in getattr(cuda.launcher(name), "SOURCES", (cuda.launcher(name).SOURCE,))}
 SMEM_LIMIT = 48 * 1024  # static shared memory per block without opting in
 
 
@@ -29,7 +30,7 @@ def _compile(tmp_path, filename, exprs=None, arch="sm_90", log: list | None = No
     """Compile ``filename`` for ``arch`` plus a function taking the address of every instantiation
     its launcher uses (or of ``exprs``); returns {mangled kernel name: resource line} from ptxas
     (and appends nvcc's whole report to ``log``)."""
-    exprs = LAUNCHERS[filename].instantiations() if exprs is None else exprs
+    exprs = sources.instantiations(filename) if exprs is None else exprs
     text = sources.source(filename) + "\nvoid instantiate_all() {\n    void* kernels[] = {\n"
     text += "".join(f"        (void*)&{e},\n" for e in exprs) + "    };\n    (void)kernels;\n}\n"
     src = tmp_path / filename
@@ -84,7 +85,7 @@ def test_the_wgmma_kernels_compile_for_sm90a_within_limits_to_warpgroup_products
     from minitensor.cuda import flash_attention  # noqa: PLC0415
 
     log = []
-    for kernel_name, line in _compile(tmp_path, "flash_attention.cu", flash_attention.wgmma_instantiations(),
+    for kernel_name, line in _compile(tmp_path, flash_attention.TC_SOURCE, flash_attention.wgmma_instantiations(),
                                       "sm_90a", log).items():
         assert int(re.search(r"(\d+) bytes smem", line).group(1)) <= SMEM_LIMIT, kernel_name
         assert not any(int(x) for x in re.findall(r"(\d+) bytes spill", line)), f"{kernel_name}: {line.strip()}"

@@ -77,8 +77,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import environment, threads
-from . import sources
+from ... import environment, threads
+from .. import sources
 
 HEADER = Path(__file__).resolve().parent / "emulator.h"
 CHECKS = (None, "race", "memory")
