@@ -37,13 +37,13 @@ ATTENTION_MODES = environment.VARIABLES["MINITENSOR_ATTENTION"].kind.names  # au
 # "auto" takes the flash kernel from this many keys on. Below it cuBLAS's products plus the
 # fused softmax win: our flash kernels run on the CUDA cores (see flash_attention.cu). On an
 # H200 the fused path took half flash's time up to 2048 keys and about the same at 4096, where
-# its scores needed 8 GiB (docs/performance.md, "GPU: the first session").
+# its scores needed 8 GiB (docs/performance/2026-11.md, "GPU: the first session").
 FLASH_MIN_KEYS = 4096
 # The tensor-core flash kernels (float16 and bfloat16 inputs, head size 32, 64 or 128; float32 in TF32
 # while set_tf32 is on, head size 32 or 64) are taken up to FLASH_TC_SHORT_KEYS keys and from
 # FLASH_TC_MIN_KEYS on: at every length, since on an H200 (forward + backward, 16384 tokens, 8 heads
 # of 64) the bf16 ones took 0.58-0.73x the time of cuBLAS plus the fused softmax from 128 to 2048
-# keys and 0.08x at 4096, the TF32 ones 0.79-1.07x and 0.26x, with memory flat (docs/performance.md,
+# keys and 0.08x at 4096, the TF32 ones 0.79-1.07x and 0.26x, with memory flat (docs/performance/2026-11.md,
 # "GPU: attention by the instruction"). Where a card showed a middle range that the fused path
 # wins, raising FLASH_TC_MIN_KEYS above FLASH_TC_SHORT_KEYS would give it to that path.
 FLASH_TC_SHORT_KEYS = 512

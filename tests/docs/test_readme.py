@@ -52,18 +52,20 @@ def test_the_cpu_figures_are_the_rendering_of_the_newest_results_file():
 
 def test_every_result_file_is_indexed_and_cited_and_every_cited_file_exists():
     """benchmarks/results/ keeps what the docs cite: each JSON file has a row in its README
-    and is named in docs/performance.md, and every results file the docs name is there."""
+    and is named in docs/performance.md or its dated log (docs/performance/), and every results
+    file the docs name is there."""
     import re
 
     root = README.parent
     folder = root / "benchmarks" / "results"
     files = {p.name for p in folder.glob("*.json")}
     index = (folder / "README.md").read_text()
-    performance = (root / "docs" / "performance.md").read_text()
+    performance = "".join(p.read_text() for p in [root / "docs" / "performance.md",
+                                                  *sorted((root / "docs" / "performance").glob("*.md"))])
     assert files, "no results"
     for name in files:
         assert f"`{name}`" in index, f"{name} is not in benchmarks/results/README.md"
-        assert name in performance, f"{name} is cited nowhere in docs/performance.md"
+        assert name in performance, f"{name} is cited nowhere in docs/performance.md or its dated log"
     cited = set(re.findall(r"[\w.-]+_20\d\d-\d\d-\d\d[\w.-]*\.json", index + performance + README.read_text()))
     assert cited <= files, f"cited but missing: {sorted(cited - files)}"
 

@@ -12,7 +12,7 @@ the heads in place, bf16 808 and fp16 814; with TF32 attention on them too, tf32
 projections of one input as one product (Q, K, V; K, V of the memory), fp32 1000, tf32 676, bf16
 742, fp16 748; with their input gradients as products added in place (one more launch for each
 of the 12 Q/K/V projections, no concatenation), fp32 1012, tf32 688, bf16 754, fp16 760
-(docs/performance.md, "Launches per update")."""
+(docs/performance/2026-11.md, "Launches per update")."""
 import pytest
 
 from tests.cupy_double.launches import count_update
