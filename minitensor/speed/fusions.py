@@ -86,22 +86,6 @@ def linears(x, weights, biases=None) -> tuple:
     """(x @ W_1 + b_1, …, x @ W_n + b_n) for weights W_i all (in, out) and biases (out,) or None:
     several linear maps of one input (the Q, K and V projections of self-attention) in one
     matrix product, which reads x once.
-    Runs in 16-bit inside ``amp.autocast`` as :func:`linear` does."""
-    x = as_tensor(x)
-    weights = [as_tensor(w, x) for w in weights]
-    biases = [None] * len(weights) if biases is None else [None if b is None else as_tensor(b, x) for b in biases]
-    if not weights or len(biases) != len(weights):
-        raise ValueError(f"linears: needs one or more weights and as many biases (or None), "
-                         f"got {len(weights)} and {len(biases)}")
-    x, dt = _autocast_input(x, *weights)
-    params = [p for pair in zip(weights, biases) for p in pair]
-    return Linears.apply(x, *params, dtype=dt)
-
-
-def linears(x, weights, biases=None) -> tuple:
-    """(x @ W_1 + b_1, …, x @ W_n + b_n) for weights W_i all (in, out) and biases (out,) or None:
-    several linear maps of one input (the Q, K and V projections of self-attention) in one
-    matrix product, which reads x once.
     Runs in 16-bit inside ``amp.autocast`` as :func:`minitensor.functional.linear` does."""
     x = as_tensor(x)
     weights = [as_tensor(w, x) for w in weights]
