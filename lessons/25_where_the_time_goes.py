@@ -16,7 +16,12 @@
 # the ops that multiply matrices are in one table (`minitensor.flops`, each read from its op's
 # formulas), which gives FLOPs.
 #
-# **Teaches:** `profile`, `flops`; profiling, FLOP counting.
+# The model is profiled in the form a training run uses: `fuse(model)` gives its sub-layers
+# fused forms that compute the same values in fewer ops (Q, K and V of one input in one
+# product, and on a GPU the feed-forward's bias and ReLU, and the residual's dropout, sum and
+# LayerNorm, in one kernel each), while the model's own code stays as the paper writes it.
+#
+# **Teaches:** `profile`, `flops`, `fuse`; profiling, FLOP counting, fused forms.
 #
 # **Uses:** the whole model, Adam, label smoothing, the learning-rate schedule.
 
