@@ -138,6 +138,13 @@ sys.exit(run(sys.argv[1:]))
 """
 
 
+def default_sigint() -> None:
+    """For ``preexec_fn``: the child starts with SIGINT at its default, whatever this process has.
+    A test run as a background job of a script (``pytest &``) has SIGINT ignored, and an ignored
+    signal is inherited across exec: Python would then keep ignoring it, as ``nohup`` intends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(*args, pause_at: str = "^$", nth: int = 1, stdin=subprocess.DEVNULL, env=None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", PAUSING, *map(str, args)], cwd=REPO, text=True, stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -15,7 +15,7 @@ import pytest
 
 from transformer import data as D
 
-from ..helpers import MULTI30K, REPO, assert_clean, cli, copy_run, needs_multi30k
+from ..helpers import MULTI30K, REPO, assert_clean, cli, copy_run, default_sigint, needs_multi30k
 
 pytestmark = needs_multi30k
 
@@ -208,7 +208,7 @@ def test_ctrl_c_keeps_the_lines_translated_so_far_and_says_how_many(small_run, t
     cmd = [sys.executable, "-m", "transformer", "translate", "--run-dir", str(small_run), "--beam", "1",
            "--output", str(output)]
     proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default_sigint)
     proc.stdin.write("\n".join(D.read_lines(MULTI30K / "train.en.gz")[:300]) + "\n")
     proc.stdin.flush()
     deadline = time.time() + 240
