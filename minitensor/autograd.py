@@ -249,7 +249,9 @@ def backward(tensor: Tensor, grad=None, retain_graph: bool = False) -> None:
 
     ``grad`` is the cotangent (same shape as tensor); it may be omitted only for a
     single-element tensor, where it defaults to 1. Without ``retain_graph`` the saved
-    arrays are freed, and a second backward through the same graph raises.
+    arrays are freed, and a second backward through the same graph raises. A gradient has the
+    dtype of the tensor it belongs to, as ``leaf.grad`` has the leaf's. The chain rule itself
+    is :func:`_walk`.
     """
     if not tensor.requires_grad:
         raise GraphError("backward() on a tensor that does not require grad (nothing in its graph does)")
@@ -263,26 +265,13 @@ def backward(tensor: Tensor, grad=None, retain_graph: bool = False) -> None:
             raise GraphError(f"backward(): grad has shape {tuple(g.shape)} but the tensor has shape {tensor.shape}")
         if backend.device_of(g) != tensor.device:
             raise DeviceError("backward(): grad is on a different device from the tensor")
-    run_backward(tensor, g, retain_graph=retain_graph)
-
-
-def run_backward(root_tensor, grad, retain_graph: bool = False) -> None:
-    """Accumulate d(root)/d(leaf) · grad into ``leaf.grad`` for every leaf requiring grad.
-
-    The chain rule, node by node in reverse topological order: a node's output gradient is
-    the sum of what its consumers sent it; its backward turns that into one gradient per
-    input; each goes to the input's node (to be summed) or, for a leaf, into ``leaf.grad``.
-    A gradient has the dtype of the tensor it belongs to, as ``leaf.grad`` has the leaf's.
-    """
-    root = root_tensor._ctx
-    if root is None:
-        if root_tensor.requires_grad:  # a leaf: its gradient is the seed itself
-            _accumulate_leaf(root_tensor, grad)
-            return
-        raise GraphError("backward() on a tensor that does not require grad and has no graph")
+    root = tensor._ctx
+    if root is None:  # a leaf: its gradient is the seed itself
+        _accumulate_leaf(tensor, g)
+        return
     if root.freed:
         raise _freed_error()
-    calls.walk(root, grad, retain_graph)
+    calls.walk(root, g, retain_graph)
 
 
 def _walk(root: Context, grad, retain_graph: bool) -> None:
