@@ -127,15 +127,21 @@ class UpdateBatches:
         """This rank's share of ``group``, padded."""
         return [collate(self.src, self.tgt, idx) for idx in group[self.rank::self.world_size]]
 
+    def _next_place(self) -> tuple[int, int]:
+        """(epoch, done) where the next update starts: the next epoch's start after an epoch's last batch."""
+        return (self.epoch + 1, 0) if self.done >= len(self.of_epoch(self.epoch)) else (self.epoch, self.done)
+
+    def _group(self, epoch: int, done: int) -> list[np.ndarray]:
+        return self.of_epoch(epoch)[done:][:self.group]
+
     def roll(self) -> int:
         """After an epoch's last batch, on to the next epoch; returns the epoch now."""
-        if self.done >= len(self.of_epoch(self.epoch)):
-            self.epoch, self.done = self.epoch + 1, 0
+        self.epoch, self.done = self._next_place()
         return self.epoch
 
     def next(self) -> list[Batch]:
         """This rank's share of the next update's group, which then counts as consumed."""
-        group = self.of_epoch(self.epoch)[self.done:][:self.group]
+        group = self._group(self.epoch, self.done)
         place, share = self._ahead
         self._ahead = None, []
         share = share if place == (self.epoch, self.done) else self.mine(group)
@@ -144,11 +150,9 @@ class UpdateBatches:
 
     def ahead(self, max_epochs: int) -> None:
         """Collate the share of the update after this one now, unless it would start epoch ``max_epochs``."""
-        epoch, done = self.epoch, self.done
-        if done >= len(self.of_epoch(epoch)):
-            epoch, done = epoch + 1, 0
+        epoch, done = self._next_place()
         if epoch < max_epochs:
-            self._ahead = (epoch, done), self.mine(self.of_epoch(epoch)[done:][:self.group])
+            self._ahead = (epoch, done), self.mine(self._group(epoch, done))
 
     def epochs_ended(self) -> int:
         """The epochs completed: one whose last batch was consumed counts (as a resumed run that
