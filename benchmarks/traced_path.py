@@ -18,6 +18,11 @@ frames, and comprehensions, in between are skipped).
     python benchmarks/traced_path.py --data-dir ../shared/data/multi30k
     PYTHONPATH=/tmp/old python benchmarks/traced_path.py --root /tmp/old ...   # another checkout
     MINITENSOR_ROUTES=off python benchmarks/traced_path.py ... -- --fused false   # the reference alone
+    python benchmarks/traced_path.py ... --merge transformer/=transformer/one.py   # a layout sketched
+
+``--merge PREFIX=FILE`` (repeatable) also counts the same run as if every file whose path starts
+with PREFIX were one file FILE: what a layout of fewer, larger files would give, measured on the
+calls the run made rather than argued.
 """
 from __future__ import annotations
 
@@ -135,13 +140,27 @@ def trace(root: Path, argv: list[str]) -> Tracer:
     return t
 
 
+def merged(functions: set, edges: set, merges: list[tuple[str, str]]) -> dict:
+    """Files and cross-file edges of the same calls, each file renamed by the first matching
+    ``(prefix, file)`` of ``merges``: two functions of files merged into one no longer cross."""
+    def rename(path: str) -> str:
+        return next((into for prefix, into in merges if path.startswith(prefix)), path)
+    files = {rename(f) for f, _ in functions}
+    crossing = {((rename(a), fa), (rename(b), fb)) for (a, fa), (b, fb) in edges if rename(a) != rename(b)}
+    return {"merges": [f"{p}={f}" for p, f in merges], "files": len(files), "cross_file_edges": len(crossing)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default=str(HERE.parent), help="the checkout to read (default: this one)")
     p.add_argument("--data-dir", default=str(HERE.parent.parent / "shared" / "data" / "multi30k"))
     p.add_argument("--out", help="also write the JSON here")
+    p.add_argument("--merge", action="append", default=[], metavar="PREFIX=FILE",
+                   help="also count as if the files under PREFIX were one FILE (repeatable, cumulative)")
     p.add_argument("flags", nargs="*", help="more flags for train, after -- (e.g. -- --fused false)")
     a = p.parse_args()
+    if bad := [m for m in a.merge if m.count("=") != 1]:
+        p.error(f"--merge takes PREFIX=FILE, got {bad[0]!r}")
     root = Path(a.root).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         argv = ["train", "--run-dir", str(Path(tmp) / "run"), "--data-dir", a.data_dir, "--limit", "500",
@@ -168,6 +187,10 @@ def main() -> None:
           f"its arithmetic: " + " -> ".join(f"{f}:{fn}" for f, fn in adam_functions))
     print(f"loss.backward(): {out['backward']['frames']} frames to the first op's backward: "
           + " -> ".join(f"{f}:{fn}" for f, fn in out["backward"]["stack"] or []))
+    if a.merge:
+        out["merged"] = merged(t.functions, t.edges, [tuple(m.split("=")) for m in a.merge])
+        print(f"merged ({', '.join(out['merged']['merges'])}): {out['merged']['files']} files, "
+              f"{out['merged']['cross_file_edges']} distinct cross-file calls")
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
 
