@@ -14,7 +14,21 @@ from .profiler import profile
 from .random import get_rng_state, manual_seed, set_rng_state
 from .tensor import Tensor, arange, from_array, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
 
-__version__ = "0.1.0"
+DISTRIBUTION = "minitensor-transformer"  # the name pip knows the project by (pyproject.toml)
+
+
+
+
+def __getattr__(name: str):
+    """``minitensor.__version__``: the installed distribution's version, written once, in
+    pyproject.toml (looked up when asked: reading the package metadata is not free)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'minitensor' has no attribute {name!r}")
+    import importlib.metadata  # noqa: PLC0415
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # a checkout on the path that was never installed
+        return "0+unknown"
 
 functional.bind_tensor_methods()  # a + b, x.sum(), x == y, ...: the functions of F (functional.TENSOR_METHODS)
 

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import platform
 import re
 import signal
 import sys
 import traceback
 
+import numpy as np
 from tqdm import tqdm
 
+import minitensor
 from minitensor import allocator, environment
 
 from . import wmt14
@@ -87,11 +90,22 @@ VERBS_THAT_DECODE = (  # name, function, one line for the verb list, the verb's 
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+MODULE_PROG = "python -m transformer"
+CONSOLE_PROG = "minitensor-transformer"  # the console script (pyproject.toml's [project.scripts])
+
+
+def version_line() -> str:
+    """What ``--version`` prints: the project's version and what it runs on."""
+    return (f"{minitensor.DISTRIBUTION} {minitensor.__version__} (Python {platform.python_version()}, "
+            f"NumPy {np.__version__}, {platform.system() or 'unknown system'} {platform.machine()})")
+
+
+def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     """Every verb and flag; each value flag parses with its declared kind (:mod:`transformer.flags`),
     so a value out of range is refused here, naming the flag, before any work."""
-    p = _Parser(prog="python -m transformer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
+    p.add_argument("--version", action="version", version=version_line(), help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p.verbs = sub.choices
 
@@ -244,9 +258,9 @@ class _Parser(Parser):
         raise InputError(usage_error(message, self.prog))
 
 
-def main(argv=None):
+def main(argv=None, prog: str = MODULE_PROG):
     """Run one command and return its result; errors propagate (for scripts and tests)."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     return args.func(args)
 
 
@@ -255,7 +269,12 @@ def _close_progress_bars() -> None:
         bar.close()
 
 
-def run(argv=None) -> int:
+def console() -> None:
+    """The ``minitensor-transformer`` command: :func:`run`, its usage lines under that name."""
+    sys.exit(run(prog=CONSOLE_PROG))
+
+
+def run(argv=None, prog: str = MODULE_PROG) -> int:
     """The command line: :func:`main` with errors as one ``error:`` line and an exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
@@ -265,7 +284,7 @@ def run(argv=None) -> int:
         debug = debug or environment.switch("MINITENSOR_DEBUG")
         allocator.from_environment()  # a program's choice for its whole process: freed arrays are reused
         with handled((signal.SIGTERM, signal.SIGHUP), raise_stopped):  # as Ctrl-C: training catches them itself
-            main(argv)
+            main(argv, prog)
         sys.stdout.flush()
         return 0
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - every failure becomes one line
