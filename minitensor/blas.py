@@ -11,56 +11,38 @@ environment can change it; :func:`advice` says when it would help.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
+from pathlib import Path
 
 # OpenBLAS cores whose single-precision kernels use AVX2 at most (its names, as
 # ``openblas_get_corename`` reports them, lower-cased)
 _AVX2_CORES = {"haswell", "zen", "sandybridge", "nehalem", "core2", "prescott", "atom", "barcelona",
                "bulldozer", "piledriver", "steamroller", "excavator", "penryn", "dunnington"}
-# name prefixes of the entry points, from the plain build to NumPy's scipy-openblas64
-_PREFIXES = ("scipy_openblas_", "openblas_")
-_SUFFIXES = ("64_", "")
 
 
-def _openblas():
-    """The loaded OpenBLAS library (ctypes), found among the process's mapped files, or None."""
-    import numpy  # noqa: F401, PLC0415 (loads NumPy's BLAS before we look for it)
+def _numpy_blas() -> dict | None:
+    """threadpoolctl's record of the BLAS NumPy loaded (OpenBLAS, MKL or BLIS, on any system),
+    or None where it finds none. With several loaded, the one inside NumPy's folder."""
+    import numpy  # noqa: PLC0415 (loads NumPy's BLAS before we look for it)
+    from threadpoolctl import threadpool_info  # noqa: PLC0415
 
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
-    except OSError:
-        return None
-    for path in sorted(paths):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:
-            continue
-    return None
-
-
-def _call(lib, name: str, restype, *args: int):
-    """Call OpenBLAS's ``name`` (whatever prefix and suffix this build gives it) with int ``args``."""
-    for prefix in _PREFIXES:
-        for suffix in _SUFFIXES:
-            fn = getattr(lib, f"{prefix}{name}{suffix}", None)
-            if fn is not None:
-                fn.restype, fn.argtypes = restype, [ctypes.c_int] * len(args)
-                return fn(*args)
-    return None
+    found = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
+    mine = [lib for lib in found  # numpy.libs/ (Linux, Windows wheels), numpy/.dylibs/ (macOS)
+            if any(part.startswith("numpy") for part in Path(lib.get("filepath") or "").parts[-3:-1])]
+    return (mine or found or [None])[0]
 
 
 def set_threads(n: int) -> bool:
-    """Make NumPy's OpenBLAS use ``n`` threads from now on; False where there is no OpenBLAS
-    this module can reach (another BLAS keeps its own setting)."""
+    """Make NumPy's BLAS use ``n`` threads from now on (threadpoolctl: OpenBLAS, MKL or BLIS);
+    False where there is no BLAS it can reach."""
     if n < 1:
         raise ValueError(f"BLAS threads must be >= 1, got {n}")
-    lib = _openblas()
-    if lib is None or _call(lib, "get_num_threads", ctypes.c_int) is None:
+    if _numpy_blas() is None:
         return False
-    _call(lib, "set_num_threads", None, n)
+    from threadpoolctl import threadpool_limits  # noqa: PLC0415
+
+    threadpool_limits(limits=n, user_api="blas")  # called, not entered: the limit stays
     return True
 
 
@@ -77,19 +59,17 @@ def cpu_has_avx512() -> bool:
 
 
 def info() -> dict:
-    """{"library", "core", "threads", "forced_core", "cpu_avx512"}: the BLAS NumPy loaded
-    (None where it is not an OpenBLAS this module can query), the kernels it runs, its thread
-    count, the ``OPENBLAS_CORETYPE`` it was given (None when unset) and whether the CPU has
-    AVX-512."""
-    lib = _openblas()
+    """{"library", "core", "threads", "forced_core", "cpu_avx512"}: the BLAS NumPy loaded and its
+    version (None where threadpoolctl finds none), the kernels it runs (OpenBLAS's core name;
+    None for other BLAS), its thread count, the ``OPENBLAS_CORETYPE`` it was given (None when
+    unset) and whether the CPU has AVX-512."""
+    lib = _numpy_blas()
     out = {"library": None, "core": None, "threads": None,
            "forced_core": os.environ.get("OPENBLAS_CORETYPE") or None, "cpu_avx512": cpu_has_avx512()}
     if lib is not None:
-        config = _call(lib, "get_config", ctypes.c_char_p)
-        core = _call(lib, "get_corename", ctypes.c_char_p)
-        out["library"] = config.decode() if config else "OpenBLAS"
-        out["core"] = core.decode() if core else None
-        out["threads"] = _call(lib, "get_num_threads", ctypes.c_int)
+        out["library"] = f"{lib.get('internal_api')} {lib.get('version') or ''}".strip()
+        out["core"] = lib.get("architecture") if lib.get("internal_api") == "openblas" else None
+        out["threads"] = lib.get("num_threads")
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .kinds import Choice, Kind, Real, Text, Whole
 
@@ -82,11 +83,27 @@ declare("MINITENSOR_CUDA", Choice(("emulate",)), None,
         "emulate: the ops' kernel routes on NumPy arrays, through the CPU emulator of CUDA")
 declare("MINITENSOR_EMULATOR_CHECK", Choice(("race", "memory")), None,
         "the emulator's strict checks: a race tracker, or AddressSanitizer (a subprocess per launch)")
+declare("MINITENSOR_CACHE", Text("folder"), None,
+        "the project's cache: downloads (multi30k/) and compiled kernels (emulator/); default: "
+        "$XDG_CACHE_HOME/minitensor, else ~/.cache/minitensor (%LOCALAPPDATA%\\minitensor on Windows)")
 declare("MINITENSOR_EMULATOR_CACHE", Text("folder"), None,
-        "where the emulator keeps compiled kernels (default: $XDG_CACHE_HOME/minitensor/emulator, "
-        "or ~/.cache/minitensor/emulator)")
+        "where the emulator keeps compiled kernels (default: the cache's emulator/, see MINITENSOR_CACHE)")
 declare("MINITENSOR_KEEP_FREED_MEMORY", SWITCH, "1",
         "0: the programs that train leave glibc's malloc thresholds as they are (1: they raise them at their "
         "start, so freed arrays are reused, not unmapped)")
 declare("MINITENSOR_DIST_TIMEOUT", Real(0, low_open=True), 600.0,
         "seconds a distributed run waits for its other ranks before it gives up")
+
+
+def cache_folder() -> Path:
+    """Where the project keeps what it can fetch or build again (downloads, compiled kernels),
+    one rule for all of it: ``$MINITENSOR_CACHE``; else ``$XDG_CACHE_HOME/minitensor`` (the XDG
+    rule); else ``%LOCALAPPDATA%\\minitensor`` on Windows and ``~/.cache/minitensor`` elsewhere."""
+    if (folder := value("MINITENSOR_CACHE")) is not None:
+        return Path(folder)
+    if base := os.environ.get("XDG_CACHE_HOME", "").strip():
+        return Path(base) / "minitensor"
+    if os.name == "nt" and (local := os.environ.get("LOCALAPPDATA", "").strip()):
+        return Path(local) / "minitensor"
+    return Path.home() / ".cache" / "minitensor"
+

@@ -41,7 +41,7 @@ from .evaluate import DECODE_MEMORY_GIB, LONG_LINES
 from .flags import Boolean, Choice, InputError, Parser, Real, Text, Whole, help_text, usage_error
 from .files import FileWriteError
 from .settings import DATA_SETTINGS, HELP, RANGES
-from .signals import Stopped, closed_pipe, handled, raise_stopped
+from .signals import OTHER_ENDING_SIGNALS, Stopped, closed_pipe, handled, raise_stopped
 from .train import Interrupted, TrainingDiverged
 
 
@@ -283,7 +283,7 @@ def run(argv=None, prog: str = MODULE_PROG) -> int:
         environment.check()  # every variable the project reads, before any work
         debug = debug or environment.switch("MINITENSOR_DEBUG")
         allocator.from_environment()  # a program's choice for its whole process: freed arrays are reused
-        with handled((signal.SIGTERM, signal.SIGHUP), raise_stopped):  # as Ctrl-C: training catches them itself
+        with handled(OTHER_ENDING_SIGNALS, raise_stopped):  # as Ctrl-C: training catches them itself
             main(argv, prog)
         sys.stdout.flush()
         return 0

@@ -144,23 +144,19 @@ MULTI30K_SHA256 = {
 }
 
 
-def default_cache_dir() -> Path:
-    """``$MINITENSOR_CACHE`` or ``~/.cache/minitensor``."""
-    return Path(environment.value("MINITENSOR_CACHE") or Path.home() / ".cache" / "minitensor")
-
-
 def multi30k_files(root: str | Path | None = None, url: str = MULTI30K_URL) -> Path:
     """A directory holding the six Multi30k task-1 raw files, each checked against its sha256.
 
     ``root``: a local directory that already has them; without it, ``$MULTI30K_DIR`` when
     set (tests and CI point it at ``../shared/data/multi30k``). Otherwise the files are
     downloaded on first use from the dataset's public repository into
-    ``default_cache_dir()/multi30k``, where the command line and the lessons both read them.
+    ``multi30k/`` of the project's cache (:func:`minitensor.environment.cache_folder`), where the
+    command line and the lessons both read them.
     """
     given = "--data-dir" if root is not None else "$MULTI30K_DIR"
     root = root if root is not None else environment.value("MULTI30K_DIR")
     local = root is not None
-    folder = Path(root) if local else default_cache_dir() / "multi30k"
+    folder = Path(root) if local else environment.cache_folder() / "multi30k"
     if local and not folder.is_dir():
         raise DataError(f"{given} {folder}: {'not a folder' if folder.exists() else 'no such folder'} (a Multi30k "
                         f"directory holds {', '.join(MULTI30K_SHA256)})")

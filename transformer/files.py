@@ -10,13 +10,13 @@ would replace the node itself. ``/dev/stdout``, ``/dev/fd/N`` and ``/proc/self/f
 open descriptor: written through a copy of it, at its offset (so ``>> log`` appends).
 
 **Claims.** The temporary name, ``.NAME.<pid>.<n>.partial``, is created with ``O_EXCL`` (it is
-this writer's alone) and locked with ``flock`` while it is written: that lock is the writer's
-claim on NAME. A second writer of NAME sees the claim and refuses (:class:`WriterBusy`) instead
+this writer's alone) and locked while it is written (``flock`` on POSIX, through portalocker):
+that lock is the writer's claim on NAME. A second writer of NAME sees the claim and refuses (:class:`WriterBusy`) instead
 of letting one result pass for the other's. The kernel releases the lock however its holder
 ends, so a temporary file whose lock anyone can take was left by a writer that died (SIGKILL,
 power loss): the next writer of the name removes it, and :func:`remove_stale` sweeps a folder.
 
-**Locks** (:class:`Lock`): ``flock`` on a file ``.lock`` in a folder, for commands that write
+**Locks** (:class:`Lock`): a lock on a file ``.lock`` in a folder, for commands that write
 many files there (``train`` into a run directory, ``data wmt14`` into its folder).
 
 **New names** (:func:`write_new`): files that must never replace anything (``evaluate``'s
@@ -35,19 +35,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
 import re
-import signal
 import socket
 import stat
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import IO
+
+import portalocker
+
+from .signals import signals_held
 
 
 class FileWriteError(OSError):
@@ -75,20 +76,40 @@ class LockUnwritable(Exception):
 HELD, MOVED, TAKEN = "held", "moved", "taken"
 
 
+def _handle(fd: int) -> IO:
+    """The open file ``fd`` as a file object, which every system's lock takes (closing it leaves ``fd`` open)."""
+    return os.fdopen(fd, "rb", buffering=0, closefd=False)
+
+
+def _try_lock(fd: int, shared: bool = False) -> bool:
+    """Lock the open file ``fd`` without waiting (``flock`` on POSIX, ``msvcrt.locking`` on
+    Windows, through portalocker); False when another process holds it."""
+    kind = portalocker.LockFlags.SHARED if shared else portalocker.LockFlags.EXCLUSIVE
+    with _handle(fd) as handle:
+        try:
+            portalocker.lock(handle, kind | portalocker.LockFlags.NON_BLOCKING)
+        except portalocker.AlreadyLocked:
+            return False
+    return True
+
+
+def _unlock(fd: int) -> None:
+    with _handle(fd) as handle:
+        portalocker.unlock(handle)
+
+
 def _lock_verified(fd: int, path: Path) -> str:
     """Lock the open file ``fd`` (non-blocking) and check that ``path`` still names it: TAKEN, or
     with nothing held, HELD (another process holds the lock) or MOVED (the name was removed or
     now leads elsewhere: it changed between the open and the lock)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not _try_lock(fd):
         return HELD
     try:
         same = os.fstat(fd).st_ino == os.stat(path).st_ino
     except FileNotFoundError:
         same = False
     if not same:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        _unlock(fd)
     return TAKEN if same else MOVED
 
 
@@ -299,26 +320,6 @@ class Output:
                 self.discard()
 
 
-@contextlib.contextmanager
-def signals_held():
-    """Hold back SIGINT, SIGTERM and SIGHUP in this block (in the main thread, where Python runs
-    signal handlers): one that arrives meanwhile is raised again when the block ends, to the
-    handler it would have met, so a file being finished is never left half renamed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list = []
-    names = [getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)]
-    before = {number: signal.signal(number, lambda number, frame: caught.append(number)) for number in names}
-    try:
-        yield
-    finally:
-        for number, handler in before.items():
-            signal.signal(number, handler)
-        for number in dict.fromkeys(caught):   # each held signal once, in the order it came
-            signal.raise_signal(number)
-
-
 def whole_lines(data: bytes) -> int | None:
     """How many bytes at the start of ``data`` hold whole lines (None: not one whole line)."""
     return data.rfind(b"\n") + 1 or None
@@ -523,9 +524,7 @@ def holder_of(folder: str | Path) -> str | None:
     try:
         text = _read(fd)
         holder = _holder(text)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _try_lock(fd, shared=True):
             return _describe(holder) if holder else "another process"
         if holder and holder.get("host") != socket.gethostname():
             return _describe(holder)

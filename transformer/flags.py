@@ -46,7 +46,5 @@ class InputError(Exception):
 
 # the environment variables the command line reads, beside the engine's (minitensor.environment)
 environment.declare("MINITENSOR_DEBUG", environment.SWITCH, "0", "1: every error with its traceback (as --debug)")
-environment.declare("MINITENSOR_CACHE", Text("folder"), None,
-                    "the download cache: Multi30k goes to its multi30k/ (default: ~/.cache/minitensor)")
 environment.declare("MULTI30K_DIR", Text("folder"), None,
                     "a folder holding Multi30k's six files, read instead of the download cache")

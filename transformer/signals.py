@@ -16,10 +16,30 @@ import sys
 import threading
 import time
 
-from .files import signals_held
 
-ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a program ended by SIGPIPE (`... | head -1`)
+# the signals that end a command, those of them this system has (Windows has no SIGHUP)
+ENDING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+OTHER_ENDING_SIGNALS = tuple(s for s in ENDING_SIGNALS if s != signal.SIGINT)  # stopped as Ctrl-C is
+EXIT_CLOSED_PIPE = 128 + 13  # what a POSIX shell reports for a program SIGPIPE (13) ended (`... | head -1`)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold back the ending signals (SIGINT, SIGTERM, SIGHUP) in this block (in the main thread, where Python runs
+    signal handlers): one that arrives meanwhile is raised again when the block ends, to the
+    handler it would have met, so a file being finished is never left half renamed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    before = {number: signal.signal(number, lambda number, frame: caught.append(number)) for number in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(caught):   # each held signal once, in the order it came
+            signal.raise_signal(number)
 
 
 class Stopped(KeyboardInterrupt):

@@ -91,3 +91,20 @@ def test_a_bad_value_never_stops_the_import_and_is_named_where_it_is_used(name):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 1 and lines[-1].startswith(f"minitensor.environment.VariableError: {name} must be "), p.stderr
     assert "import minitensor" not in p.stderr  # the traceback is check()'s, not the import's
+
+
+def test_one_cache_rule_for_downloads_and_kernels(monkeypatch, tmp_path):
+    """MINITENSOR_CACHE first, then XDG_CACHE_HOME/minitensor, then ~/.cache/minitensor; the
+    Multi30k download and the emulator's kernels both live under that one folder."""
+    from minitensor.cuda import emulator
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in ("MINITENSOR_CACHE", "XDG_CACHE_HOME", "MINITENSOR_EMULATOR_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    assert environment.cache_folder() == tmp_path / "home" / ".cache" / "minitensor"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert environment.cache_folder() == tmp_path / "xdg" / "minitensor"
+    monkeypatch.setenv("MINITENSOR_CACHE", str(tmp_path / "mine"))
+    assert environment.cache_folder() == tmp_path / "mine"
+    assert emulator.cache_dir() == tmp_path / "mine" / "emulator"
+    monkeypatch.setenv("MINITENSOR_EMULATOR_CACHE", str(tmp_path / "kernels"))
+    assert emulator.cache_dir() == tmp_path / "kernels"

@@ -179,11 +179,11 @@ def test_a_file_changed_just_now_is_not_remembered(tmp_path):
 # ---------------------------------------------------------------------------- every interleaving
 class Scheduler:
     """Runs contenders (threads) one step at a time; a step ends at each call of the ``os`` and
-    ``fcntl`` functions that transformer.files makes where a name changes or is looked at, so any
+    lock (portalocker) functions that transformer.files makes where a name changes or is looked at, so any
     order of those calls can be forced. One thread runs at a time: the scheduler hands the turn
     over with locks (``threading.Lock`` may be released by another thread than its holder)."""
 
-    STEPS = ("open", "flock", "stat", "unlink", "close", "replace", "scandir")
+    STEPS = ("open", "lock", "unlock", "stat", "unlink", "close", "replace", "scandir")
 
     def __init__(self, choices: list[int]):
         self.choices, self.trace = list(choices), []
@@ -292,15 +292,15 @@ def lock_contenders(folder: Path, start: str, overlaps: list):
 
 def run_scheduled(monkeypatch, choices: list, bodies: list) -> list:
     """Run ``bodies`` under a :class:`Scheduler` of ``choices``, transformer.files's calls of ``os``
-    and ``fcntl`` as its steps; returns the trace."""
+    and of the lock as its steps; returns the trace."""
     sched = Scheduler(choices)
     monkeypatch.setattr(files, "os", sched.proxy(os))
-    monkeypatch.setattr(files, "fcntl", sched.proxy(REAL_FCNTL))
+    monkeypatch.setattr(files, "portalocker", sched.proxy(REAL_LOCKS))
     try:
         return sched.run(bodies)
     finally:
         monkeypatch.setattr(files, "os", os)
-        monkeypatch.setattr(files, "fcntl", REAL_FCNTL)
+        monkeypatch.setattr(files, "portalocker", REAL_LOCKS)
 
 
 def fresh_folder(tmp_path: Path) -> Path:
@@ -317,7 +317,7 @@ def run_lock_schedules(tmp_path, monkeypatch, start: str, preemptions: int) -> t
     return sum(1 for _ in explore(run_one, preemptions)), overlaps
 
 
-REAL_FCNTL = files.fcntl
+REAL_LOCKS = files.portalocker
 
 
 @pytest.mark.parametrize("start", ["none", "stale", "held"])
@@ -330,15 +330,11 @@ def test_no_two_contenders_ever_hold_a_lock_at_any_interleaving(tmp_path, monkey
 
 
 def test_the_interleavings_find_a_lock_that_does_not_check_its_name_after_locking(tmp_path, monkeypatch, capsys):
-    """The check is not vacuous: a lock that skips the name check after ``flock`` lets two
+    """The check is not vacuous: a lock that skips the name check after locking lets two
     contenders hold it at some schedule (one locks the file that the holder removed as it let go,
     the other the new one)."""
     def unchecked(fd, path):
-        try:
-            files.fcntl.flock(fd, REAL_FCNTL.LOCK_EX | REAL_FCNTL.LOCK_NB)
-        except BlockingIOError:
-            return files.HELD
-        return files.TAKEN
+        return files.TAKEN if files._try_lock(fd) else files.HELD
     monkeypatch.setattr(files, "_lock_verified", unchecked)
     _, overlaps = run_lock_schedules(tmp_path, monkeypatch, "held", preemptions=2)
     assert overlaps

@@ -177,12 +177,11 @@ def _flags(check: str | None) -> list[str]:
 
 
 def cache_dir() -> Path:
-    """Where compiled kernels are kept: ``$MINITENSOR_EMULATOR_CACHE``, else
-    ``$XDG_CACHE_HOME/minitensor/emulator`` (``~/.cache/minitensor/emulator``)."""
+    """Where compiled kernels are kept: ``$MINITENSOR_EMULATOR_CACHE``, else ``emulator/`` in the
+    project's cache (:func:`minitensor.environment.cache_folder`)."""
     if (folder := environment.value("MINITENSOR_EMULATOR_CACHE")) is not None:
         return Path(folder)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "minitensor" / "emulator"
+    return environment.cache_folder() / "emulator"
 
 
 # ------------------------------------------------------------------ kernel signatures from the source
