@@ -12,7 +12,8 @@ from .errors import DeviceError, GraphError, ShapeError
 from .gradcheck import GradcheckError, gradcheck
 from .profiler import profile
 from .random import get_rng_state, manual_seed, set_rng_state
-from .tensor import Tensor, arange, from_array, full, ones, ones_like, rand, randn, tensor, zeros, zeros_like
+from .tensor import (Tensor, arange, from_array, from_dlpack, full, ones, ones_like, rand, randn, tensor, zeros,
+                     zeros_like)
 
 DISTRIBUTION = "minitensor-transformer"  # the name pip knows the project by (pyproject.toml)
 
@@ -33,7 +34,8 @@ def __getattr__(name: str):
 functional.bind_tensor_methods()  # a + b, x.sum(), x == y, ...: the functions of F (functional.TENSOR_METHODS)
 
 __all__ = [
-    "Tensor", "tensor", "from_array", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "randn", "rand",
+    "Tensor", "tensor", "from_array", "from_dlpack", "zeros", "ones", "full", "zeros_like", "ones_like", "arange",
+    "randn", "rand",
     "no_grad", "enable_grad", "is_grad_enabled", "manual_seed", "get_rng_state", "set_rng_state",
     "gradcheck", "GradcheckError", "Function", "ShapeError", "GraphError", "DeviceError",
     "functional", "nn", "optim", "cuda", "amp", "allocator", "profile", "profiler", "routes", "speed",

@@ -133,6 +133,27 @@ class Tensor:
         """The data as a numpy array (a copy from the GPU; the same array on the CPU)."""
         return backend.to_numpy(self.data)
 
+    # ----------------------------------------------------------------- other libraries' arrays
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        """``np.asarray(t)``: the data as a NumPy array, the same memory unless ``copy`` (NumPy 2's
+        argument) or a new ``dtype`` asks for a copy; no history. A tensor on the GPU refuses:
+        a copy to the host is asked for with :meth:`numpy`, never made behind the caller's back."""
+        if self.device != "cpu":
+            raise TypeError(f"a tensor on {self.device} does not become a NumPy array implicitly; "
+                            "copy it to the host with .numpy()")
+        if copy is False and dtype is not None and np.dtype(dtype) != self.data.dtype:
+            raise ValueError(f"copy=False: a {self.data.dtype} tensor cannot be read as {np.dtype(dtype)} without a copy")
+        array = self.data if dtype is None else self.data.astype(dtype, copy=False)
+        return array.copy() if copy and array is self.data else array
+
+    def __dlpack__(self, **kwargs):
+        """The data for another library's ``from_dlpack`` (NumPy, CuPy, PyTorch, JAX), without a
+        copy: the array's own DLPack export, with the consumer's arguments (``stream``, ...)."""
+        return self.data.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple:
+        return self.data.__dlpack_device__()
+
     def item(self):
         if self.data.size != 1:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
@@ -182,6 +203,24 @@ def from_array(array) -> Tensor:
         raise TypeError(f"from_array: needs a NumPy or CuPy array, got {type(array).__name__}; "
                         f"minitensor.tensor makes one from other data")
     return Tensor._wrap(array)
+
+
+_DLPACK_CPU, _DLPACK_CUDA = 1, 2  # DLPack's device types (kDLCPU, kDLCUDA)
+
+
+def from_dlpack(x) -> Tensor:
+    """A tensor over another library's array (anything with ``__dlpack__``: NumPy, CuPy, a
+    PyTorch or JAX tensor) without a copy, on the device the array is on; no history. Writing
+    into one writes into the other, as with :func:`from_array`."""
+    if not hasattr(x, "__dlpack_device__"):
+        raise TypeError(f"from_dlpack: needs an array that exports DLPack (__dlpack__), got {type(x).__name__}")
+    kind, _ = x.__dlpack_device__()
+    if kind == _DLPACK_CPU:
+        return Tensor._wrap(np.from_dlpack(x))
+    if kind == _DLPACK_CUDA:
+        return Tensor._wrap(backend.cupy().from_dlpack(x))
+    raise TypeError(f"from_dlpack: the array is on DLPack device type {kind}; minitensor holds CPU (1) "
+                    f"and CUDA (2) arrays")
 
 
 def _shape(shape) -> tuple:

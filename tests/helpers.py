@@ -172,3 +172,13 @@ def resume(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str, str]
         proc.stdin = None  # (its input was given whole before it stopped)
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
+
+
+def torch_or_skip():
+    """PyTorch, for the tests that compare with it or hand it tensors: never a dependency of the
+    project, installed by .ci/run (so in CI its absence fails) and by hand elsewhere."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError:
+        require(False, "PyTorch is not installed (pip install torch; CI installs torch==2.13.0, the CPU build)")
+    return torch
