@@ -1,10 +1,11 @@
-"""``python -m transformer``: data, train, translate, evaluate, average.
+"""``python -m transformer``: data, train, translate, evaluate, average, export.
 
     python -m transformer data wmt14 --out data/wmt14      # the paper's data, downloaded and checked
     python -m transformer train --preset multi30k-cpu --run-dir runs/m30k
     python -m transformer evaluate --run-dir runs/m30k --average 3
     echo "A dog runs in the park." | python -m transformer translate --run-dir runs/m30k
     python -m transformer average --run-dir runs/m30k --last 3 --output runs/m30k/average.npz
+    python -m transformer export --run-dir runs/m30k --average 3 --out m30k.safetensors --layout torch
     mpiexec -n 2 python -m transformer train --preset multi30k-cpu --run-dir runs/m30k-dp --distributed
 
 Errors are one line, ``error: <message>``, on stderr: exit status 2 for bad usage or input
@@ -32,12 +33,13 @@ from minitensor import allocator, environment
 
 from . import wmt14
 from .checkpoint import CheckpointWriteError
-from .commands import (INPUT_ERRORS, TranslationStopped, cmd_average, cmd_data, cmd_evaluate, cmd_train,
-                       cmd_translate)
+from .commands import (INPUT_ERRORS, TranslationStopped, cmd_average, cmd_data, cmd_evaluate, cmd_export,
+                       cmd_train, cmd_translate)
 from .config import RANGES as MODEL_RANGES
 from .decoding import MAX_BEAM
 from .download import DownloadError
 from .evaluate import DECODE_MEMORY_GIB, LONG_LINES
+from .export import LAYOUTS
 from .flags import Boolean, Choice, InputError, Parser, Real, Text, Whole, help_text, usage_error
 from .files import FileWriteError
 from .settings import DATA_SETTINGS, HELP, RANGES
@@ -226,6 +228,21 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     _value(a, "--last", Whole(1, 10**6), 5, "how many of the newest checkpoints (default 5)")
     a.add_argument("--output", type=Text("new file"), help="the averaged checkpoint (default: <run-dir>/average.npz)")
     a.set_defaults(func=cmd_average)
+
+    x = sub.add_parser("export", help="write a run's weights as safetensors (for PyTorch and other tools)",
+                       description="Write the weights of a run's model (the newest checkpoint, --checkpoint, or the "
+                                   "average of the last --average N) to one safetensors file, with the model's "
+                                   "configuration in its metadata. --layout torch names and shapes them for "
+                                   "transformer.export.torch_transformer, a PyTorch module of torch.nn's encoder and "
+                                   "decoder layers that gives the same logits.")
+    x.add_argument("--run-dir", required=True, type=Text("folder"), help="a run directory that train wrote")
+    x.add_argument("--checkpoint", type=Text("file"), help="a checkpoint file (default: the newest, or --average N)")
+    _value(x, "--average", Whole(1, 10**6), None, "average the last N checkpoints (default: the newest)")
+    x.add_argument("--out", required=True, type=Text("new file"), help="the safetensors file to write")
+    _value(x, "--layout", Choice(LAYOUTS), "minitensor",
+           "minitensor: this project's names and shapes, which model_from_safetensors reads back; torch: those of "
+           "the PyTorch module (default minitensor)")
+    x.set_defaults(func=cmd_export)
     return p
 
 

@@ -26,6 +26,7 @@ from . import presets, wmt14
 from .checkpoint import CheckpointError, model_config, read_meta, step_checkpoints, write_checkpoint
 from .corpus import prepare
 from .evaluate import DecodingTooLarge, LongLineError, bleu, translate
+from .export import export
 from .flags import FlagError, InputError
 from .model import Transformer
 from .files import (Busy, FileWriteError, LockUnwritable, Output, WriterBusy, claim, output_target, whole_lines,
@@ -483,6 +484,20 @@ def _unterminated(path: Path) -> int:
 
 class TranslationStopped(Exception):
     """A signal stopped translate: the lines finished so far were kept."""
+
+
+def cmd_export(args) -> None:
+    """The run's model (as translate loads it) written to --out as safetensors, whole or not at all."""
+    out = Path(args.out)
+    target = check_output(out, "--out")
+    if run_file(target) or (target.is_file() and checkpoint_kind(target)):
+        raise InputError(f"--out {out} is a run's own file (a checkpoint, its BPE model, its logs): the export would "
+                         "replace it; choose another --out")
+    loaded = load_model(Path(args.run_dir), args.checkpoint, args.average)
+    meta = {**loaded.meta, "averaged": [Path(f).name for f in loaded.files] if len(loaded.files) > 1 else None}
+    export(loaded.model, out, args.layout, meta)
+    print(f"wrote {out}: the weights of {loaded.name} ({loaded.model.cfg.num_parameters():,} parameters), "
+          f"{args.layout} layout")
 
 
 def cmd_translate(args) -> None:
