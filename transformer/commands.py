@@ -32,6 +32,7 @@ from .model import Transformer
 from .files import (Busy, FileWriteError, LockUnwritable, Output, WriterBusy, claim, output_target, whole_lines,
                     write_file, write_new)
 from .presets import DEFAULT_PRESET, PRESETS, plan_batches
+from .progress import stderr_copied_to
 from .rundir import (Loaded, RunDirInUse, RunLock, archive, average_of, check_fresh, check_not_busy, check_run_dir,
                      check_vocabulary, checkpoint_kind, leftovers, load_model, previous_run, record_run_id,
                      refuse_copy_task_run, resumable, run_file, run_id_of)
@@ -259,7 +260,9 @@ def cmd_train(args) -> dict:
                     raise InputError(f"{run / 'spm.model'} has {pieces} pieces and --vocab-size asks for "
                                      f"{asked_vocab}: use a new --run-dir, or --overwrite to archive what is there")
                 data["vocab_size"] = args.vocab_size = pieces
-            return _train(args, settings, run, comm, data, saved_data.get("train_sha256"), run_id, saved.get("run_id"))
+            with stderr_copied_to(run / "train.log") if comm.rank == 0 else contextlib.nullcontext():
+                return _train(args, settings, run, comm, data, saved_data.get("train_sha256"), run_id,
+                              saved.get("run_id"))
     except BaseException as e:
         if comm.rank == 0:
             _after_a_failed_start(run, created, prepared, e)

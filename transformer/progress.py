@@ -1,13 +1,17 @@
 """What a loop shows of itself. Progress bars that end with a reason: a bar left at "13%
 199/1500" reads as a crash, so whatever ends a loop early (a target reached, the time budget, a
 signal) closes the bar and says so in one line. A training run's log (:class:`RunLog`:
-``metrics.jsonl``, its lines and its curves). A training loop's ``--profile N``: which updates
-it times, and the table it prints when they are done."""
+``metrics.jsonl``, its lines and its curves, and with ``tensorboard`` the same records as
+TensorBoard event files); the lines it writes on stderr kept in the run directory
+(:func:`stderr_copied_to`). A training loop's ``--profile N``: which updates it times, and the
+table it prints when they are done."""
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
+import time
 from pathlib import Path
 
 from tqdm import tqdm  # text bars everywhere: tqdm.auto warns in a notebook without ipywidgets
@@ -16,6 +20,7 @@ import minitensor as mt
 
 from .plots import plot_curves
 from .signals import close_stdout
+from .tensorboard import EventWriter
 
 
 def bar(total: int, desc: str, show: bool, initial: int = 0) -> tqdm:
@@ -59,6 +64,52 @@ class ProfiledUpdates:
             self.prof.save(self.path)
             tqdm.write(f"profile of updates {step - self.n + 1}-{step} (also in {self.path}):\n" + self.prof.table(),
                        file=sys.stderr)
+
+
+_BAR = re.compile(r"^([^:\n]*:)?\s*\d+%\|")  # a tqdm bar's line: "training:  13%|█▎   | 199/1500 ..."
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class _Copied:
+    """A text stream that writes to ``stream`` and appends each whole line to ``log``, stamped
+    with the time: the lines a reader meets (notes, warnings, the line a loop ends with), not a
+    progress bar's redraws (the text after a line's last carriage return, escapes removed)."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log, self.pending = stream, log, ""
+
+    def write(self, text: str) -> int:
+        written = self.stream.write(text)
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            shown = _ESCAPES.sub("", line.rsplit("\r", 1)[-1]).rstrip()
+            if shown and not _BAR.match(shown):
+                self.log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {shown}\n")
+                self.log.flush()
+        return written
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the stream's
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def stderr_copied_to(path: Path):
+    """While the block runs, every line written on stderr is also appended to ``path`` (each
+    flushed as written, so a crash loses none); an exception that ends the block is the last."""
+    with open(path, "a", encoding="utf-8") as log:
+        before, sys.stderr = sys.stderr, _Copied(sys.stderr, log)
+        try:
+            yield
+        except BaseException as e:
+            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ended by {why}\n")
+            raise
+        finally:
+            sys.stderr = before
 
 
 class RunFileError(ValueError):
@@ -126,6 +177,7 @@ class RunLog:
     def __init__(self, run: Path, settings, main: bool, step: int, history: list, closed_stdout):
         self.run, self.s, self.main, self.history, self.closed_stdout = run, settings, main, history, closed_stdout
         self.file = open(run / "metrics.jsonl", "a") if main else None
+        self.events = EventWriter(run / "tensorboard") if main and settings.tensorboard else None
         self.bar = bar(settings.max_steps, "training", settings.progress and main, initial=step)
 
     def write(self, record: dict, step: int, seconds: float) -> None:
@@ -133,6 +185,9 @@ class RunLog:
         if self.main:
             self.file.write(json.dumps(record, allow_nan=False) + "\n")
             self.file.flush()
+        if self.events is not None:  # valid_nll -> valid/nll, loss -> train/loss: TensorBoard groups by prefix
+            self.events.add(record["step"], {(k.replace("valid_", "valid/", 1) if k.startswith("valid_") else
+                                              f"train/{k}"): v for k, v in record.items() if k != "step"})
         self.history.append(record)
         self.bar.update(1)
         size_to_budget(self.bar, step, seconds, self.s.max_minutes, self.s.max_steps)
@@ -152,6 +207,8 @@ class RunLog:
         self.bar.close()
         if self.file:
             self.file.close()
+        if self.events is not None:
+            self.events.close()
 
     def plot(self) -> None:
         """loss.png, lr.png and (where validation measured BLEU) bleu.png from the history."""

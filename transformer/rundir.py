@@ -113,10 +113,10 @@ def record_run_id(run: str | Path, run_id: str) -> str:
 LEFTOVERS = (*RUN_FILES, "settings.json", "loss.png", "lr.png", "bleu.png", "profile.json", RUN_RECORD)
 # every file train, evaluate and average write in a run directory under a fixed name (besides checkpoints)
 OWN_FILES = (*LEFTOVERS, "spm.model", "spm.vocab", "data.json", "evaluation.json", "hypotheses.txt", "average.npz",
-             LOCK_NAME)
+             LOCK_NAME, "train.log")
 
 
-OWN_FOLDERS = ("evaluations", "cache")  # every file in these is the run's too
+OWN_FOLDERS = ("evaluations", "cache", "tensorboard")  # every file in these is the run's too
 
 
 def run_file(path: str | Path) -> bool:

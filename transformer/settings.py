@@ -39,7 +39,7 @@ def flag(name: str) -> str:
 # shapes the weights or the recipe
 FREE_ON_RESUME = frozenset({"run_dir", "max_steps", "max_epochs", "max_minutes", "eval_every", "bleu_sentences",
                             "beam_size", "alpha", "save_every", "keep_last", "device", "tf32", "fused", "memory_every",
-                            "profile", "progress", "update_freq"})
+                            "profile", "progress", "update_freq", "tensorboard"})
 
 
 # a run's data settings (stored in each checkpoint as meta["data"]): how each is named when it differs
@@ -98,7 +98,7 @@ RANGES = {"max_tokens": Whole(1, 2**31 - 1), "update_freq": Whole(1, 10**6), "sm
           "keep_last": Whole(1, 10**6), "seed": Whole(0, 2**32 - 1), "device": Text("device"),
           "precision": Choice(tuple(sorted(PRECISIONS))), "tf32": Boolean(), "fused": Boolean(),
           "memory_every": Whole(0, _MANY),
-          "profile": Whole(0, 10**6), "progress": Boolean(), "run_dir": Text("folder")}
+          "profile": Whole(0, 10**6), "progress": Boolean(), "tensorboard": Boolean(), "run_dir": Text("folder")}
 
 
 # each training flag's --help (its kind and range are appended from RANGES); "the preset's" is the
@@ -143,6 +143,8 @@ HELP = {
                     "0: never)",
     "profile": ("time every op of N updates (after the run's first) with minitensor.profile: a table on stderr and "
                 "profile.json (default 0: off)"),
+    "tensorboard": ("also write the metrics as TensorBoard event files in <run-dir>/tensorboard/ "
+                    "(tensorboard --logdir <run-dir>; default false)"),
 }
 
 
@@ -186,6 +188,7 @@ class TrainSettings:
     memory_every: int = 50          # on the GPU, record the peak memory of every N-th update (0: never)
     profile: int = 0                # time every op of N updates (after the run's first): a table and profile.json
     progress: bool = True
+    tensorboard: bool = False       # the metrics also as TensorBoard event files, in <run_dir>/tensorboard/
 
     def __post_init__(self):
         """Each setting's range is declared once, in :data:`RANGES` (the model checks its own
