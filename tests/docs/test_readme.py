@@ -2,6 +2,8 @@
 import re
 from pathlib import Path
 
+from tests.helpers import torch_or_skip
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -10,12 +12,19 @@ def python_blocks():
 
 
 def test_every_python_block_in_the_readme_runs(tmp_path, monkeypatch):
+    """Every block; the one that hands a model to PyTorch needs PyTorch, a test tool of CI's
+    (tests.helpers.torch_or_skip), and is the only one allowed to skip without it."""
     monkeypatch.chdir(tmp_path)  # what a block writes (profile.json) lands here, not in the checkout
     blocks = python_blocks()
-    assert len(blocks) >= 3
-    for code in blocks:
+    assert len(blocks) >= 4
+    needs_torch = [code for code in blocks if re.search(r"^import .*\btorch\b", code, flags=re.M)]
+    for code in [b for b in blocks if b not in needs_torch]:
         exec(compile(code, "README.md", "exec"), {})
     assert (tmp_path / "profile.json").exists()
+    assert len(needs_torch) == 1
+    torch_or_skip()
+    exec(compile(needs_torch[0], "README.md", "exec"), {})
+    assert (tmp_path / "m30k.safetensors").exists()
 
 
 def test_quick_start_is_two_commands_install_and_run_then_install_and_test():
