@@ -169,6 +169,15 @@ class MPICommunicator(Communicator):
         self._wait(self.comm.Ibarrier(), "barrier", timeout)
 
 
+def _contiguous(array, what: str) -> int:
+    """The device address of ``array``, which NCCL reads as ``array.size`` items one after the
+    other: a strided view would have it reduce the wrong elements, so it is refused."""
+    if not array.flags.c_contiguous:
+        raise ValueError(f"NCCL {what}: needs a C-contiguous array, got a view of shape {array.shape} "
+                         f"with strides {array.strides}")
+    return array.data.ptr
+
+
 class NCCLCommunicator(Communicator):
     """Collectives over NCCL on CuPy arrays; MPI only launches the processes and shares the id."""
 
@@ -207,12 +216,13 @@ class NCCLCommunicator(Communicator):
 
     def all_reduce(self, array) -> None:
         stream = self.cp.cuda.get_current_stream().ptr
-        self.comm.allReduce(array.data.ptr, array.data.ptr, array.size, self._dtype(array), self.nccl.NCCL_SUM, stream)
+        ptr = _contiguous(array, "all_reduce")
+        self.comm.allReduce(ptr, ptr, array.size, self._dtype(array), self.nccl.NCCL_SUM, stream)
         self._sync("all_reduce")
 
     def broadcast(self, array, root: int = 0) -> None:
         stream = self.cp.cuda.get_current_stream().ptr
-        self.comm.bcast(array.data.ptr, array.size, self._dtype(array), root, stream)
+        self.comm.bcast(_contiguous(array, "broadcast"), array.size, self._dtype(array), root, stream)
         self._sync("broadcast")
 
     def barrier(self, timeout: float | None = None) -> None:

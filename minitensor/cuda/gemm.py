@@ -49,32 +49,44 @@ def applies(a_dtype, b_dtype, out_dtype=None) -> bool:
     return out_dtype is None or out_dtype == a_dtype or (is_half(a_dtype) and out_dtype == np.float32)
 
 
-def _layout(cupy, x):
-    """How cuBLAS reads the last two axes of ``x`` (r, c): ``(x, transposed, ld)`` with ``x``
-    itself when its rows are contiguous (ld = the row stride) or its columns are (a transposed
-    view: ld = the column stride), else a C-contiguous copy."""
+def _matrix_layout(x) -> tuple[bool, int] | None:
+    """How cuBLAS can read the last two axes of ``x`` (r, c) where they are: ``(transposed, ld)``
+    when its rows are contiguous (ld = the row stride) or its columns are (a transposed view: ld
+    = the column stride); None when neither is (a copy must be made)."""
     r, c = x.shape[-2:]
     e = x.itemsize
     s0, s1 = x.strides[-2:]
     if (c == 1 or s1 == e) and (r == 1 or (s0 > 0 and s0 % e == 0 and s0 // e >= c)):
-        return x, False, max(s0 // e if r > 1 else c, 1)
+        return False, max(s0 // e if r > 1 else c, 1)
     if (r == 1 or s0 == e) and (c == 1 or (s1 > 0 and s1 % e == 0 and s1 // e >= r)):
-        return x, True, max(s1 // e if c > 1 else r, 1)
-    return cupy.ascontiguousarray(x), False, max(c, 1)
+        return True, max(s1 // e if c > 1 else r, 1)
+    return None
 
 
-def _batched(cupy, x, batch: tuple):
-    """``x`` broadcast to ``batch + x.shape[-2:]`` with its batch as one axis of uniform stride:
-    ``(x, stride in elements)``, a copy only where the leading axes cannot be one axis."""
-    if not batch:
-        return x, 0
-    x = cupy.broadcast_to(x, batch + x.shape[-2:])
+def _batch_stride(x, batch: tuple) -> int | None:
+    """The elements from one matrix of ``x``'s batch to the next, when its leading axes are one
+    axis of uniform, non-negative stride (0: one matrix broadcast); else None."""
     kept = [(n, s) for n, s in zip(batch, x.strides[:-2]) if n > 1]
     if all(s >= 0 and s % x.itemsize == 0 for _, s in kept) and \
             all(kept[i][1] == kept[i + 1][1] * kept[i + 1][0] for i in range(len(kept) - 1)):
-        return x, (kept[-1][1] // x.itemsize if kept else 0)
-    x = cupy.ascontiguousarray(x)
-    return x, x.shape[-2] * x.shape[-1]
+        return kept[-1][1] // x.itemsize if kept else 0
+    return None
+
+
+def _operand(cupy, x, batch: tuple):
+    """``x`` broadcast to ``batch + x.shape[-2:]`` as cuBLAS reads it: ``(x, transposed, ld,
+    batch stride)``, ``x`` itself where its matrices and its batch can be read in place, else
+    a C-contiguous copy, whose own stride goes with it (never the view's: a copy's layout is
+    its own)."""
+    if batch:
+        x = cupy.broadcast_to(x, batch + x.shape[-2:])
+    layout = _matrix_layout(x)
+    stride = _batch_stride(x, batch) if batch else 0
+    if layout is None or stride is None:
+        x = cupy.ascontiguousarray(x)
+        r, c = x.shape[-2:]
+        return x, False, max(c, 1), r * c if batch else 0
+    return (x, *layout, stride)
 
 
 def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool = False):
@@ -108,11 +120,8 @@ def matmul(a, b, out_dtype=None, exact: bool = False, out=None, accumulate: bool
         if not accumulate:
             c.fill(0)
         return c
-    if not plain:
-        a, stride_a = _batched(cupy, a, batch)
-        b, stride_b = _batched(cupy, b, batch)
-    a, trans_a, lda = _layout(cupy, a)
-    b, trans_b, ldb = _layout(cupy, b)
+    a, trans_a, lda, stride_a = _operand(cupy, a, batch)
+    b, trans_b, ldb, stride_b = _operand(cupy, b, batch)
     if a.dtype.itemsize == 8:
         compute = cublas.CUBLAS_COMPUTE_64F
     elif a.dtype == np.float32 and not exact and linalg.get_compute_type(np.float32) == linalg.COMPUTE_TYPE_TF32:

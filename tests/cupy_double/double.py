@@ -957,6 +957,9 @@ class NcclCommunicator:
         if a.dtype != _NCCL_DTYPES[datatype] or a.size != count:
             raise RuntimeError(f"NCCL call says {count} items of type {datatype}; the array at {ptr:#x} "
                                f"holds {a.size} of {a.dtype}")
+        if not a.flags.c_contiguous:  # NCCL reads and writes count items one after the other from ptr
+            raise RuntimeError(f"NCCL reads {count} contiguous items from {ptr:#x}; the array there is a "
+                               f"strided view {a.shape} (strides {a.strides})")
         return a
 
     def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):
@@ -1091,6 +1094,36 @@ def _device_matrices(ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int, s
     return np.lib.stride_tricks.as_strided(flat, (batch, cols, rows), (stride * e, ld * e, e)).transpose(0, 2, 1)
 
 
+def _bytes_touched(ptr: int, itemsize: int, rows: int, cols: int, ld: int, stride: int, batch: int) -> np.ndarray:
+    """Every byte address a column-major batch of matrices occupies, one row per element."""
+    first = (np.arange(batch)[:, None, None] * stride + np.arange(cols)[None, :, None] * ld
+             + np.arange(rows)[None, None, :]).ravel() * itemsize + ptr
+    return first[:, None] + np.arange(itemsize)[None, :]
+
+
+def _check_no_overlap(c: tuple, inputs: dict) -> None:
+    """cuBLAS's output must not share a byte with an input, nor its batch entries with each
+    other (the result would depend on the order the GPU wrote in): ``c`` and each input are
+    (ptr, itemsize, rows, cols, ld, stride, batch)."""
+    ptr, e, rows, cols, ld, stride, batch = c
+    span = lambda p, e, r, cl, ld, st, b: (p + min(0, (b - 1) * st) * e,  # noqa: E731
+                                           p + (max(0, (b - 1) * st) + (cl - 1) * ld + r) * e)
+    lo, hi = span(*c)
+    written = None
+    if batch > 1 and abs(stride) < (cols - 1) * ld + rows:    # entries close enough to share an element
+        written = _bytes_touched(*c)
+        if np.unique(written[:, 0]).size != written.shape[0]:
+            raise RuntimeError(f"cuBLAS C: its {batch} matrices of {rows} x {cols} (ld {ld}, stride {stride}) write "
+                               "the same elements more than once")
+    for name, x in inputs.items():
+        x_lo, x_hi = span(*x)
+        if x_hi <= lo or hi <= x_lo:
+            continue
+        written = _bytes_touched(*c) if written is None else written
+        if np.intersect1d(written.ravel(), _bytes_touched(*x).ravel()).size:
+            raise RuntimeError(f"cuBLAS C overlaps its input {name}: the output's bytes are also read as {name}")
+
+
 def _extent(a: np.ndarray) -> tuple[int, int]:
     """The addresses [lowest, one past the highest byte] that ``a``'s elements occupy."""
     start = a.__array_interface__["data"][0]
@@ -1141,6 +1174,9 @@ def _gemm(name, args, batched: bool):
     a = _device_matrices(A, at, ra, ca, lda, stride_a, count, "A")
     b = _device_matrices(B, bt, rb, cb, ldb, stride_b, count, "B")
     c = _device_matrices(C, ct, m, n, ldc, stride_c, count, "C")
+    _check_no_overlap((C, ct.itemsize, m, n, ldc, stride_c, count),
+                      {"A": (A, at.itemsize, ra, ca, lda, stride_a, count),
+                       "B": (B, bt.itemsize, rb, cb, ldb, stride_b, count)})
     scalar = ctypes.c_double if work == np.float64 else ctypes.c_float    # host pointer mode: alpha, beta on the host
     al, be = scalar.from_address(alpha).value, scalar.from_address(beta).value
     a = a.astype(work) if transa == ops[0] else a.transpose(0, 2, 1).astype(work)

@@ -182,6 +182,50 @@ def test_gemmex_refuses_what_cublas_refuses(cp):
         cublas.gemmEx(*args)
 
 
+def _batched_args(cp, a, b, c, m, n, k, strides):
+    from cupy_backends.cuda.libs import cublas
+
+    one, zero = np.array(1, np.float32), np.array(0, np.float32)
+    sa, sb, sc = strides
+    return (cp.cuda.get_cublas_handle(), 0, 0, m, n, k, one.ctypes.data, a.data.ptr, 0, m, sa, b.data.ptr, 0, k, sb,
+            zero.ctypes.data, c.data.ptr, 0, m, sc, 2, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT), (one, zero)
+
+
+def test_a_product_whose_output_overlaps_an_input_or_itself_is_refused(cp):
+    """What a GPU would compute in an order of its own: C written over A or B (in place), and
+    batch entries of C that share elements. Each refused by name; the same call with its own
+    output runs."""
+    from cupy_backends.cuda.libs import cublas
+
+    A, B, C = cp.ones((2, 2, 2), np.float32), cp.ones((2, 2, 2), np.float32), cp.zeros((2, 2, 2), np.float32)
+    args, keep = _batched_args(cp, A, B, C, 2, 2, 2, (4, 4, 4))
+    cublas.gemmStridedBatchedEx(*args)
+    assert cp.asnumpy(C).tolist() == [[[2.0, 2.0]] * 2] * 2
+    args, keep = _batched_args(cp, A, B, A, 2, 2, 2, (4, 4, 4))      # C is A: written while read
+    with pytest.raises(RuntimeError, match="overlaps its input A"):
+        cublas.gemmStridedBatchedEx(*args)
+    wide = cp.zeros((3, 2), np.float32)
+    args, keep = _batched_args(cp, A, B, wide, 2, 2, 2, (4, 4, 2))   # entry 1 starts inside entry 0
+    with pytest.raises(RuntimeError, match="write the same elements"):
+        cublas.gemmStridedBatchedEx(*args)
+    halves = cp.zeros((16,), np.float32)
+    a, b, c = halves[8:12], halves[:4], halves[10:14]               # (views kept: the double finds them by address)
+    args, keep = _gemm_args(cp, a, b, c, 2, 2, 2, 2, 2, 2)          # C shares two floats with A
+    with pytest.raises(RuntimeError, match="overlaps its input A"):
+        cublas.gemmEx(*args)
+
+
+def test_nccl_refuses_a_strided_buffer(cp, monkeypatch):
+    """NCCL reads ``count`` items one after another from the pointer: a strided view's pointer
+    with its size would reduce the wrong elements, so the double refuses it."""
+    from tests.cupy_double.double import NcclCommunicator
+
+    x = cp.zeros((4, 4), np.float32)[:, ::2]
+    comm = object.__new__(NcclCommunicator)
+    with pytest.raises(RuntimeError, match="strided view"):
+        comm._array(x.data.ptr, x.size, 7)
+
+
 def test_an_nccl_id_of_the_wrong_type_or_length_is_refused(cp):
     """CuPy 13 gave the id as a tuple of 128 ints; CuPy 14 takes 128 bytes."""
     nccl = cp.cuda.nccl

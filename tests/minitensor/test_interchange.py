@@ -87,7 +87,7 @@ def test_pytorch_takes_a_tensor_and_gives_one_back_without_a_copy(dtype, rows, c
 
 
 @pytest.mark.gpu
-@pytest.mark.hardware("CuPy's DLPack exchange needs real device memory")
+@pytest.mark.hardware("CuPy's DLPack exchange of device memory")
 def test_cupy_and_a_cuda_tensor_share_device_memory():
     cp = pytest.importorskip("cupy")
     t = mt.tensor(np.arange(6, dtype=np.float32), device="cuda")

@@ -20,11 +20,28 @@ DTYPES = [np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), BF16
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 4e-3, "bfloat16": 2e-2}
 
 
-def _device(cp, a, transposed: bool):
-    """``a`` on the device, as itself or as the transposed view of a C-contiguous copy of aᵀ."""
-    if not transposed:
+LAYOUTS = ("contiguous", "transposed", "strided", "gapped batch")
+
+
+def _device(cp, a, layout):
+    """``a`` on the device in ``layout``: itself; the transposed view of a C-contiguous copy of
+    aᵀ; a view whose last two axes are both strided (every other row and column of a larger
+    array), which cuBLAS cannot read as it is; or a view whose batch entries lie apart by more
+    than a matrix (every other entry of a larger batch). ``True``/``False``: transposed or not."""
+    layout = {True: "transposed", False: "contiguous"}.get(layout, layout)
+    if layout == "contiguous":
         return cp.asarray(a)
-    return cp.asarray(np.ascontiguousarray(np.swapaxes(a, -1, -2))).swapaxes(-1, -2)
+    if layout == "transposed":
+        return cp.asarray(np.ascontiguousarray(np.swapaxes(a, -1, -2))).swapaxes(-1, -2)
+    if layout == "strided":
+        big = np.zeros(a.shape[:-2] + (2 * a.shape[-2], 2 * a.shape[-1]), a.dtype)
+        big[..., ::2, ::2] = a
+        return cp.asarray(big)[..., ::2, ::2]
+    if not a.shape[:-2]:
+        return cp.asarray(a)
+    big = np.zeros(a.shape[:-3] + (2 * a.shape[-3],) + a.shape[-2:], a.dtype)
+    big[..., ::2, :, :] = a
+    return cp.asarray(big)[..., ::2, :, :]
 
 
 @st.composite
@@ -33,15 +50,17 @@ def products(draw):
     batch = draw(st.sampled_from([(), (3,), (2, 3)]))
     a_batch = draw(st.sampled_from([batch, batch[1:], tuple(1 for _ in batch)]))
     b_batch = draw(st.sampled_from([batch, batch[1:]]))
-    return (a_batch + (m, k), b_batch + (k, n), draw(st.booleans()), draw(st.booleans()),
+    return (a_batch + (m, k), b_batch + (k, n), draw(st.sampled_from(LAYOUTS)), draw(st.sampled_from(LAYOUTS)),
             draw(st.sampled_from(DTYPES)), draw(st.booleans()))
 
 
 @settings(max_examples=60, deadline=None)
 @given(products(), st.integers(0, 2**16))
 def test_a_product_on_cublas_is_the_exact_product_rounded_once(cupy_double, case, seed):
-    """Every dtype, broadcast batches, transposed operands: within the output type's rounding of
-    the float64 product; 16-bit operands into float32 within float32's."""
+    """Every dtype, broadcast batches, operands transposed, strided in their last two axes or
+    with gaps between batch entries: within the output type's rounding of the float64 product;
+    16-bit operands into float32 within float32's. (The double refuses a call whose matrices
+    run outside their allocation or whose output overlaps an input or itself.)"""
     a_shape, b_shape, ta, tb, dtype, widen = case
     out = np.dtype(np.float32) if widen and dtype.itemsize == 2 else None
     rng = np.random.default_rng(seed)
@@ -169,3 +188,12 @@ def test_one_activation_read_by_three_products_is_cast_once_per_block(cupy_doubl
     w_sum = sum(cupy_double.asnumpy(w.data).astype(np.float16).astype(np.float64) for w in ws)
     np.testing.assert_allclose(cupy_double.asnumpy(x.grad.data), np.broadcast_to(w_sum.sum(axis=1), (3, 8)),
                                rtol=2e-3)
+
+
+def test_an_operand_strided_in_its_last_two_axes_is_copied_with_its_batch_stride(cupy_double):
+    """The case that once read outside its operand: (3, 4, 6)[:, :, ::2] @ (3, 3, 5). The copy
+    that makes it readable has its own batch stride, which is the one cuBLAS must get."""
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((3, 4, 6)).astype(np.float32), rng.standard_normal((3, 3, 5)).astype(np.float32)
+    got = (mt.tensor(x, device="cuda")[:, :, ::2] @ mt.tensor(w, device="cuda")).numpy()
+    np.testing.assert_allclose(got, x[:, :, ::2] @ w, rtol=1e-5, atol=1e-5)
