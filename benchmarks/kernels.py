@@ -315,6 +315,34 @@ def product_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     return rows
 
 
+# the largest difference allowed between a route's output or gradients and the two-pass mma.sync
+# kernels', relative to the largest magnitude of the latter: a few roundings of the dtype
+AGREEMENT = {"float32": 1e-4, "tf32": 2e-2, "float16": 1e-2, "bfloat16": 5e-2}
+
+
+def results_of(q, k, v, g) -> list:
+    """Attention's output and the three gradients of one forward + backward, as float32 on the host."""
+    q.grad = k.grad = v.grad = None
+    out = F.scaled_dot_product_attention(q, k, v)
+    out.backward(g)
+    return [x.astype(np.float32) for x in (out.numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy())]
+
+
+def check_against(route: str, got: list, reference: list, dtype: str, T: int) -> float:
+    """The largest relative difference of ``got`` from ``reference`` (output, dQ, dK, dV); past
+    :data:`AGREEMENT`, the script stops (exit status 1) before the route is timed."""
+    worst = 0.0
+    for what, a, b in zip(("output", "dQ", "dK", "dV"), got, reference):
+        scale = float(np.abs(b).max()) or 1.0
+        error = float(np.abs(a - b).max()) / scale if np.isfinite(a).all() else float("inf")
+        worst = max(worst, error)
+        if error > AGREEMENT[dtype]:
+            raise SystemExit(f"attention {dtype}, T {T}: the {route} route's {what} differs from the two-pass "
+                             f"mma.sync kernels' by {error:.3g} of its largest value (allowed "
+                             f"{AGREEMENT[dtype]:g}); not timed")
+    return worst
+
+
 def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     """Attention forward + backward (no mask) on each route, against PyTorch's
     scaled_dot_product_attention in the same dtype, with the extra memory of one step; the flash
@@ -322,7 +350,9 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
     In 16 bits the flash kernels are also timed with the one-pass backward, and where wgmma runs
     (compute capability 9.0) with their products on it, each right after the kind it changes;
     PyTorch's backends (flash, efficient, cuDNN)
-    are timed one by one, so that the default's time says which it took."""
+    are timed one by one, so that the default's time says which it took. Each route's output and
+    gradients are checked against the two-pass mma.sync kernels' at the same size before it is
+    timed (:func:`check_against`)."""
     import cupy as cp
 
     rows = []
@@ -355,11 +385,17 @@ def attention_rows(sizes: Sizes, torch_ok: bool) -> list[dict]:
                 + ([("flash_wgmma", "flash", True, True, False)] if wgmma else []) \
                 + ([("flash_wgmma_one_pass", "flash", True, True, True)] if wgmma and one_pass else []) \
                 + [("fused", "fused", True, False, False), ("plain_cupy", "auto", False, False, False)]
+            reference = None  # the two-pass mma.sync kernels' output and gradients, the first route's
             for route, mode, kernels_on, wg, one in routes:
                 cuda.set_attention(mode)
                 cuda.set_wgmma(wg)
                 cuda.set_one_pass_backward(one)
                 with cuda.use_kernels(kernels_on):
+                    # proved before timed: a route that computes something else is never recorded as a speed-up
+                    got = results_of(q, k_, v, g)
+                    if reference is None:
+                        reference = got
+                    r[f"{route}_error_vs_two_pass"] = check_against(route, got, reference, name, T)
                     r[f"{route}_ms"] = gpu_ms(step, repeat=repeat, warmup=warmup)
                     if route in ("flash", "flash_wgmma"):   # the forward alone, so that the backward's share is known
                         r[f"{route}_forward_ms"] = gpu_ms(forward, repeat=repeat, warmup=warmup)
@@ -465,12 +501,16 @@ def main() -> None:
     p.add_argument("--attention-dtypes", default=None,
                    help="the attention section's dtypes, comma-separated: float32, bfloat16, float16, tf32 "
                    "(float32 with TF32 allowed; default: float32,bfloat16,tf32)")
+    p.add_argument("--lengths", default=None,
+                   help="the attention section's sequence lengths, comma-separated (default: 128 to 4096)")
     p.add_argument("--tiny", action="store_true", help="every shape cut down: checks that the script runs, "
                    "timings meaningless (CI runs it on the CuPy double)")
     a = p.parse_args()
     sizes = TINY if a.tiny else FULL
     if a.attention_dtypes:
         sizes = replace(sizes, attention_dtypes=tuple(a.attention_dtypes.split(",")))
+    if a.lengths:
+        sizes = replace(sizes, attention_lengths=tuple(int(n) for n in a.lengths.split(",")))
     if not cuda.is_available():
         raise SystemExit("benchmarks/kernels.py needs a CUDA GPU and CuPy")
     try:

@@ -260,9 +260,9 @@ def cmd_train(args) -> dict:
                     raise InputError(f"{run / 'spm.model'} has {pieces} pieces and --vocab-size asks for "
                                      f"{asked_vocab}: use a new --run-dir, or --overwrite to archive what is there")
                 data["vocab_size"] = args.vocab_size = pieces
-            with stderr_copied_to(run / "train.log") if comm.rank == 0 else contextlib.nullcontext():
+            with stderr_copied_to(run / "train.log") if comm.rank == 0 else contextlib.nullcontext() as log:
                 return _train(args, settings, run, comm, data, saved_data.get("train_sha256"), run_id,
-                              saved.get("run_id"))
+                              saved.get("run_id"), log)
     except BaseException as e:
         if comm.rank == 0:
             _after_a_failed_start(run, created, prepared, e)
@@ -296,7 +296,9 @@ def _after_a_failed_start(run: Path, created: bool, was_prepared: bool, error: B
 
 
 def _train(args, settings: TrainSettings, run: Path, comm, data: dict, expect_text: str | None,
-           run_id: str | None, saved_id) -> dict:
+           run_id: str | None, saved_id, log=None) -> dict:
+    """``log``: rank 0's copy of stderr for train.log (:func:`transformer.progress.stderr_copied_to`),
+    kept once the start is accepted, so a refused start leaves the run directory as it was."""
     if comm.rank > 0:  # rank 0 (which made the run directory) trains the BPE model and writes the id caches first
         comm.barrier(timeout=24 * 3600)
     tok, train, valid, _, text_sha256 = prepare(data_source(args), run, quiet=comm.rank > 0,
@@ -312,6 +314,8 @@ def _train(args, settings: TrainSettings, run: Path, comm, data: dict, expect_te
     if comm.rank == 0:
         record_run_id(run, run_id)
         remember_data(args, run, data)
+        if log is not None:
+            log.keep()
         print(f"model: {trainer.model.num_parameters():,} parameters; {len(train)} training pairs; "
               f"{comm.world_size} process(es) of {threads.count()} thread(s); starting at update {trainer.step}", file=sys.stderr)
         if trainer.step >= settings.max_steps:

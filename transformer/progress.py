@@ -71,12 +71,14 @@ _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class _Copied:
-    """A text stream that writes to ``stream`` and appends each whole line to ``log``, stamped
-    with the time: the lines a reader meets (notes, warnings, the line a loop ends with), not a
-    progress bar's redraws (the text after a line's last carriage return, escapes removed)."""
+    """A text stream that writes to ``stream`` and keeps each whole line for ``path``, stamped with
+    the time: the lines a reader meets (notes, warnings, the line a loop ends with), not a progress
+    bar's redraws (the text after a line's last carriage return, escapes removed). The lines are
+    held until :meth:`keep` (a start that is refused leaves the file as it was), then appended and
+    flushed as they come (a crash loses none)."""
 
-    def __init__(self, stream, log):
-        self.stream, self.log, self.pending = stream, log, ""
+    def __init__(self, stream, path: Path):
+        self.stream, self.path, self.pending, self.held, self.file = stream, path, "", [], None
 
     def write(self, text: str) -> int:
         written = self.stream.write(text)
@@ -85,9 +87,24 @@ class _Copied:
         for line in lines:
             shown = _ESCAPES.sub("", line.rsplit("\r", 1)[-1]).rstrip()
             if shown and not _BAR.match(shown):
-                self.log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {shown}\n")
-                self.log.flush()
+                self.note(shown)
         return written
+
+    def note(self, line: str) -> None:
+        stamped = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n"
+        if self.file is None:
+            self.held.append(stamped)
+        else:
+            self.file.write(stamped)
+            self.file.flush()
+
+    def keep(self) -> None:
+        """From now on the lines go to the file: those held so far first."""
+        if self.file is None:
+            self.file = open(self.path, "a", encoding="utf-8")
+            self.file.writelines(self.held)
+            self.file.flush()
+            self.held = []
 
     def flush(self) -> None:
         self.stream.flush()
@@ -98,18 +115,21 @@ class _Copied:
 
 @contextlib.contextmanager
 def stderr_copied_to(path: Path):
-    """While the block runs, every line written on stderr is also appended to ``path`` (each
-    flushed as written, so a crash loses none); an exception that ends the block is the last."""
-    with open(path, "a", encoding="utf-8") as log:
-        before, sys.stderr = sys.stderr, _Copied(sys.stderr, log)
-        try:
-            yield
-        except BaseException as e:
-            why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ended by {why}\n")
-            raise
-        finally:
-            sys.stderr = before
+    """While the block runs, every line written on stderr is also kept for ``path``; the block
+    calls ``keep()`` on what this yields once its start is accepted, and from then on the lines
+    are appended to ``path`` as they come. An exception that ends a kept block is its last line."""
+    before = sys.stderr
+    copied = sys.stderr = _Copied(before, path)
+    try:
+        yield copied
+    except BaseException as e:
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        copied.note(f"ended by {why}")
+        raise
+    finally:
+        sys.stderr = before
+        if copied.file is not None:
+            copied.file.close()
 
 
 class RunFileError(ValueError):

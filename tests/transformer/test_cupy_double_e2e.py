@@ -142,6 +142,9 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     assert [(r["dtype"], r["T"]) for r in kernels["attention"]] == [
         (dtype, T) for dtype in ("float32", "bfloat16", "tf32") for T in (64, 128)]
     assert all(r[f"{route}_ms"] > 0 for r in kernels["attention"] for route in ("flash", "fused", "plain_cupy"))
+    # every timed route was first checked against the two-pass mma.sync kernels (the first route: 0)
+    assert all(r["flash_error_vs_two_pass"] == 0 for r in kernels["attention"])
+    assert all(r["flash_one_pass_error_vs_two_pass"] < 1e-2 for r in kernels["attention"] if r["dtype"] == "bfloat16")
     assert {r["dtype"] for r in kernels["layer_norm"]} == {"float32", "float16"}
     assert [r["shape"] for r in kernels["cross_entropy"]] == [[8, 300]] and kernels["cross_entropy"][0]["forward_ms"] > 0
     assert set(kernels["base_step"]) >= {"kernels_on_ms", "kernels_off_ms"}
@@ -151,3 +154,24 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
     assert {(r["op"], r["dtype"]) for r in kernels["fused"]} == {
         (op, d) for op in ("bias + ReLU", "dropout + residual + LayerNorm") for d in ("float32", "float16")}
     assert all(r["forward_backward_ms"] > 0 for r in kernels["fused"])
+
+
+def test_the_kernel_benchmark_refuses_to_time_a_route_that_computes_something_else():
+    """benchmarks/kernels.py's gate: a route whose output or gradients differ from the two-pass
+    kernels' by more than a few roundings stops the script, naming the route, before it is timed."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import kernels  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    rng = np.random.default_rng(0)
+    reference = [rng.standard_normal((2, 4, 8)).astype(np.float32) for _ in range(4)]
+    close = [x + 1e-3 * np.abs(x).max() for x in reference]
+    assert kernels.check_against("flash_wgmma", close, reference, "bfloat16", 128) < 2e-3
+    wrong = [reference[0], reference[1][:, :, ::-1], reference[2], reference[3]]   # dQ with its columns reversed
+    with pytest.raises(SystemExit, match="flash_wgmma route's dQ differs .* not timed"):
+        kernels.check_against("flash_wgmma", wrong, reference, "bfloat16", 128)
+    with pytest.raises(SystemExit, match="output differs"):
+        kernels.check_against("flash_wgmma", [np.full_like(reference[0], np.nan), *reference[1:]], reference,
+                              "bfloat16", 128)
+

@@ -1,74 +1,49 @@
-"""A training run's logs beside metrics.jsonl: TensorBoard event files (``--tensorboard true``,
-transformer/tensorboard.py) that TensorBoard itself reads back as the same records, and
-``train.log``, the lines the run wrote on stderr (transformer/progress.py), without the progress
-bar's redraws."""
+"""A training run's logs beside metrics.jsonl: TensorBoard event files (``--tensorboard true``)
+that TensorBoard itself reads back as the run's records, and ``train.log``, the lines the run
+wrote on stderr (transformer/progress.py), without the progress bar's redraws, and nothing of a
+start that was refused."""
 from __future__ import annotations
 
 import io
 import json
 import re
+import sys
 
 import pytest
 
 from transformer.progress import _Copied, stderr_copied_to
-from transformer.tensorboard import EventWriter, crc32c, record
 
-from ..helpers import SMALL, cli, needs_multi30k, require
-
-
-def event_accumulator(folder):
-    try:
-        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: PLC0415
-    except ImportError:
-        require(False, "TensorBoard is not installed (pip install -e '.[test]')")
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep every event
-    acc.Reload()
-    return acc
+from ..helpers import SMALL, cli, needs_multi30k
+from .test_tensorboard import event_accumulator
 
 
-def test_crc32c_is_castagnoli_s():
-    assert crc32c(b"123456789") == 0xE3069283  # the check value of CRC-32C
-    assert crc32c(b"") == 0
-
-
-def test_tensorboard_reads_the_scalars_written_and_skips_what_is_not_a_finite_number(tmp_path):
-    w = EventWriter(tmp_path)
-    w.add(1, {"train/loss": 2.5, "train/lr": 1e-3, "flag": True})
-    w.add(2, {"train/loss": 2.25, "train/lr": float("nan"), "note": "text"})
-    w.add(3, {"valid/nll": float("inf")})  # nothing finite: no event at all
-    w.close()
-    acc = event_accumulator(tmp_path)
-    assert sorted(acc.Tags()["scalars"]) == ["train/loss", "train/lr"]
-    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(1, 2.5), (2, 2.25)]
-    assert [e.step for e in acc.Scalars("train/lr")] == [1]
-
-
-def test_a_record_s_checksums_cover_its_length_and_its_bytes():
-    """Each TFRecord's two masked CRCs change with its data: a reader can tell a damaged record."""
-    a, b = record(b"event one"), record(b"event two")
-    assert a[:12] == b[:12]  # the same length, so the same length CRC
-    assert a[-4:] != b[-4:]
-    assert record(b"x")[8:12] != record(b"xy")[8:12]
-
-
-def test_the_copy_keeps_whole_lines_and_drops_the_bars_redraws():
-    shown, log = io.StringIO(), io.StringIO()
-    copied = _Copied(shown, log)
+def test_the_copy_keeps_whole_lines_and_drops_the_bars_redraws(tmp_path):
+    shown = io.StringIO()
+    copied = _Copied(shown, tmp_path / "log")
+    copied.keep()
     copied.write("training:   0%|          | 0/10 [00:00<?, ?it/s]")
     copied.write("\rtraining:  50%|█████     | 5/10 [00:01<00:01, 4.1it/s]")
     copied.write("\r\x1b[K\rnote: a note above the bar\n")  # tqdm.write clears the bar first
     copied.write("stopped at update 10 of 10")
-    assert "stopped" not in log.getvalue()  # not a line until it ends
+    assert "stopped" not in (tmp_path / "log").read_text()  # not a line until it ends
     copied.write(": reached --max-steps 10\n\rtraining: 100%|██████████| 10/10 [00:02<00:00]\n")
-    lines = [line.split(" ", 2)[2] for line in log.getvalue().splitlines()]
+    copied.file.close()
+    lines = [line.split(" ", 2)[2] for line in (tmp_path / "log").read_text().splitlines()]
     assert lines == ["note: a note above the bar", "stopped at update 10 of 10: reached --max-steps 10"]
     assert shown.getvalue().count("training:") == 3  # the terminal still sees everything
 
 
-def test_the_copy_ends_with_what_ended_the_block(tmp_path):
-    with pytest.raises(ValueError), stderr_copied_to(tmp_path / "log"):
+def test_lines_are_held_until_the_start_is_accepted_and_a_refused_start_writes_nothing(tmp_path):
+    with pytest.raises(ValueError), stderr_copied_to(tmp_path / "refused.log"):
+        print("note: preparing", file=sys.stderr)
+        raise ValueError("--max-tokens 1 is too small")
+    assert not (tmp_path / "refused.log").exists()
+    with pytest.raises(ValueError), stderr_copied_to(tmp_path / "kept.log") as log:
+        print("note: preparing", file=sys.stderr)
+        log.keep()
         raise ValueError("the disk is full")
-    assert (tmp_path / "log").read_text().rstrip().endswith("ended by ValueError: the disk is full")
+    lines = (tmp_path / "kept.log").read_text().splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == ["note: preparing", "ended by ValueError: the disk is full"]
 
 
 @needs_multi30k
