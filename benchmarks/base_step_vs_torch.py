@@ -188,11 +188,61 @@ class GcClock:
         gc.callbacks.remove(self._tick)
 
 
+def busy_ms(trace: dict) -> float | None:
+    """The milliseconds in which the GPU ran at least one kernel, copy or fill, from a Chrome trace
+    of PyTorch's profiler (CUPTI records every CUDA activity of the process, CuPy's kernels too):
+    the union of their intervals. None when the trace holds no GPU activity."""
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in trace.get("traceEvents", [])
+                   if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e)
+    if not spans:
+        return None
+    total, (start, end) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > end:
+            total, start = total + end - start, a
+        end = max(end, b)
+    return (total + end - start) / 1000  # the trace's times are microseconds
+
+
+def device_busy_ms(step, i: int, device: str) -> float | None:
+    """The GPU's busy time in one call of ``step(i)`` (:func:`busy_ms`): beside the step's wall
+    time it says how much of the step the GPU was idle, waiting for the host. None on the CPU or
+    without PyTorch's CUDA profiler."""
+    if device != "cuda":
+        return None
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step(i)
+        sync(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        prof.export_chrome_trace(str(Path(tmp) / "trace.json"))
+        return busy_ms(json.loads((Path(tmp) / "trace.json").read_text()))
+
+
+def spread(values: list) -> dict:
+    """The median and the spread over rounds, in milliseconds."""
+    ms = np.array(values) * 1000
+    return {"median": round(float(np.median(ms)), 2), "min": round(float(ms.min()), 2),
+            "p25": round(float(np.percentile(ms, 25)), 2), "p75": round(float(np.percentile(ms, 75)), 2),
+            "max": round(float(ms.max()), 2)}
+
+
 def run_side_by_side(args, runners: dict, probe=None) -> dict:
     """Time the runners' steps in turns (one step of each, then the next round), after a
     warm-up of each: a machine whose speed drifts slows both sides alike, and each round gives
-    one paired ratio. Then one extra step of each for its peak memory. ``probe()``, if given,
-    is called once a round after the steps; its values go to ``out["probe"]``."""
+    one paired ratio. Both models and optimizers are built before this: their objects are moved
+    out of the garbage collector's reach (``gc.freeze``), so that a collection that would walk
+    them all (about 150 ms, once in a 12-round sitting) does not land in one side's round. Then
+    one extra step of each for its peak memory, and on a GPU one for its busy time.
+    ``probe()``, if given, is called once a round after the steps; its values go to ``out["probe"]``."""
+    gc.collect()
+    gc.freeze()
     for step, _ in runners.values():
         for i in range(args.warmup):
             step(i)
@@ -217,6 +267,7 @@ def run_side_by_side(args, runners: dict, probe=None) -> dict:
     for name, (step, peak) in runners.items():
         med = float(np.median(times[name]))
         r = {"ms_per_step": round(1000 * med, 2), "target_tokens_per_s": round(args.batch * args.length / med, 1),
+             "ms_per_step_spread": spread(times[name]), "host_ms_spread": spread(host[name]),
              "ms_per_step_each": [round(1000 * t, 1) for t in times[name]],
              "host_ms_each": [round(1000 * t, 1) for t in host[name]],
              "gc_ms_each": [round(1000 * t, 1) for t in gc_time[name]]}
@@ -225,12 +276,16 @@ def run_side_by_side(args, runners: dict, probe=None) -> dict:
             sync(args.device)
         if p is not None and hasattr(p, "peak_bytes"):
             r["peak_memory_gib"] = round(p.peak_bytes / 2**30, 3)
+        if (busy := device_busy_ms(step, 0, args.device)) is not None:
+            # the GPU's share of the step: well under 1 is a step that waits on the host's launches
+            r["gpu_busy_ms"], r["gpu_busy_share"] = round(busy, 2), round(busy / (1000 * med), 3)
         out[name] = r
     if len(times) == 2:
         pair = [t / m for m, t in zip(times["minitensor"], times["torch"])]  # our tokens/s over theirs, per round
         out["ratio_tokens_per_s_minitensor_over_torch"] = round(out["torch"]["ms_per_step"] / out["minitensor"]["ms_per_step"], 3)
         out["ratio_per_round"] = {"median": round(float(np.median(pair)), 3), "min": round(min(pair), 3),
                                   "max": round(max(pair), 3)}
+    gc.unfreeze()
     return out
 
 

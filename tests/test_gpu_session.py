@@ -3,8 +3,10 @@ the session with the step named and its log's tail, and nothing after it runs; t
 limits fit a 10-minute GPU session. Driven here with a stand-in for Python (no GPU needed)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -20,7 +22,15 @@ def session(tmp_path: Path, what: str, python_body: str, **env) -> subprocess.Co
     fake.write_text("#!/usr/bin/env bash\n" + python_body + "\n")
     fake.chmod(0o755)
     full = {**os.environ, "PYTHON": str(fake), "OUT": str(tmp_path / "out"), **env}
-    return subprocess.run(["bash", str(SCRIPT), what], cwd=ROOT, env=full, capture_output=True, text=True, timeout=120)
+    # a session of its own, so that a script gone wrong is ended whole (its steps are subshells)
+    proc = subprocess.Popen(["bash", str(SCRIPT), what], cwd=ROOT, env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_the_first_run_goes_through_its_four_steps_within_six_minutes_of_limits(tmp_path):
