@@ -25,7 +25,10 @@ def _numpy_blas() -> dict | None:
     """threadpoolctl's record of the BLAS NumPy loaded (OpenBLAS, MKL or BLIS, on any system),
     or None where it finds none. With several loaded, the one inside NumPy's folder."""
     import numpy  # noqa: PLC0415 (loads NumPy's BLAS before we look for it)
-    from threadpoolctl import threadpool_info  # noqa: PLC0415
+    try:
+        from threadpoolctl import threadpool_info  # noqa: PLC0415
+    except ImportError:  # (a dependency; a checkout run without installing may lack it: nothing to read then)
+        return None
 
     found = [lib for lib in threadpool_info() if lib.get("user_api") == "blas"]
     mine = [lib for lib in found  # numpy.libs/ (Linux, Windows wheels), numpy/.dylibs/ (macOS)
