@@ -465,32 +465,11 @@ __device__ __forceinline__ void load_l2(float v[2], const float* p) {
     v[1] = p[1];
 }
 #else
-// A wait that lasts past MT_TURN_TIMEOUT_NS (the GPU's global timer, in nanoseconds) is a turn that
-// will never come (a block waiting for one that has not started, a flag left wrong): thread 0 says
-// which block waited for which turn and what the flag held, and stops the kernel (__trap), so the
-// call fails with an error instead of hanging the process.
-#ifndef MT_TURN_TIMEOUT_NS
-#define MT_TURN_TIMEOUT_NS 10000000000ull
-#endif
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 __device__ __forceinline__ void await_turn(const int* flag, int turn) {
     if (threadIdx.x == 0) {
-        const unsigned long long since = global_ns();
         int now;
-        for (;;) {
-            asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(now) : "l"(flag) : "memory");
-            if (now == turn) break;
-            if (global_ns() - since > MT_TURN_TIMEOUT_NS) {
-                printf("await_turn: block (%d, %d, %d) waited %llu ns for turn %d, but the flag holds %d: a turn that "
-                       "will not come; stopping the kernel\n", blockIdx.x, blockIdx.y, blockIdx.z,
-                       static_cast<unsigned long long>(MT_TURN_TIMEOUT_NS), turn, now);
-                __trap();
-            }
-        }
+        do asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(now) : "l"(flag) : "memory");
+        while (now != turn);
     }
     __syncthreads();
 }
