@@ -105,7 +105,7 @@ def version_line() -> str:
 def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     """Every verb and flag; each value flag parses with its declared kind (:mod:`transformer.flags`),
     so a value out of range is refused here, naming the flag, before any work."""
-    p = _Parser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog=prog, description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
     p.add_argument("--version", action="version", version=version_line(), help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
