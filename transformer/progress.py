@@ -83,7 +83,8 @@ class _Copied:
     def write(self, text: str) -> int:
         written = self.stream.write(text)
         self.pending += text
-        *lines, self.pending = self.pending.split("\n")
+        *lines, last = self.pending.split("\n")
+        self.pending = last[last.rfind("\r") + 1:]  # a redraw replaces the line: a bar's redraws never pile up
         for line in lines:
             shown = _ESCAPES.sub("", line.rsplit("\r", 1)[-1]).rstrip()
             if shown and not _BAR.match(shown):

@@ -33,6 +33,20 @@ def test_the_copy_keeps_whole_lines_and_drops_the_bars_redraws(tmp_path):
     assert shown.getvalue().count("training:") == 3  # the terminal still sees everything
 
 
+def test_a_bar_redrawn_all_run_long_holds_one_line_not_all_its_redraws(tmp_path):
+    """A bar redraws its line (``\r``) for as long as the run lasts, with no line end: the copy
+    keeps only the line as it stands, so it neither grows nor slows with the run's length."""
+    copied = _Copied(io.StringIO(), tmp_path / "log")
+    for i in range(20000):
+        copied.write(f"\rtraining: {i // 200:3d}%|#         | {i}/20000 [00:01<00:01, 9.9it/s]")
+    assert len(copied.pending) < 100
+    copied.write("\nstopped at update 20000 of 20000: reached --max-steps 20000\n")
+    copied.keep()
+    copied.file.close()
+    assert [line.split(" ", 2)[2] for line in (tmp_path / "log").read_text().splitlines()] == [
+        "stopped at update 20000 of 20000: reached --max-steps 20000"]
+
+
 def test_lines_are_held_until_the_start_is_accepted_and_a_refused_start_writes_nothing(tmp_path):
     with pytest.raises(ValueError), stderr_copied_to(tmp_path / "refused.log"):
         print("note: preparing", file=sys.stderr)
