@@ -18,8 +18,6 @@ from .tensor import (Tensor, arange, from_array, from_dlpack, full, ones, ones_l
 DISTRIBUTION = "minitensor-transformer"  # the name pip knows the project by (pyproject.toml)
 
 
-
-
 def __getattr__(name: str):
     """``minitensor.__version__``: the installed distribution's version, written once, in
     pyproject.toml (looked up when asked: reading the package metadata is not free)."""

@@ -102,12 +102,24 @@ def version_line() -> str:
             f"NumPy {np.__version__}, {platform.system() or 'unknown system'} {platform.machine()})")
 
 
+class _Version(argparse.Action):
+    """``--version``: the line of :func:`version_line`, made only when asked (reading the package
+    metadata takes about 10 ms, which every other command would pay)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
 def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     """Every verb and flag; each value flag parses with its declared kind (:mod:`transformer.flags`),
     so a value out of range is refused here, naming the flag, before any work."""
     p = _Parser(prog=prog, description=plain_text(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="print the traceback of an error")
-    p.add_argument("--version", action="version", version=version_line(), help="print the version and exit")
+    p.add_argument("--version", action=_Version, help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p.verbs = sub.choices
 

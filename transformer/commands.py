@@ -493,13 +493,19 @@ class TranslationStopped(Exception):
     """A signal stopped translate: the lines finished so far were kept."""
 
 
+def refuse_run_file(target: Path, given: Path, flag: str, what: str) -> None:
+    """Refuse an output ``target`` (``flag``'s value ``given``) that is a run's own file, by name or
+    by what it holds: ``what`` would replace it."""
+    if run_file(target) or (target.is_file() and checkpoint_kind(target)):
+        raise InputError(f"{flag} {given} is a run's own file (a checkpoint, its BPE model, its logs): {what} "
+                         f"would replace it; choose another {flag}")
+
+
 def cmd_export(args) -> None:
     """The run's model (as translate loads it) written to --out as safetensors, whole or not at all."""
     out = Path(args.out)
     target = check_output(out, "--out")
-    if run_file(target) or (target.is_file() and checkpoint_kind(target)):
-        raise InputError(f"--out {out} is a run's own file (a checkpoint, its BPE model, its logs): the export would "
-                         "replace it; choose another --out")
+    refuse_run_file(target, out, "--out", "the export")
     loaded = load_model(Path(args.run_dir), args.checkpoint, args.average)
     meta = {**loaded.meta, "averaged": [Path(f).name for f in loaded.files] if len(loaded.files) > 1 else None}
     export(loaded.model, out, args.layout, meta)
@@ -513,9 +519,7 @@ def cmd_translate(args) -> None:
     source = check_input(args.input)
     if output:
         target = check_output(output, "--output")
-        if run_file(target) or (target.is_file() and checkpoint_kind(target)):
-            raise InputError(f"--output {output} is a run's own file (a checkpoint, its BPE model, its logs): "
-                             "translations would replace it; choose another --output")
+        refuse_run_file(target, output, "--output", "translations")
         if source and target.is_file() and os.path.samefile(source, target):
             raise InputError(f"--output {output} is the --input file: translating it in place would replace the "
                              "source; choose another --output")
