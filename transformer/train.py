@@ -28,6 +28,7 @@ from tqdm import tqdm
 import minitensor as mt
 from minitensor import amp, distributed, optim
 from minitensor.distributed import Communicator, SingleProcess
+from minitensor.cuda.turns import check_all as check_turns
 
 from .batching import Batch, UpdateBatches, collate, lengths, token_batches
 from .checkpoint import save_checkpoint, step_checkpoints
@@ -301,7 +302,10 @@ class Trainer:
         log.write(record, self.step, self.train_seconds)
 
     def _finish(self, log: RunLog, reason: str) -> dict:
-        """The end of the loop: a checkpoint of the last update (unless it has one) and the curves."""
+        """The end of the loop: a checkpoint of the last update (unless it has one) and the curves.
+        First, a report of a GPU kernel's stalled wait that has not reached the host yet raises
+        (the last update's gradients would be wrong)."""
+        check_turns()
         if self.main:
             found = step_checkpoints(self.run)
             if not found or found[-1].name != f"checkpoint_{self.step}.npz":

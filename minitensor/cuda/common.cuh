@@ -444,14 +444,35 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // start_order(counter, slot): the block's number in the order the launch's blocks start, 0, 1, ...
 // (*counter is 0 before the launch; thread 0 takes the number, `slot` is a __shared__ int that hands
 // it to the block). Every thread of the block calls it.
+//
+// A wait is bounded: a wrong turn (a bug) would otherwise hang the launch, and the process with it.
+// await_turn(flag, turn, stalls, a, b) gives up after MT_TURN_WAIT_NS nanoseconds of the GPU's
+// global timer (at once on the emulator, where the turn can only come from a block that starts
+// later), or at once when another wait has given up, and reports the first that did in
+// stalls[0..4] (int[5], 0 until then): 1, the caller's a and b (which flag), the turn, and what the
+// flag held. The block then goes on: what it adds is wrong, the host reads stalls and raises
+// (minitensor/cuda/flash_attention.py's StalledTurns), and the later blocks' waits end.
+#ifndef MT_TURN_WAIT_NS
+#define MT_TURN_WAIT_NS 5000000000ull
+#endif
+__device__ __forceinline__ void report_stalled_turn(int* stalls, int a, int b, int turn, int held) {
+    if (atomicCAS(stalls, 0, 1) != 0) return;   // the first report stays
+    atomicExch(stalls + 1, a);
+    atomicExch(stalls + 2, b);
+    atomicExch(stalls + 3, turn);
+    atomicExch(stalls + 4, held);
+}
 __device__ __forceinline__ int start_order(int* counter, int& slot) {
     if (threadIdx.x == 0) slot = atomicAdd(counter, 1);
     __syncthreads();
     return slot;
 }
 #ifdef MT_EMULATOR
-__device__ __forceinline__ void await_turn(const int* flag, int turn) {
-    if (threadIdx.x == 0) ::mt_emu::turn_check(flag, turn);
+__device__ __forceinline__ void await_turn(const int* flag, int turn, int* stalls, int a, int b) {
+    if (threadIdx.x == 0) {
+        const int held = ::mt_emu::turn_held(flag);
+        if (held != turn) report_stalled_turn(stalls, a, b, turn, held);
+    }
     __syncthreads();
     ::mt_emu::turn_awaited(flag);
 }
@@ -465,11 +486,24 @@ __device__ __forceinline__ void load_l2(float v[2], const float* p) {
     v[1] = p[1];
 }
 #else
-__device__ __forceinline__ void await_turn(const int* flag, int turn) {
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void await_turn(const int* flag, int turn, int* stalls, int a, int b) {
     if (threadIdx.x == 0) {
-        int now;
-        do asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(now) : "l"(flag) : "memory");
-        while (now != turn);
+        const unsigned long long since = global_ns();
+        int now, given_up;
+        for (;;) {
+            asm volatile("ld.global.acquire.gpu.b32 %0, [%1];" : "=r"(now) : "l"(flag) : "memory");
+            if (now == turn) break;
+            asm volatile("ld.global.relaxed.gpu.b32 %0, [%1];" : "=r"(given_up) : "l"(stalls) : "memory");
+            if (given_up != 0 || global_ns() - since > MT_TURN_WAIT_NS) {
+                report_stalled_turn(stalls, a, b, turn, now);
+                break;
+            }
+        }
     }
     __syncthreads();
 }

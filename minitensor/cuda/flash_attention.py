@@ -16,6 +16,7 @@ import numpy as np
 from ..ops.attention import ScaledDotProductAttention
 from . import one_pass_backward_enabled, tf32_enabled, wgmma_enabled
 from .build import SM90A, address, array_module, as4d, ctype, kernel, mask_view, no_pointer
+from .turns import after_launch, stall_words
 
 SOURCE, TC_SOURCE = "flash_attention.cu", "flash_attention_tc.cu"
 SOURCES = (SOURCE, TC_SOURCE)
@@ -308,7 +309,7 @@ def backward(grad, q, k, v, out, lse, mask, scale: float, causal: bool = False, 
         kernel(TC_SOURCE, dq_name, cp, options)((B * H, -(-Tq // rows)), (128,),
                                                 (q, k, v, out, grad, lse, delta, dq) + tail)
         kernel(TC_SOURCE, dkdv, cp, options)((B * H, key_blocks), (128,),
-                                             (q, k, v, grad, lse, delta, dk, dv) + (no_pointer(),) * 3 + tail)
+                                             (q, k, v, grad, lse, delta, dk, dv) + (no_pointer(),) * 4 + tail)
         return dq, dk, dv
     q, k, v, out = (cp.ascontiguousarray(a) for a in (q, k, v, out))
     grad = cp.ascontiguousarray(grad, dtype=q.dtype)
@@ -329,7 +330,8 @@ def _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, 
     """The one-pass backward: delta and the turns first, then one block per 64 keys computes dK and
     dV and adds its share of dQ to a float32 sum in turns (none where one key block is all). The
     turns are B H tiles flags, then the counter that gives the blocks their places in the order
-    they start."""
+    they start. A wait for a turn that gives up is reported in the stall words
+    (:mod:`minitensor.cuda.turns`), read at a later call."""
     B, H, Tq, _, _ = _dims(q, k)
     delta_name, backward_name = one_pass_names(t, d, wg)
     tiles = -(-Tq // ONE_PASS_BQ[d])
@@ -339,7 +341,9 @@ def _one_pass(cp, t, d, wg, options, tail, key_blocks, q, k, v, out, grad, lse, 
                                       (out, grad, delta, turns, np.int32(H), np.int32(Tq))
                                    + tuple(np.int64(x) for x in _strides4(out)))
     kernel(TC_SOURCE, backward_name, cp, options)((B * H, key_blocks), (128,),
-                                                  (q, k, v, grad, lse, delta, dk, dv, dq, dq_sum, turns) + tail)
+                                                  (q, k, v, grad, lse, delta, dk, dv, dq, dq_sum, turns,
+                                                   stall_words(cp)) + tail)
+    after_launch(cp, "the one-pass attention backward", ("batch·head", "query tile"))
     return dq, dk, dv
 
 

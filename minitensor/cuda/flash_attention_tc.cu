@@ -735,15 +735,17 @@ struct DqShare {
 // key block kb (a place the block takes in the order blocks start, not its blockIdx) waits for turn
 // kb on the tile's flag (turns[n][tile], set to 0 by flash_attention_tc_delta), adds its share to
 // what blocks 0 .. kb - 1 left in dQ_sum (float32, (N, Tq, D)), and passes the turn on (common.cuh's
-// await_turn). Block 0 writes its share without reading, and the tile's last block (the last key
-// block, or with `causal` the last one that reaches the tile) writes dQ itself, scaled and in T. The
-// sums are so added in one order at every run: the result is deterministic, as the two passes' is.
+// await_turn; a wait that gives up is reported in `stalls`, int[5], which the host reads). Block 0
+// writes its share without reading, and the tile's last block (the last key block, or with `causal`
+// the last one that reaches the tile) writes dQ itself, scaled and in T. The sums are so added in
+// one order at every run: the result is deterministic, as the two passes' is.
 template <typename T, int D, int BQ, bool WG = false, bool DQ = false>
 __global__ void __launch_bounds__(128, 1)
 flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                  const T* __restrict__ dO, const float* __restrict__ LSE,
                                  const float* __restrict__ Delta, T* __restrict__ dK, T* __restrict__ dV,
                                  T* __restrict__ dQ, float* __restrict__ dQ_sum, int* __restrict__ turns,
+                                 int* __restrict__ stalls,
                                  const unsigned char* __restrict__ mask, long long mask_sb, long long mask_sh,
                                  long long mask_sq, long long mask_sk, int H, int Tq, int Tk,
                                  long long q_sb, long long q_sh, long long q_st,
@@ -847,7 +849,7 @@ flash_attention_tc_backward_dkdv(const T* __restrict__ Q, const T* __restrict__ 
             // the tile's last key block: with `causal`, the last that starts at or before query i0
             const int blocks = gridDim.y, last = causal && i0 / 64 < blocks ? i0 / 64 : blocks - 1;
             int* flag = turns + static_cast<long long>(n) * ((Tq + BQ - 1) / BQ) + i0 / BQ;
-            if (kb > 0) await_turn(flag, kb);
+            if (kb > 0) await_turn(flag, kb, stalls, n, i0 / BQ);
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int i = i0 + share.m0 + g + 8 * half;

@@ -647,6 +647,19 @@ class MemoryPointer:
         self.device_id = _state["current"]
         _ADDRESSES[self.ptr] = a
 
+    def copy_to_host_async(self, mem, size, stream=None):
+        """cupy/cuda/memory.pyx: ``size`` bytes from here to host address ``mem`` (pinned memory on
+        a GPU), queued on the stream; refused while the stream is captured into a graph. The
+        bytes must lie in the array this pointer came from."""
+        a = _ADDRESSES.get(self.ptr)
+        if a is None:
+            raise RuntimeError(f"copy_to_host_async: no array of the CuPy double holds address {self.ptr:#x}")
+        if not (a.flags.c_contiguous and size <= a.nbytes):
+            raise RuntimeError(f"copy_to_host_async: {size} bytes from {self.ptr:#x} run outside its array's "
+                               f"{a.nbytes} dense bytes")
+        _launch("device to host")
+        ctypes.memmove(mem if isinstance(mem, int) else mem.value, self.ptr, size)
+
 
 _ADDRESSES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -718,6 +731,9 @@ class Stream:
         event = Event() if event is None else event
         event.record(self)
         return event
+
+    def is_capturing(self):
+        return False
 
     def __enter__(self):
         return self
@@ -1281,7 +1297,8 @@ IMPLEMENTED = {
                     "seed": lambda seed=None: get_random_state().seed(seed)},
     "cupy.cuda.nccl": {"NcclCommunicator": NcclCommunicator, "get_unique_id": get_unique_id},
     "cupy._core._routines_linalg": {"set_compute_type": set_compute_type, "get_compute_type": get_compute_type},
-    "cupyx": {"allow_synchronize": allow_synchronize, "DeviceSynchronized": DeviceSynchronized},
+    "cupyx": {"allow_synchronize": allow_synchronize, "DeviceSynchronized": DeviceSynchronized,
+              "zeros_pinned": lambda shape, dtype=float, order="C": np.zeros(shape, dtype, order)},
     "cupyx.profiler": {"benchmark": benchmark}, "cupy.cuda.curand": {},
     "cupy_backends.cuda.libs.cublas": {"gemmEx": gemmEx, "gemmStridedBatchedEx": gemmStridedBatchedEx},
 }

@@ -307,6 +307,21 @@ def test_allow_synchronize_false_forbids_host_reads(cp):
     assert float(y.sum()) == 4.0
 
 
+def test_an_asynchronous_copy_to_pinned_memory_is_no_host_read_and_stays_inside_its_array(cp):
+    """MemoryPointer.copy_to_host_async (CuPy: no synchronisation declared, so allowed under
+    allow_synchronize(False)) copies the array's bytes to a pinned host array, and refuses a size
+    that runs past the array."""
+    import cupyx
+
+    x = cp.arange(5, dtype=np.int32)
+    host = cupyx.zeros_pinned(5, dtype=np.int32)
+    with cupyx.allow_synchronize(False):
+        x.data.copy_to_host_async(host.ctypes.data, host.nbytes)
+    assert host.tolist() == [0, 1, 2, 3, 4]
+    with pytest.raises(RuntimeError, match="run outside its array's 20 dense bytes"):
+        x.data.copy_to_host_async(host.ctypes.data, 24)
+
+
 def test_the_profilers_benchmark_checks_its_arguments_and_times_each_call(cp):
     from cupyx.profiler import benchmark
 

@@ -37,8 +37,10 @@ where it applies, the block and the thread:
   (``common.cuh``'s ``await_turn``), and the writer must have passed the turn on after writing;
   otherwise the access is reported (blocks run one at a time here, but at once on a GPU);
 * blocks that wait for one another: a block that waits for a turn no block started before it
-  can pass on fails (on a GPU it could wait for ever). Blocks start in ``blockIdx`` order
-  (x fastest), or from the last block back under :func:`block_order` ``("reverse")``: CUDA
+  can pass on gives up at once and reports it, as on a GPU it would after its bound
+  (``common.cuh``'s ``await_turn``; the kernel's caller reads the report). Blocks start in
+  ``blockIdx`` order (x fastest), or from the last block back under :func:`block_order`
+  ``("reverse")``: CUDA
   promises no order, so a kernel whose blocks take turns should give the same result in both.
 
 How it is called: exactly as CuPy calls a compiled kernel, ``kernel(grid, block, args,

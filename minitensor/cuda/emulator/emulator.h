@@ -12,7 +12,8 @@
 //     shuffles behave as on hardware; a block whose threads can no longer all meet
 //     (a thread that exited, or waits somewhere else) is reported, never hung on;
 //   * __shfl_sync and its _up/_down/_xor forms, __syncwarp, __ballot/__all/__any_sync,
-//     atomicAdd, the float intrinsics, and the f16 conversions that round as PTX cvt does;
+//     atomicAdd, atomicCAS, atomicExch, the float intrinsics, and the f16 conversions that
+//     round as PTX cvt does;
 //   * cp.async copies, queued at the issue and made at the wait (see cp_async below);
 //   * warpgroup products (wgmma.mma_async): computed at the issue, written to the thread's
 //     registers at the wait, their operands checked unchanged meanwhile (see wg_issue below);
@@ -466,15 +467,11 @@ MT_RT inline void track_global(uintptr_t a, size_t n, bool write) {
 }
 
 // common.cuh's turns. The flag is read and written here, outside the kernel's instrumented code:
-// like an atomic, it is how blocks synchronise, not a race. turn_check: the flag must already hold
-// the turn (no later block could pass it on); turn_give: thread 0 passes it on (and the tracker
+// like an atomic, it is how blocks synchronise, not a race. turn_held: what the flag holds (a wait
+// whose turn is not there gives up, as no later block could pass it on); turn_give: thread 0 passes it on (and the tracker
 // notes by whom, after how many passes); turn_awaited, turn_passed: what the race tracker knows of
 // each thread (every thread of the block calls them).
-MT_RT inline void turn_check(const int* flag, int turn) {
-    if (*flag != turn)
-        fail("%s: waits for turn %d, but the flag holds %d: only a block that starts after it could pass it the turn",
-             where(), turn, *flag);
-}
+MT_RT inline int turn_held(const int* flag) { return *flag; }
 MT_RT inline void turn_give(int* flag, int turn) {
     if (rt.track) {
         rt.in_tracker = true;
@@ -910,6 +907,18 @@ template <typename T>
 MT_RT inline T atomicAdd(T* address, T value) {
     const T old = *address;
     *address = old + value;
+    return old;
+}
+template <typename T>
+MT_RT inline T atomicCAS(T* address, T compare, T value) {
+    const T old = *address;
+    if (old == compare) *address = value;
+    return old;
+}
+template <typename T>
+MT_RT inline T atomicExch(T* address, T value) {
+    const T old = *address;
+    *address = value;
     return old;
 }
 

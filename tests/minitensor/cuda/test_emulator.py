@@ -24,6 +24,7 @@ from minitensor.cuda import emulator, sources
 from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import softmax as softmax_kernels
+from minitensor.cuda import turns
 from minitensor.cuda.emulator import EmulatorError, compile_source
 
 from ...helpers import require
@@ -850,7 +851,7 @@ def test_a_wgmma_reading_cp_async_writes_that_were_not_fenced_is_refused():
 # TURNS (test_kernels.py) with its blocks' order broken: a block that reads the word outside its
 # turn, and blocks that pass the turn on before they write the word (so the next reads it in its
 # turn, but before the write it waited for)
-NO_WAIT = ("if (turn > 0) await_turn(FLAG, turn);", "")
+NO_WAIT = ("if (turn > 0) await_turn(FLAG, turn, STALLS, blockIdx.x, WAY);", "")
 LATE_WRITE = ("    if (threadIdx.x == 0) *ORDER = *ORDER * 31u + turn + 1;\n    pass_turn(FLAG, turn + 1);",
               "    unsigned int seen = 0;\n    if (threadIdx.x == 0) seen = *ORDER;\n    pass_turn(FLAG, turn + 1);\n"
               "    if (threadIdx.x == 0) *ORDER = seen * 31u + turn + 1;")
@@ -872,14 +873,15 @@ def test_the_race_check_sees_blocks_that_share_global_memory_without_taking_turn
     if change:
         assert text.count(change[0]) == 1
         text = text.replace(*change)
-    order, flag, counter = np.zeros(1, np.uint32), np.zeros(1, np.int32), np.zeros(1, np.int32)
+    order, flag, counter, stalls = (np.zeros(n, t) for n, t in [(1, np.uint32), (1, np.int32), (1, np.int32),
+                                                                   (turns.WORDS, np.int32)])
     kernel = emulator.compile_source(text, START_ORDER, "race")
     if message is None:
-        kernel((8,), (64,), (order, flag, counter))
-        assert flag[0] == 8
+        kernel((8,), (64,), (order, flag, counter, stalls))
+        assert flag[0] == 8 and not stalls.any()
     else:
         with pytest.raises(emulator.EmulatorError, match=message):
-            kernel((8,), (64,), (order, flag, counter))
+            kernel((8,), (64,), (order, flag, counter, stalls))
 
 
 def _launch_instead(monkeypatch, name: str, src: str, check: str | None = None):
@@ -897,7 +899,7 @@ def _launch_instead(monkeypatch, name: str, src: str, check: str | None = None):
 
 @pytest.mark.parametrize(("wait", "message"), [
     ("", "with no await_turn since its own last pass_turn"),
-    ("if (kb > 0 && it == 0) await_turn(flag, kb);", "after passing on the turn this thread waited for"),
+    ("if (kb > 0 && it == 0) await_turn(flag, kb, stalls, n, i0 / BQ);", "after passing on the turn this thread waited for"),
 ], ids=["never", "first tile only"])
 def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(monkeypatch, wait, message):
     """The one-pass attention backward without its await_turn, or with it at the first tile of
@@ -905,7 +907,8 @@ def test_the_race_check_sees_a_one_pass_backward_that_does_not_wait_its_turn(mon
     wrong one on a GPU: the race check fails it, at the second key block's read of the first block's
     float32 sum (of the first tile, or of the second)."""
     name = flash_kernels.one_pass_names("f16", 32)[1]
-    _launch_instead(monkeypatch, name, broken("flash_attention_tc.cu", "if (kb > 0) await_turn(flag, kb);", wait), "race")
+    _launch_instead(monkeypatch, name, broken("flash_attention_tc.cu", "if (kb > 0) await_turn(flag, kb, stalls, n, i0 / BQ);",
+                                              wait), "race")
     q = np.random.default_rng(9).standard_normal((1, 1, 70, 32)).astype(np.float16)   # two key blocks, two tiles
     out, lse = flash_kernels.forward(q, q, q, None, 0.2)
     monkeypatch.setattr(flash_kernels, "one_pass_backward_enabled", lambda: True)
@@ -924,7 +927,9 @@ def test_the_one_pass_backward_does_not_depend_on_the_order_its_blocks_start_in(
     places, and so their turns, in the order they start: with the blocks started from the last, the
     emulator gives the same bits as in blockIdx order, and the two passes' gradients to 16-bit
     rounding. The same kernel with its places taken from blockIdx waits there for a block that has
-    not started (on a GPU, a hang once the waiting blocks fill it), and the emulator fails it."""
+    not started (on a GPU, a hang once the waiting blocks fill it, were the wait not bounded): the
+    emulator's block gives up and the launcher raises StalledTurns, naming the turn and the flag;
+    the report cleared, the next call gives the bits of blockIdx order again."""
     name = flash_kernels.one_pass_names("f16", 32, wg)[1]
     _launch_instead(monkeypatch, name, broken(
         "flash_attention_tc.cu", START_ORDER_LINE,
@@ -941,8 +946,12 @@ def test_the_one_pass_backward_does_not_depend_on_the_order_its_blocks_start_in(
         in_order = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
     assert emulator.launches.get(name, 0) == before + 1   # the kernel under test ran
     if places == "blockIdx":
-        with emulator.block_order("reverse"), pytest.raises(EmulatorError, match="starts after it"):
+        with emulator.block_order("reverse"), pytest.raises(turns.StalledTurns, match=(
+                r"the one-pass attention backward: a block gave up waiting for turn 2 on the flag of batch·head 3, "
+                r"query tile 2, which held 0")):
             flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)
+        after = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)   # the report was cleared
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(after, in_order))
         return
     with emulator.block_order("reverse"):
         backwards = flash_kernels.backward(g, q, k, v, out, lse, None, 0.2, causal=True)

@@ -29,6 +29,7 @@ from minitensor.cuda import flash_attention as flash_kernels
 from minitensor.cuda import layer_norm as ln_kernels
 from minitensor.cuda import loss_scale as loss_scale_kernels
 from minitensor.cuda import softmax as softmax_kernels
+from minitensor.cuda import turns
 from minitensor.ops.attention import ScaledDotProductAttention, attention_op, masked_softmax_reference
 from minitensor.ops.loss import smoothed_nll
 from minitensor.errors import ShapeError
@@ -1524,33 +1525,40 @@ def test_the_emulator_refuses_operands_changed_while_a_wgmma_is_in_flight(meddli
 # Each block in its turn folds its turn into ORDER (ORDER = 31 ORDER + turn + 1, modulo 2^32), a result
 # that depends on the order of the turns. A block's turn is, by WAY: 0, its place in the order the
 # blocks start (start_order, which counts in COUNTER); 1, blockIdx.x; 2, gridDim.x - 1 - blockIdx.x.
+# Blocks that fold their turns into one word: by the order they start (0), by blockIdx (1), from
+# the last blockIdx back (2), or each waiting for a turn that no block passes on (3). A wait that
+# gives up reports the block's blockIdx and WAY as the flag's two numbers.
 TURNS = r"""
 #include "common.cuh"
 template <int WAY>
-__global__ void take_turns(unsigned int* ORDER, int* FLAG, int* COUNTER) {
+__global__ void take_turns(unsigned int* ORDER, int* FLAG, int* COUNTER, int* STALLS) {
     __shared__ int slot;
-    const int turn = WAY == 0 ? start_order(COUNTER, slot) : WAY == 1 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
-    if (turn > 0) await_turn(FLAG, turn);
+    const int turn = WAY == 0 ? start_order(COUNTER, slot) : WAY == 1 ? blockIdx.x
+                   : WAY == 2 ? gridDim.x - 1 - blockIdx.x : gridDim.x + blockIdx.x;
+    if (turn > 0) await_turn(FLAG, turn, STALLS, blockIdx.x, WAY);
     if (threadIdx.x == 0) *ORDER = *ORDER * 31u + turn + 1;
     pass_turn(FLAG, turn + 1);
 }
 """
-START_ORDER, BY_INDEX, BACKWARDS = "take_turns<0>", "take_turns<1>", "take_turns<2>"
+START_ORDER, BY_INDEX, BACKWARDS, NEVER = "take_turns<0>", "take_turns<1>", "take_turns<2>", "take_turns<3>"
+NO_STALL = (0,) * turns.WORDS
 
 
-def _in_turns(blocks: int) -> tuple[int, int]:
-    """(ORDER, FLAG) when ``blocks`` blocks took turns 0 .. blocks - 1 in order."""
+def _in_turns(blocks: int) -> tuple[int, int, tuple]:
+    """(ORDER, FLAG, STALLS) when ``blocks`` blocks took turns 0 .. blocks - 1 in order."""
     fold = 0
     for turn in range(blocks):
         fold = (fold * 31 + turn + 1) % 2**32
-    return fold, blocks
+    return fold, blocks, NO_STALL
 
 
-def _take_turns(xp, fn, blocks: int) -> tuple[int, int]:
-    """(ORDER, FLAG) after ``fn`` (a TURNS kernel) ran ``blocks`` blocks of 128 threads."""
+def _take_turns(xp, fn, blocks: int) -> tuple[int, int, tuple]:
+    """(ORDER, FLAG, STALLS) after ``fn`` (a TURNS kernel) ran ``blocks`` blocks of 128 threads."""
     order, flag, counter = xp.zeros(1, np.uint32), xp.zeros(1, np.int32), xp.zeros(1, np.int32)
-    fn((blocks,), (128,), (order, flag, counter))
-    return int(mt.backend.to_numpy(order)[0]), int(mt.backend.to_numpy(flag)[0])
+    stalls = xp.zeros(turns.WORDS, np.int32)
+    fn((blocks,), (128,), (order, flag, counter, stalls))
+    return (int(mt.backend.to_numpy(order)[0]), int(mt.backend.to_numpy(flag)[0]),
+            tuple(int(w) for w in mt.backend.to_numpy(stalls)))
 
 
 def test_blocks_take_turns_in_the_order_they_start(dev):
@@ -1565,22 +1573,40 @@ def test_blocks_take_turns_in_the_order_they_start(dev):
             assert _take_turns(dev.xp, fn, 64) == _in_turns(64), way
 
 
-@pytest.mark.parametrize(("expression", "order"), [(BACKWARDS, "index"), (BY_INDEX, "reverse")],
+@pytest.mark.parametrize(("expression", "order", "report"),
+                         [(BACKWARDS, "index", (1, 0, 2, 3, 0)), (BY_INDEX, "reverse", (1, 3, 1, 3, 0))],
                          ids=["first waits for last", "by blockIdx, started backwards"])
-def test_the_emulator_refuses_a_block_that_waits_for_one_not_started(expression, order):
-    """A block may only wait for blocks that started before it: the emulator, which runs blocks one
-    at a time, fails a kernel whose first block waits for the last (on a GPU it could wait for
-    ever), and one that takes turns by blockIdx when the blocks start from the last (a GPU promises
-    no order), where the same kernel passes in blockIdx order."""
+def test_the_emulator_reports_a_block_that_waits_for_one_not_started(expression, order, report):
+    """A block may only wait for blocks that started before it: on the emulator, which runs blocks
+    one at a time, the first block of a kernel whose first block waits for the last (on a GPU it
+    could wait for ever) gives up and reports its blockIdx, the turn and what the flag held, and so
+    does one that takes turns by blockIdx when the blocks start from the last (a GPU promises no
+    order), where the same kernel reports nothing in blockIdx order."""
     ok, why = emulator.available()
     require(ok, f"the CUDA emulator cannot run here: {why}")
     fn = emulator.compile_source(TURNS, expression)
     with cuda.emulate(True):
         if expression == BY_INDEX:
-            assert _take_turns(np, fn, 4)[1] == 4
-        with emulator.block_order(order), \
-                pytest.raises(emulator.EmulatorError, match="only a block that starts after it could pass it the turn"):
-            _take_turns(np, fn, 4)
+            assert _take_turns(np, fn, 4)[1:] == (4, NO_STALL)
+        with emulator.block_order(order):
+            assert _take_turns(np, fn, 4)[2] == report
+
+
+# the bound of a wait, shortened for the test (common.cuh's default is 5 s)
+SHORT_WAIT = "#define MT_TURN_WAIT_NS 20000000ull\n"
+
+
+def test_a_wait_for_a_turn_that_never_comes_ends_and_reports_the_first_block_that_gave_up(dev):
+    """common.cuh's await_turn is bounded: blocks that each wait for a turn no block passes on
+    (on a GPU all at once, for the bound of 20 ms this test sets; on the emulator at once) end,
+    and the words name the first block that gave up, the turn it waited for (its blockIdx plus
+    the number of blocks) and the flag's kind; later launches wait normally once the words are
+    zeroed."""
+    never = _own_kernel(dev, SHORT_WAIT + TURNS, NEVER)
+    order, flag, (given_up, block, way, turn, _held) = _take_turns(dev.xp, never, 8)
+    assert (given_up, way) == (1, 3) and 0 <= block < 8 and turn == block + 8
+    ordered = _own_kernel(dev, SHORT_WAIT + TURNS, START_ORDER)
+    assert _take_turns(dev.xp, ordered, 8) == _in_turns(8)
 
 
 def test_the_block_order_reaches_the_memory_check_and_an_unknown_order_is_refused():
@@ -1591,7 +1617,7 @@ def test_the_block_order_reaches_the_memory_check_and_an_unknown_order_is_refuse
     require(ok, f"the CUDA emulator cannot run here: {why}")
     fn = emulator.compile_source(TURNS, BY_INDEX, "memory")
     assert _take_turns(np, fn, 4) == _in_turns(4)
-    with emulator.block_order("reverse"), pytest.raises(emulator.EmulatorError, match="starts after it"):
-        _take_turns(np, fn, 4)
+    with emulator.block_order("reverse"):
+        assert _take_turns(np, fn, 4)[2] == (1, 3, 1, 3, 0)
     with pytest.raises(ValueError, match="order must be one of"), emulator.block_order("random"):
         pass
