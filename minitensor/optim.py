@@ -39,9 +39,19 @@ class Optimizer:
         ``grad_scale`` folds a factor of the gradients (1/tokens for a mean over tokens, 1/S to
         undo a loss scale) into the update's own pass: no pass of its own over the gradients,
         which are left as they are."""
+        self.count_step(grad_scale)
+        self.update_params()
+
+    def count_step(self, grad_scale: float = 1.0) -> None:
+        """The step's part on the host: count it, keep its ``grad_scale``, and work out the
+        quantities every parameter's update shares (a CUDA graph that replays
+        :meth:`update_params` needs only this of the host)."""
         self.steps += 1
         self._grad_scale = grad_scale
         self._begin_step()
+
+    def update_params(self) -> None:
+        """The step's updates of the parameters, after :meth:`count_step`."""
         items = [(p.data, p.grad.data, state) for p, state in zip(self.params, self.state) if p.grad is not None]
         weights = [w for w, _, _ in items]
         # a route of this optimizer's class (a subclass of it) may update this optimizer's state its own way

@@ -59,6 +59,11 @@ def manual_seed(seed: int) -> None:
 _philox_offset = 0
 
 
+def philox_seed() -> int:
+    """The seed :func:`philox_stream` hands out now."""
+    return _seed % 2**64
+
+
 def philox_stream(n: int) -> tuple[int, int]:
     """(seed, offset) for a kernel that draws ``n`` numbers from Philox4x32-10 itself (the
     dropout kernel): the seed is the one :func:`manual_seed` set, and each call gets the next
@@ -66,7 +71,7 @@ def philox_stream(n: int) -> tuple[int, int]:
     global _philox_offset
     offset = _philox_offset
     _philox_offset += -(-int(n) // 4)
-    return _seed % 2**64, offset
+    return philox_seed(), offset
 
 
 def generator(xp):

@@ -289,7 +289,8 @@ def as_tensor(x, like: Tensor | None = None) -> Tensor:
     if isinstance(x, numbers.Number) and not isinstance(x, bool):
         kind = like.data.dtype.kind
         dtype = like.data.dtype if (kind == "f" or isinstance(x, numbers.Integral)) else np.float32
-        return Tensor._wrap(like.xp.asarray(x, dtype=dtype))
+        # why full: on a GPU a kernel writes the number (a copy from the host would be refused in a CUDA graph)
+        return Tensor._wrap(like.xp.full((), x, dtype=dtype))
     return Tensor(x, device=like.device)
 
 

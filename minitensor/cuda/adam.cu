@@ -8,6 +8,10 @@
 // the host: the same arithmetic as the NumPy path in optim.py. gs is the gradients' scale (a
 // mean's 1/count, a loss scale's 1/S), applied here rather than in a pass of its own.
 //
+// step_size, inv_sqrt_c2 and gs change from one update to the next: they are read from device
+// memory (`numbers`, in that order, sent with the table below), not taken as arguments, so that a
+// CUDA graph that replays this launch uses the numbers the host wrote for the update at hand.
+//
 // The parameters are separate arrays of different sizes. The launcher passes one table of
 // 64-bit device addresses, 4 rows of `tensors` entries (weights, gradients, first moments,
 // second moments), and `starts` (common.cuh, "many arrays in one launch"). Thread mapping: one
@@ -23,12 +27,12 @@
 
 template <typename T>
 __global__ void adam_multi(const unsigned long long* __restrict__ table, const long long* __restrict__ starts,
-                           int tensors, long long total, double b1, double b2, double step_size,
-                           double inv_sqrt_c2, double eps, double wd, double gs) {
+                           int tensors, long long total, double b1, double b2, double eps, double wd,
+                           const double* __restrict__ numbers) {
     typedef typename Acc<T>::type A;
     const A B1 = static_cast<A>(b1), B2 = static_cast<A>(b2), C1 = static_cast<A>(1 - b1), C2 = static_cast<A>(1 - b2);
-    const A S = static_cast<A>(step_size), R = static_cast<A>(inv_sqrt_c2), E = static_cast<A>(eps),
-            WD = static_cast<A>(wd), GS = static_cast<A>(gs);
+    const A S = static_cast<A>(numbers[0]), R = static_cast<A>(numbers[1]), E = static_cast<A>(eps),
+            WD = static_cast<A>(wd), GS = static_cast<A>(numbers[2]);
     for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         const int lo = tensor_of(starts, tensors, i);

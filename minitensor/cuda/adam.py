@@ -31,20 +31,21 @@ def instantiations() -> list[str]:
     return [name(t) for t in ("float", "f16", "bf16", "double")]
 
 
-def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, step_size: float,
-         inv_sqrt_c2: float, eps: float, wd: float, grad_scale: float = 1.0) -> None:
+def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, eps: float, wd: float,
+         numbers) -> None:
     """One Adam update of every ``weights[i]`` (and its moments) in place from ``grad_scale · grads[i]``:
-    the table of their addresses and the running sizes go to the device in one copy, then one
-    launch updates them all."""
+    the table of their addresses, the running sizes and the three numbers that change from one
+    update to the next (``numbers()`` gives step_size, inv_sqrt_c2 and grad_scale) go to the
+    device in one copy, then one launch updates them all."""
     xp = array_module(weights[0])
-    table, starts, total = address_table(xp, [weights, grads, ms, vs])   # one host-to-device copy
+    # one host-to-device copy: the addresses, and the numbers that change from update to update
+    table, starts, total, numbers = address_table(xp, [weights, grads, ms, vs], numbers)
     if total == 0:
         return
     blocks = min(MAX_BLOCKS, -(-total // THREADS))
     k = kernel(SOURCE, name(ctype(weights[0].dtype)), xp)
     k((blocks,), (THREADS,), (table, starts, np.int32(len(weights)), np.int64(total), np.float64(b1), np.float64(b2),
-                              np.float64(step_size), np.float64(inv_sqrt_c2), np.float64(eps), np.float64(wd),
-                              np.float64(grad_scale)))
+                              np.float64(eps), np.float64(wd), numbers))
 
 
 class FusedAdam(optim.Adam):
@@ -62,6 +63,11 @@ class FusedAdam(optim.Adam):
                 rest.append((w, g, state))
         b1, b2 = self.betas
         for group in groups.values():
-            step(*map(list, zip(*group)), b1, b2, self.lr / self._c1, 1 / math.sqrt(self._c2), self.eps,
-                 self.weight_decay, self._grad_scale)
+            step(*map(list, zip(*group)), b1, b2, self.eps, self.weight_decay, numbers=lambda: numbers(self))
         optim.Adam._update_all(self, rest)
+
+
+def numbers(opt: optim.Adam) -> tuple:
+    """The kernel's numbers that change from step to step, from the optimizer as it stands (a
+    CUDA graph's replay asks again, after Adam.count_step): step size, 1/sqrt(c2), gradient scale."""
+    return opt.lr / opt._c1, 1 / math.sqrt(opt._c2), opt._grad_scale

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from .. import backend
-from . import emulator, emulator_check
+from . import emulator, emulator_check, graphs
 from .sources import source
 
 # storage dtype name -> the C++ type the kernels are instantiated with (common.cuh)
@@ -97,6 +97,14 @@ def mask_view(xp, mask, shape4: tuple):
     return (view,) + tuple(np.int64(s // view.itemsize) for s in view.strides)
 
 
+def device_key(xp):
+    """Which device the arrays of ``xp`` (as :func:`array_module` gives it) live on, for what a
+    launcher keeps per device: "emulator", or (the CuPy module, the current device's number)."""
+    if xp is np or isinstance(xp, emulator.DeviceArrays):
+        return "emulator"
+    return id(xp), xp.cuda.runtime.getDevice()
+
+
 def address(a) -> int:
     """The device address of ``a``'s first element (a NumPy array's own, on the emulator)."""
     return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
@@ -118,14 +126,23 @@ def one_launch_takes(arrays: list) -> bool:
     return ctype(dtype) is not None and all(a.dtype == dtype and a.flags.c_contiguous for a in arrays)
 
 
-def address_table(xp, groups: list) -> tuple:
+def address_table(xp, groups: list, numbers=None) -> tuple:
     """For a kernel over many arrays in one launch (common.cuh, "many arrays in one launch"):
     ``(table, starts, total)`` on the device, sent in one host-to-device copy. ``groups`` is a
     list of equally long lists of arrays (weights, gradients, ...); ``table`` holds their
     addresses group after group (uint64), ``starts`` the running total of the first group's
-    sizes (int64, one more entry than arrays)."""
+    sizes (int64, one more entry than arrays). ``numbers``, where given, is a function giving
+    floats that travel in the same copy and come back fourth, as a float64 device array: numbers
+    that change from one call to the next, which a CUDA graph's replay asks for again
+    (graphs.from_host)."""
     sizes = np.array([a.size for a in groups[0]], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     table = np.array([address(a) for group in groups for a in group], dtype=np.uint64)
-    device = xp.asarray(np.concatenate([table.view(np.int64), starts]))
-    return device[:table.size].view(np.uint64), device[table.size:], int(starts[-1])
+
+    def block():
+        values = np.array(numbers() if numbers is not None else (), dtype=np.float64)
+        return np.concatenate([table.view(np.int64), starts, values.view(np.int64)])
+
+    device = graphs.from_host(xp, block)
+    found = device[:table.size].view(np.uint64), device[table.size:table.size + starts.size], int(starts[-1])
+    return found + (device[table.size + starts.size:].view(np.float64),) if numbers is not None else found

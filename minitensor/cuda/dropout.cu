@@ -30,8 +30,9 @@ __global__ void philox_words(const unsigned int* __restrict__ counters, unsigned
 
 template <typename T>
 __global__ void dropout_apply(const T* x, T* y, long long n, unsigned int threshold, double scale,
-                              unsigned long long seed, unsigned long long offset) {
+                              const unsigned long long* __restrict__ seed_word, unsigned long long offset) {
     typedef typename Acc<T>::type A;
+    const unsigned long long seed = *seed_word;   // in memory: a CUDA graph's replay reads the update's own
     const long long counters = (n + 3) / 4;
     const A s = static_cast<A>(scale);
     for (long long q = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; q < counters;

@@ -13,7 +13,8 @@ import numpy as np
 
 from .. import random
 from ..ops.dropout import Dropout
-from .build import array_module, ctype, kernel
+from . import graphs
+from .build import array_module, ctype, device_key, kernel
 
 SOURCE = "dropout.cu"
 THREADS = 256
@@ -40,6 +41,27 @@ def threshold(p: float) -> int:
     return min(1 << BITS, math.ceil(p * (1 << BITS)))
 
 
+_seeds: dict = {}   # per device: [the word the kernel reads its seed from, the seed it holds]
+
+
+def seed_word(xp, seed: int):
+    """The device word (uint64) the kernel reads its seed from, holding ``seed``. The seed
+    changes from one update to the next (the trainer reseeds each update), so it is read there
+    rather than taken as an argument: a CUDA graph replaying the launch then draws the masks
+    of the seed the host wrote for the update at hand. Written (one small launch) only when the
+    seed differs from the one it holds: once an update."""
+    if graphs.capturing():   # the seed of the update a replay runs, written before it
+        return graphs.from_host(xp, lambda: np.array([random.philox_seed()], dtype=np.uint64), key="dropout seed")
+    key = device_key(xp)
+    held = _seeds.get(key)
+    if held is None:
+        held = _seeds[key] = [xp.zeros(1, dtype=np.uint64), None]
+    if held[1] != seed:
+        held[0][...] = np.uint64(seed)
+        held[1] = seed
+    return held[0]
+
+
 def apply(x, p: float, seed: int, offset: int, out=None):
     """x ⊙ keep / (1-p) with keep drawn from Philox at (``seed``, ``offset``): the same
     arguments give the same mask (the backward calls this on the gradient). ``out`` may be x."""
@@ -51,7 +73,7 @@ def apply(x, p: float, seed: int, offset: int, out=None):
         blocks = min(MAX_BLOCKS, -(-counters // THREADS))
         k = kernel(SOURCE, name(ctype(x.dtype)), xp)
         k((blocks,), (THREADS,), (x, y, np.int64(x.size), np.uint32(threshold(p)), np.float64(1.0 / (1.0 - p)),
-                                  np.uint64(seed), np.uint64(offset)))
+                                  seed_word(xp, seed), np.uint64(offset)))
     return y
 
 

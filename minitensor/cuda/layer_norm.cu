@@ -225,8 +225,10 @@ __global__ void residual_layer_norm_forward(const T* __restrict__ x, const S* __
                                             typename Acc<T>::type* __restrict__ mean_out,
                                             typename Acc<T>::type* __restrict__ rstd_out, long long rows, int D,
                                             double eps, unsigned int threshold, double scale,
-                                            unsigned long long seed, unsigned long long offset) {
+                                            const unsigned long long* __restrict__ seed_word,
+                                            unsigned long long offset) {
     typedef typename Acc<T>::type A;
+    const unsigned long long seed = *seed_word;   // in memory, as dropout.cu's: a graph's replay reads the update's own
     const int warps_per_block = blockDim.x / MT_WARP;
     const long long row = static_cast<long long>(blockIdx.x) * warps_per_block + threadIdx.x / MT_WARP;
     const int lane = threadIdx.x % MT_WARP;
@@ -263,7 +265,8 @@ __global__ void residual_layer_norm_backward(const T* __restrict__ dy, const T* 
                                              S* __restrict__ dsub, typename Acc<T>::type* __restrict__ partial_dgamma,
                                              typename Acc<T>::type* __restrict__ partial_dbeta, long long rows,
                                              int D, long long rows_per_block, unsigned int threshold, double scale,
-                                             unsigned long long seed, unsigned long long offset) {
+                                             const unsigned long long* __restrict__ seed_word,
+                                             unsigned long long offset) {
     backward_rows<T, ITEMS, WARPS, S>(dy, z, gamma, mean_in, rstd_in, dz, dsub, partial_dgamma, partial_dbeta, rows, D,
-                                      rows_per_block, threshold, scale, seed, offset);
+                                      rows_per_block, threshold, scale, *seed_word, offset);
 }

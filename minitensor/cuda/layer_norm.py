@@ -15,7 +15,7 @@ from .. import random
 from ..autograd import Function
 from ..ops.norm import LayerNorm
 from .build import acc_dtype, array_module, ctype, items_per_lane, kernel
-from .dropout import threshold
+from .dropout import seed_word, threshold
 
 SOURCE = "layer_norm.cu"
 WARPS = 4                 # rows per block in the forward, warps per block in the backward
@@ -69,8 +69,9 @@ def counters(x) -> int:
     return 4 * (x.size // d) * -(-items_per_lane(d, MAX_ITEMS) // 4) * 32
 
 
-def _dropout_args(p: float, seed: int, offset: int) -> tuple:
-    return np.uint32(threshold(p)), np.float64(1.0 / (1.0 - p)), np.uint64(seed), np.uint64(offset)
+def _dropout_args(xp, p: float, seed: int, offset: int) -> tuple:
+    """The mask's arguments; the seed in device memory (dropout.py's seed_word)."""
+    return np.uint32(threshold(p)), np.float64(1.0 / (1.0 - p)), seed_word(xp, seed), np.uint64(offset)
 
 
 def forward(x, weight, bias, eps: float):
@@ -81,7 +82,7 @@ def forward(x, weight, bias, eps: float):
 def residual_forward(x, sub, weight, bias, eps: float, p: float, seed: int, offset: int):
     """y = LayerNorm(z), z = x + dropout(sub) with the mask Philox draws at (``seed``,
     ``offset``): y, z (x's dtype), mean and rstd of z."""
-    return _forward(x, sub, weight, bias, eps, _dropout_args(p, seed, offset))
+    return _forward(x, sub, weight, bias, eps, _dropout_args(array_module(x), p, seed, offset))
 
 
 def _forward(x, sub, weight, bias, eps: float, dropout_args: tuple):
@@ -110,7 +111,7 @@ def backward(dy, x, weight, mean, rstd):
 
 def residual_backward(dy, z, weight, mean, rstd, sub_dtype, p: float, seed: int, offset: int):
     """dz (= dx), dγ, dβ and dsub = dropout(dz) in ``sub_dtype``, with the forward's mask."""
-    return _backward(dy, z, weight, mean, rstd, sub_dtype, _dropout_args(p, seed, offset))
+    return _backward(dy, z, weight, mean, rstd, sub_dtype, _dropout_args(array_module(z), p, seed, offset))
 
 
 def _backward(dy, x, weight, mean, rstd, sub_dtype, dropout_args: tuple):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import emulator
+from .build import device_key
 
 WORDS = 5   # given up (0 or 1), the caller's two numbers that name the flag, the turn, what the flag held
 
@@ -83,8 +84,7 @@ def _pinned(xp):
 
 
 def _watch(xp) -> _Watch:
-    emulated = xp is np or isinstance(xp, emulator.DeviceArrays)
-    key = "emulator" if emulated else (id(xp), xp.cuda.runtime.getDevice())
+    key = device_key(xp)
     watch = _watches.get(key)
     if watch is None:
         watch = _watches[key] = _Watch(xp)

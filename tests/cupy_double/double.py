@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import functools
 import itertools
 import json
 import math
@@ -35,7 +36,15 @@ def _launch(what: str) -> None:
     gather, RawKernel, ElementwiseKernel, random draw), a cuBLAS product, a host-to-device
     copy or a collective. Views (reshape without a copy, transpose, basic slicing) launch
     nothing. On a GPU each such call costs host time (a few microseconds of Python and driver
-    work) whatever its size: the count is the CPU's proxy for that time."""
+    work) whatever its size: the count is the CPU's proxy for that time. While a stream is
+    being captured into a graph, the call is recorded instead (see ``_captured``), and a copy
+    between host and device, a random draw, or work on another stream is refused."""
+    if _CAPTURE["replaying"]:
+        return                                   # a graph's launch was counted once
+    if _CAPTURE["records"] is not None:
+        _capture_allows(what)
+        _CAPTURE["launched"] = True
+        return
     _LAUNCHES[what] += 1
 
 
@@ -43,6 +52,42 @@ def launches() -> collections.Counter:
     """How many calls of each kind have launched device work since the double was imported
     (a copy: subtract two of them to count a stretch of code)."""
     return collections.Counter(_LAUNCHES)
+
+
+_CAPTURE = {"stream": None, "records": None, "launched": False, "snapshot": None, "replaying": False,
+            "allocations": None}
+
+
+def _refuse_while_capturing(what: str) -> None:
+    if _CAPTURE["records"] is not None:
+        raise RuntimeError(f"cudaErrorStreamCaptureUnsupported: {what} is not permitted when stream is capturing")
+
+
+def _capture_allows(what: str) -> None:
+    if what in ("device to host", "host to device"):
+        raise RuntimeError(f"the current stream is capturing, so {'D2H' if what == 'device to host' else 'H2D'} "
+                           f"transfers are disallowed")
+    if what == "random":
+        raise UnmodelledError("the CuPy double does not model cuRAND inside a captured graph")
+    if _current_stream() is not _CAPTURE["stream"]:
+        raise RuntimeError("cudaErrorStreamCaptureImplicit: work on another stream while a stream is capturing")
+
+
+def _captured(fn):
+    """A call of the double that may launch device work: recorded while a stream is captured."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if _CAPTURE["records"] is None or _CAPTURE.get("depth"):
+            return fn(*args, **kwargs)
+        _CAPTURE["depth"], _CAPTURE["launched"] = 1, False
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _CAPTURE["depth"] = 0
+        if _CAPTURE["launched"]:
+            _CAPTURE["records"].append((fn, args, kwargs, result))
+        return result
+    return call
 
 
 def _bfloat16():
@@ -199,26 +244,31 @@ class ndarray:  # noqa: N801  (CuPy's name)
     def __hash__(self):
         raise TypeError("unhashable type: 'cupy.ndarray'")
 
+    @_captured
     def __getitem__(self, key):
         result = self._a[_index(key)]
         if isinstance(result, np.ndarray) and not np.may_share_memory(result, self._a):
             _launch("take")                      # advanced indexing gathers; basic slicing is a view
         return _wrap(result)
 
+    @_captured
     def __setitem__(self, key, value):
         _launch("setitem")
         self._a[_index(key)] = _value(value)
 
+    @_captured
     def fill(self, value):
         _launch("fill")
         self._a.fill(_value(value))
 
+    @_captured
     def astype(self, dtype, order="K", casting=None, subok=None, copy=True):
         result = self._a.astype(dtype, order=order, copy=copy)
         if result is not self._a:
             _launch("astype")
         return _wrap(result)
 
+    @_captured
     def copy(self, order="C"):
         _launch("copy")
         return _wrap(_allocate(self._a.copy(order=order)))
@@ -246,6 +296,7 @@ class DeviceSynchronized(RuntimeError):
 def _host_read():
     # cupy/_core/core.pyx (get, via syncdetect._declare_synchronize): a copy to the host waits for the
     # device, which cupyx.allow_synchronize(False) forbids with DeviceSynchronized
+    _refuse_while_capturing("a read of a device value on the host")
     if not _state["sync_allowed"]:
         raise DeviceSynchronized("Device synchronization was detected while disallowed.")
 
@@ -315,6 +366,7 @@ def _unwrap(value, *, numpy_ok=False):
 def _method(name):
     keywords = SPEC["ndarray_keywords"].get(name)
 
+    @_captured
     def method(self, *args, **kwargs):
         # cupy/_core/core.pyx: a method takes only the keywords its signature names
         # (``max(initial=0)``, which NumPy takes, raises there)
@@ -403,6 +455,7 @@ class Ufunc:
         got = tuple(x.dtype if isinstance(x, ndarray) else type(x) for x in inputs)
         raise TypeError(f"Wrong type ({got}) of arguments for cupy_{self.name}")
 
+    @_captured
     def __call__(self, *args, out=None, dtype=None, casting=None, **kwargs):
         if len(args) != self.nin:
             raise TypeError(f"Wrong number of arguments for cupy_{self.name}")
@@ -434,6 +487,7 @@ class Ufunc:
             return out
         return _wrap(result)
 
+    @_captured
     def at(self, a, indices, b=None):
         if not isinstance(a, ndarray):
             raise _unsupported(a)
@@ -443,6 +497,7 @@ class Ufunc:
         args = (_index(indices),) + (() if b is None else (_value(b) if not isinstance(b, ndarray) else b._a,))
         self._np.at(a._a, *args)
 
+    @_captured
     def reduce(self, a, axis=0, dtype=None, out=None, keepdims=False):
         if not isinstance(a, ndarray):
             raise _unsupported(a)
@@ -478,6 +533,7 @@ def _function(name: str):
     friends)."""
     target = getattr(np, name)
 
+    @_captured
     def function(*args, **kwargs):
         numpy_ok = name in NUMPY_IN
         raw = args
@@ -516,6 +572,7 @@ def get_array_module(*args):
     return _module("cupy") if any(isinstance(a, ndarray) for a in args) else np
 
 
+@_captured
 def matmul(a, b, out=None, **kwargs):
     for x in (a, b):
         if not isinstance(x, ndarray):
@@ -554,11 +611,13 @@ def matmul(a, b, out=None, **kwargs):
     return _wrap(result)
 
 
+@_captured
 def zeros(shape, dtype=float, order="C"):
     _launch("zeros")
     return _wrap(_allocate(np.zeros(shape, dtype, order)))
 
 
+@_captured
 def ones(shape, dtype=float, order="C"):
     _launch("ones")
     return _wrap(_allocate(np.ones(shape, dtype, order)))
@@ -584,7 +643,13 @@ def _allocate(a: np.ndarray) -> np.ndarray:
         hook.malloc_postprocess(device_id=_state["current"], size=a.nbytes, mem_size=size,
                                 mem_ptr=a.__array_interface__["data"][0], pmem_id=id(a))
     weakref.finalize(a, _free, size, a.__array_interface__["data"][0])
+    _LIVE[a.__array_interface__["data"][0]] = a
+    if _CAPTURE["records"] is not None:
+        _CAPTURE["allocations"].append(a)   # the graph's own memory from now on (see Graph)
     return a
+
+
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()   # address -> every live allocation
 
 
 def _free(size, ptr):
@@ -609,8 +674,25 @@ class MemoryPool:
     def set_limit(self, size=None, fraction=None):
         pass
 
+    def malloc(self, size):
+        raise UnmodelledError("the CuPy double's arrays are NumPy's: its pools hand out no memory of their own")
+
 
 _DEFAULT_POOL = MemoryPool()
+
+
+class _UsingAllocator:
+    """cupy/cuda/memory.pyx, using_allocator: the double's memory is NumPy's whatever the
+    allocator (an array lives while referenced, so none is handed out twice)."""
+
+    def __init__(self, allocator):
+        self.allocator = allocator
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
 
 
 def get_default_memory_pool():
@@ -715,17 +797,21 @@ class Event:
         self.done = True
 
     def synchronize(self):
-        pass
+        _refuse_while_capturing("Event.synchronize")
 
 
 class Stream:
+    """cupy/cuda/stream.pyx, Stream: the null stream (ptr 0) or one of the double's own; ``with
+    stream:`` makes it the current stream, on which a capture records (begin_capture)."""
     null = None
+    _made = itertools.count(2)
 
     def __init__(self, null=False, non_blocking=False, ptds=False):
-        self.ptr = 0
+        self.ptr = 0 if null else next(Stream._made)
+        self._previous = []
 
     def synchronize(self):
-        pass
+        _refuse_while_capturing("Stream.synchronize")
 
     def record(self, event=None):
         event = Event() if event is None else event
@@ -733,17 +819,106 @@ class Stream:
         return event
 
     def is_capturing(self):
-        return False
+        return _CAPTURE["records"] is not None and _CAPTURE["stream"] is self
+
+    def begin_capture(self, mode=None):
+        """cupy/cuda/stream.pyx, begin_capture: not on the legacy null stream. From here until
+        end_capture, device work on this stream is recorded, and the device's memory is as it was
+        when the capture ended (CUDA runs nothing of a capture)."""
+        if self.ptr in (0, 1):
+            raise RuntimeError("cannot capture on the default (legacy) stream")
+        if _CAPTURE["records"] is not None:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: a stream is being captured already")
+        if _current_stream() is not self:
+            raise UnmodelledError("the CuPy double captures only the current stream (use `with stream:`)")
+        _CAPTURE.update(stream=self, records=[], launched=False, allocations=[],
+                        snapshot=[(a, a.copy()) for a in list(_LIVE.values())])
+
+    def end_capture(self):
+        """The graph of what was recorded; every allocation that lived before the capture gets its
+        bytes back, and those made during it hold what fresh device memory may hold (NaN, -1)."""
+        if not self.is_capturing():
+            raise RuntimeError("cudaErrorIllegalState: this stream is not capturing")
+        records, snapshot, allocations = _CAPTURE["records"], _CAPTURE["snapshot"], _CAPTURE["allocations"]
+        _CAPTURE.update(stream=None, records=None, snapshot=None, allocations=None)
+        before = {id(a) for a, _ in snapshot}
+        for a, saved in snapshot:
+            np.copyto(a, saved)
+        for a in list(_LIVE.values()):
+            if id(a) not in before:
+                _poison(a)
+        return Graph._made(records, allocations)
 
     def __enter__(self):
+        self._previous.append(_state.get("stream"))
+        _state["stream"] = self
         return self
 
     def __exit__(self, *exc):
-        pass
+        _state["stream"] = self._previous.pop()
+
+
+def _current_stream():
+    return _state.get("stream") or Stream(null=True)
 
 
 def get_current_stream(device_id=None):
-    return Stream(null=True)
+    return _current_stream()
+
+
+# ---------------------------------------------------------------- CUDA graphs: stream capture, modelled
+# While a stream is captured, a call that launches device work runs (so that it can return its
+# arrays, and check its arguments) and is recorded with its arguments; end_capture puts back the
+# memory it changed, as CUDA runs nothing of a capture. Graph.launch calls each recorded call
+# again with the same arguments: the scalars as they were captured, the arrays as they hold now
+# (a kernel reads its pointers at replay), and writes a call's results into the arrays the
+# capture returned. As on a GPU: no copy between host and device, no host read, no random draw
+# (cuRAND's offsets would be baked) and no work on another stream while capturing.
+def _poison(a: np.ndarray) -> None:
+    try:
+        a[...] = np.nan if a.dtype.kind in "fcV" else (-1 if a.dtype.kind == "i" else np.iinfo(a.dtype).max
+                                                       if a.dtype.kind == "u" else True)
+    except (TypeError, ValueError):
+        pass
+
+
+def _into(kept, again) -> None:
+    if isinstance(kept, ndarray) and isinstance(again, ndarray):
+        if kept is not again:
+            np.copyto(kept._a, again._a)
+    elif isinstance(kept, (tuple, list)) and isinstance(again, (tuple, list)):
+        for k, a in zip(kept, again):
+            _into(k, a)
+
+
+class Graph:
+    """cupy/cuda/graph.pyx, Graph: made by Stream.end_capture only; ``launch`` runs the capture's
+    calls again (one launch, counted as such)."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("cupy.cuda.Graph objects are not meant to be instantiated by the users")
+
+    @classmethod
+    def _made(cls, records, allocations):
+        graph = cls.__new__(cls)
+        graph._records = records
+        # what the capture allocated stays the graph's, as the blocks of a capture's memory pool
+        # do on a GPU: a launch reads and writes them through the pointers it was captured with
+        graph._allocations = allocations
+        return graph
+
+    def launch(self, stream=None):
+        _refuse_while_capturing("Graph.launch")
+        _LAUNCHES["graph"] += 1
+        _CAPTURE["replaying"] = True
+        try:
+            for fn, args, kwargs, result in self._records:
+                _into(result, fn(*args, **kwargs))
+        finally:
+            _CAPTURE["replaying"] = False
+
+    def upload(self, stream=None):
+        pass
 
 
 def getDeviceCount():
@@ -881,6 +1056,7 @@ class RawKernel:
         if key == "max_dynamic_shared_size_bytes" and "_k" in self.__dict__:
             self._k.max_dynamic_shared_size_bytes = value
 
+    @_captured
     def __call__(self, grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
         # cupy/cuda/function.pyx: args must be a tuple; each a cupy.ndarray (a pointer), None
         # (a null pointer), a NumPy scalar or a Python int/float/bool; anything else is refused
@@ -922,6 +1098,7 @@ class ElementwiseKernel:
         self._n_in = len(in_params.split(","))
         self._n_out = len(out_params.split(","))
 
+    @_captured
     def __call__(self, *args, size=None, block_size=None, stream=None):
         if len(args) != self._n_in + self._n_out:
             raise TypeError(f"Wrong number of arguments for {self.name!r}")
@@ -978,6 +1155,7 @@ class NcclCommunicator:
                                f"strided view {a.shape} (strides {a.strides})")
         return a
 
+    @_captured
     def allReduce(self, sendbuf, recvbuf, count, datatype, op, stream):
         _typed("NcclCommunicator", "allReduce", (sendbuf, recvbuf, count, datatype, op, stream))
         from mpi4py import MPI  # noqa: PLC0415
@@ -993,6 +1171,7 @@ class NcclCommunicator:
             return
         self._mpi.Allreduce(src, recv, op=mpi_op)
 
+    @_captured
     def bcast(self, buff, count, datatype, root, stream):
         _typed("NcclCommunicator", "bcast", (buff, count, datatype, root, stream))
         a = self._array(buff, count, datatype)
@@ -1082,7 +1261,8 @@ def _device_matrices(ptr: int, dtype: np.dtype, rows: int, cols: int, ld: int, s
     owner = None
     exact = _ADDRESSES.get(ptr)                  # the usual case: the array whose .data.ptr was passed
     # the others are read only where that one does not hold ptr (listing them all is slow)
-    for a in itertools.chain([exact] if exact is not None else [], _ADDRESSES.values()):
+    # (and, where none is, every live allocation: a graph's launch passes pointers whose views are gone)
+    for a in itertools.chain([exact] if exact is not None else [], _ADDRESSES.values(), _LIVE.values()):
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
@@ -1159,6 +1339,23 @@ def _tf32(x: np.ndarray) -> np.ndarray:
 
 
 def _gemm(name, args, batched: bool):
+    if _CAPTURE["records"] is not None and not _CAPTURE.get("depth"):
+        # host pointer mode: cuBLAS reads alpha and beta when the call is captured, and a
+        # graph's replay uses those values whatever the host memory holds then
+        types = (args[8], args[12], args[17]) if batched else (args[8], args[11], args[15])
+        scalar = ctypes.c_double if _gemm_types(*types, args[-2]) == np.float64 else ctypes.c_float
+        at = (6, 15) if batched else (6, 13)
+        baked = [scalar(scalar.from_address(args[i]).value) for i in at]
+        _BAKED.extend(baked)
+        args = tuple(ctypes.addressof(baked[at.index(i)]) if i in at else a for i, a in enumerate(args))
+        return _captured(_gemm_now)(name, args, batched)
+    return _gemm_now(name, args, batched)
+
+
+_BAKED: list = []   # the scalars captured gemms read at replay
+
+
+def _gemm_now(name, args, batched: bool):
     params = _cublas(name)["params"]
     if len(args) != len(params):
         raise TypeError(f"{name}() takes exactly {len(params)} positional arguments ({len(args)} given)")
@@ -1285,6 +1482,7 @@ IMPLEMENTED = {
              "RawModule": RawModule, "RawKernel": RawKernel, "ElementwiseKernel": ElementwiseKernel,
              "__version__": SPEC["cupy_version"]},
     "cupy.cuda": {"get_cublas_handle": get_cublas_handle, "Device": Device, "Stream": Stream, "Event": Event, "MemoryHook": MemoryHook, "MemoryPointer": MemoryPointer,
+                  "Graph": Graph, "using_allocator": lambda allocator=None: _UsingAllocator(allocator),
                   "MemoryPool": MemoryPool, "get_current_stream": get_current_stream,
                   "is_available": lambda: True, "get_device_id": getDevice},
     "cupy.cuda.runtime": {"getDeviceCount": getDeviceCount, "getDevice": getDevice, "setDevice": setDevice,

@@ -2,6 +2,7 @@
 code shaped like the project's and shows the double rejecting it, beside the correct version
 that it accepts. The double is put in place of ``cupy`` for each test and taken out after
 (a real CuPy, when one is imported, is set aside meanwhile and put back)."""
+import collections
 import json
 import subprocess
 import sys
@@ -320,6 +321,83 @@ def test_an_asynchronous_copy_to_pinned_memory_is_no_host_read_and_stays_inside_
     assert host.tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(RuntimeError, match="run outside its array's 20 dense bytes"):
         x.data.copy_to_host_async(host.ctypes.data, 24)
+
+
+def test_a_captured_graph_runs_nothing_until_launched_and_then_reads_its_arrays_as_they_are(cp):
+    """Stream capture as CUDA does it: nothing of the capture runs (an array that lived before
+    holds its bytes after end_capture, one made during it holds NaN), each launch runs the calls
+    again with the arrays' values of the time (a scalar stays the one captured), and counts as
+    one launch."""
+    a = cp.asarray(np.arange(4, dtype=np.float32))
+    total = cp.zeros(4, np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        assert stream.is_capturing()
+        doubled = a * 2.0
+        total += doubled
+        graph = stream.end_capture()
+    assert not stream.is_capturing()
+    assert total.get().tolist() == [0, 0, 0, 0] and np.isnan(doubled.get()).all()
+    before = double.launches()
+    graph.launch()
+    graph.launch()
+    assert double.launches() - before == collections.Counter({"graph": 2})
+    assert total.get().tolist() == [0, 4, 8, 12]
+    a[...] = 1.0
+    graph.launch()
+    assert total.get().tolist() == [2, 6, 10, 14] and doubled.get().tolist() == [2, 2, 2, 2]
+
+
+def test_a_capture_refuses_what_cuda_refuses_in_one(cp):
+    """No capture on the legacy null stream; while capturing, no copy from or to the host, no
+    host read, no synchronisation and no random draw."""
+    import cupyx
+
+    x = cp.ones(3, np.float32)
+    with pytest.raises(RuntimeError, match="cannot capture on the default"):
+        cp.cuda.get_current_stream().begin_capture()
+    stream = cp.cuda.Stream(non_blocking=True)
+    refused = [(lambda: cp.asarray(np.ones(3, np.float32)), "H2D transfers are disallowed"),
+               (lambda: x.get(), "is not permitted when stream is capturing"),
+               (lambda: float(x.sum()), "is not permitted when stream is capturing"),
+               (lambda: x.data.copy_to_host_async(cupyx.zeros_pinned(3, np.float32).ctypes.data, 12),
+                "D2H transfers are disallowed"),
+               (lambda: stream.synchronize(), "is not permitted when stream is capturing"),
+               (lambda: cp.random.standard_normal(3), "does not model cuRAND inside a captured graph")]
+    for call, message in refused:
+        with stream:
+            stream.begin_capture()
+            try:
+                with pytest.raises((RuntimeError, NotImplementedError), match=message):
+                    call()
+            finally:
+                stream.end_capture()
+
+
+def test_a_captured_cublas_product_keeps_the_alpha_it_was_captured_with(cp):
+    """Host pointer mode: cuBLAS reads alpha and beta when the call is captured, so the graph's
+    product uses those, whatever the host's memory holds at the launch; its operands are read at
+    the launch."""
+    import ctypes
+
+    from cupy_backends.cuda.libs import cublas
+
+    a = cp.asarray(np.eye(2, dtype=np.float32))
+    b = cp.asarray(np.full((2, 2), 3.0, np.float32))
+    c = cp.zeros((2, 2), np.float32)
+    alpha, beta = ctypes.c_float(2.0), ctypes.c_float(0.0)
+    r32 = cublas.CUDA_R_32F if hasattr(cublas, "CUDA_R_32F") else 0
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        cublas.gemmEx(cp.cuda.get_cublas_handle(), 0, 0, 2, 2, 2, ctypes.addressof(alpha), a.data.ptr, r32, 2,
+                      b.data.ptr, r32, 2, ctypes.addressof(beta), c.data.ptr, r32, 2, cublas.CUBLAS_COMPUTE_32F, -1)
+        graph = stream.end_capture()
+    alpha.value = 5.0
+    b[...] = 1.0
+    graph.launch()
+    assert c.get().tolist() == [[2, 2], [2, 2]]
 
 
 def test_the_profilers_benchmark_checks_its_arguments_and_times_each_call(cp):

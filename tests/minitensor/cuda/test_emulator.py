@@ -709,7 +709,7 @@ def _small_cases(address_tables: bool = True):
         return kernels
     params = [x.copy(), w.copy(), np.zeros(0, np.float32)]             # an empty one too
     grads_, ms, vs = ([a + 1 for a in params], [np.zeros_like(a) for a in params], [np.zeros_like(a) for a in params])
-    adam_kernels.step(params, grads_, ms, vs, 0.9, 0.98, 0.01, 1.0, 1e-9, 0.0)
+    adam_kernels.step(params, grads_, ms, vs, 0.9, 0.98, 1e-9, 0.0, numbers=lambda: (0.01, 1.0, 1.0))
     nonfinite = loss_scale_kernels.unscale(grads_, 0.5)
     halves = cast_kernels.cast_all(params, np.float16)
     return kernels + tuple(halves[:2]) + tuple(params[:2]) + tuple(ms[:2]) + tuple(vs[:2]) + tuple(grads_[:2]) \

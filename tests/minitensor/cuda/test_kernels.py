@@ -1056,6 +1056,77 @@ def test_adam_in_one_launch_makes_the_numpy_adams_updates(dev, dtype, weight_dec
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
+def _record_launches(monkeypatch, module) -> list:
+    """Every launch of ``module``'s kernels from now on, as (kernel, grid, block, args): what a CUDA
+    graph keeps of a launch, to run it again with the very same arguments."""
+    launches = []
+    real = module.kernel
+
+    def recording(*a, **k):
+        fn = real(*a, **k)
+
+        def launch(grid, block, args, **kw):
+            launches.append((fn, grid, block, args))
+            return fn(grid, block, args, **kw)
+        return launch
+
+    monkeypatch.setattr(module, "kernel", recording)
+    return launches
+
+
+def test_launches_replayed_with_their_arguments_read_the_update_numbers_the_host_wrote_since(dev, monkeypatch):
+    """A CUDA graph replays each launch with the arguments it was captured with, so a number that
+    changes from one update to the next must be read from device memory, written by the host
+    between replays. Adam's launch of one update, run again with its own arguments after the host
+    wrote the next update's step size, bias correction and gradient scale, gives the next update's
+    eager weights and moments bit for bit (and without that write, other bits: the numbers are
+    read there); dropout's and the fused LayerNorm's launches, run again after the host wrote the
+    next seed into the seed word, give that seed's eager outputs."""
+    rng = _rng("replayed launches")
+    shapes = [(3, 4), (5,), (300,)]
+    start = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+    grads = [rng.standard_normal(sh).astype(np.float32) for sh in shapes]
+    first, second = (0.01, 1.3, 0.5), (0.02, 1.1, 0.25)   # step size, 1/sqrt(1 - b2^t), gradient scale
+
+    def state():
+        return ([dev.asarray(w.copy()) for w in start], [dev.asarray(g) for g in grads],
+                [dev.asarray(np.zeros(sh, np.float32)) for sh in shapes], [dev.asarray(np.zeros(sh, np.float32)) for sh in shapes])
+
+    def adam(arrays, numbers):
+        adam_kernels.step(*arrays, 0.9, 0.98, 1e-9, 0.0, numbers=lambda: numbers)
+
+    def host(arrays):
+        return [mt.backend.to_numpy(a).tobytes() for group in (arrays[0], arrays[2], arrays[3]) for a in group]
+
+    eager = state()
+    adam(eager, first)
+    adam(eager, second)
+    launches = _record_launches(monkeypatch, adam_kernels)
+    for write in (True, False):
+        replayed = state()
+        adam(replayed, first)
+        fn, grid, block, args = launches[-1]
+        if write:
+            args[-1][...] = dev.asarray(np.array(second))   # the numbers, as a graph runner writes them
+        fn(grid, block, args)
+        assert (host(replayed) == host(eager)) == write
+
+    x = dev.asarray(rng.standard_normal((6, 64)).astype(np.float32))
+    sub = dev.asarray(rng.standard_normal((6, 64)).astype(np.float32))
+    w, b = dev.asarray(np.ones(64, np.float32)), dev.asarray(np.zeros(64, np.float32))
+    for module, run in [(dropout_kernels, lambda seed: (dropout_kernels.apply(x, 0.5, seed, 3),)),
+                        (ln_kernels, lambda seed: ln_kernels.residual_forward(x, sub, w, b, 1e-5, 0.5, seed, 3)[:2])]:
+        want = [mt.backend.to_numpy(a) for a in run(22)]
+        launches = _record_launches(monkeypatch, module)
+        outputs = run(21)
+        assert not np.array_equal(mt.backend.to_numpy(outputs[0]), want[0])
+        fn, grid, block, args = launches[-1]
+        dropout_kernels.seed_word(dev.xp if dev.gpu else emulator.arrays, 22)
+        fn(grid, block, args)
+        for got, expected in zip(outputs, want):
+            np.testing.assert_array_equal(mt.backend.to_numpy(got), expected)
+
+
 # ---------------------------------------------------------------- loss scaling, every gradient in one launch
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 @pytest.mark.parametrize("plant", [None, "inf", "nan"])
