@@ -106,6 +106,8 @@ def minitensor_step(args, data, precision: str):
     scaler = amp.LossScaler() if precision == "fp16" else None
     half = {"fp16": "float16", "bf16": "bfloat16"}.get(precision)
     inputs = [tuple(mt.tensor(a, device=dev) for a in d) for d in data]
+    if getattr(args, "cuda_graphs", False):
+        return graphed_step(model, opt, half, inputs), lambda: mt.cuda.PeakMemory()
 
     def step(i):
         if dev == "cuda":
@@ -123,6 +125,38 @@ def minitensor_step(args, data, precision: str):
         opt.step()
 
     return step, lambda: mt.cuda.PeakMemory() if dev == "cuda" else contextlib.nullcontext()
+
+
+def graphed_step(model, opt, half, inputs):
+    """step(i) replayed from a CUDA graph (minitensor.cuda.graphs), as ``train --cuda-graphs``
+    does: the host counts Adam's step and reseeds dropout, the batch is copied into the arrays the
+    capture read, and one launch runs the rest. The first step runs without a graph (the kernels
+    compile, Adam's moments are made), the second is captured."""
+    state = {}
+
+    def device_part(src, ti, to):
+        with amp.autocast(half, weights=model.parameters()):
+            loss = label_smoothed_loss(model(src, ti), to, 0, 0.1, reduction="sum")
+        opt.zero_grad()
+        loss.backward()
+        opt.update_params()
+
+    def step(i):
+        mt.manual_seed(i)
+        opt.count_step()
+        batch = inputs[i % len(inputs)]
+        if not state:
+            state["warm"] = device_part(*batch)
+            return
+        if "graph" not in state:
+            state["static"] = tuple(mt.tensor(t.data.copy()) for t in batch)
+            state["graph"] = mt.cuda.Graph(batch[0].xp, lambda: device_part(*state["static"]))
+        else:
+            for kept, t in zip(state["static"], batch):
+                kept.data[...] = t.data
+        state["graph"].replay()
+
+    return step
 
 
 def torch_step(args, data, precision: str):
@@ -298,6 +332,7 @@ def in_own_process(a, precision: str) -> dict:
                 "--precisions", precision, "--batch", str(a.batch), "--length", str(a.length), "--vocab", str(a.vocab),
                 "--layers", str(a.layers), "--steps", str(a.steps), "--warmup", str(a.warmup), "--out", str(out)]
         argv += (["--threads", str(a.threads)] if a.threads else []) + (["--no-torch"] if a.no_torch else [])
+        argv += ["--cuda-graphs"] if a.cuda_graphs else []
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
         return json.loads(out.read_text())["results"][precision]
 
@@ -319,12 +354,17 @@ def main() -> None:
                    help="on cuda, run every precision in this one process (by default each runs in a process of "
                         "its own, as a training run would: no precision inherits the models, memory pools and "
                         "caches of the ones before it)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="on cuda, minitensor's step replayed from a CUDA graph (fp32, tf32 or bf16), as "
+                        "train --cuda-graphs does")
     p.add_argument("--out", help="also write the JSON here (e.g. benchmarks/results/...json)")
     a = p.parse_args()
     mt.allocator.from_environment()  # as the programs that train do: freed arrays are reused
     precisions = a.precisions.split(",")
     if a.device == "cpu" and set(precisions) - {"fp32", "fp16"}:
         p.error("on the CPU only fp32 and fp16 (NumPy float16) exist")
+    if a.cuda_graphs and (a.device != "cuda" or "fp16" in precisions):
+        p.error("--cuda-graphs: on cuda, in fp32, tf32 or bf16 (the graphed step here has no loss scaler)")
     rng = np.random.default_rng(0)
     data = [batch(rng, a.batch, a.length, a.vocab) for _ in range(2)]
     env = environment(a.device)

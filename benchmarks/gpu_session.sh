@@ -11,7 +11,8 @@
 # `first` is the run for a GPU session of 10 minutes (about 6 minutes of steps, each with its own
 # limit, so that a slow compile cannot eat the rest): the wgmma descriptor and turn-taking tests,
 # the wgmma and one-pass backward reference tests, attention in bf16 at 1024 and 4096 keys beside
-# PyTorch's SDPA, then the bf16 base step against PyTorch in a process of its own.
+# PyTorch's SDPA, then the bf16 base step replayed from a CUDA graph (--cuda-graphs) against
+# PyTorch, in a process of its own.
 #
 # `goals` measures what the speed goals are about, and nothing else: `train --preset wmt14-base`'s
 # update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
@@ -84,9 +85,9 @@ if [[ $what == first ]]; then
       $py benchmarks/kernels.py --only attention --attention-dtypes bfloat16 --lengths 1024,4096 \
       --out "$OUT/kernels_first.json"
   tail -4 "$OUT/first_attention.log"
-  step "the bf16 base step against PyTorch" "${LIMIT_STEP:-80}" "$OUT/first_step.log" \
+  step "the bf16 base step, replayed from a CUDA graph, against PyTorch" "${LIMIT_STEP:-80}" "$OUT/first_step.log" \
       env -C benchmarks $py base_step_vs_torch.py --device cuda --batch 400 --length 64 --steps 12 --warmup 5 \
-      --precisions bf16 --out "$OUT/base_step_first.json"
+      --precisions bf16 --cuda-graphs --out "$OUT/base_step_first.json"
   tail -4 "$OUT/first_step.log"
 fi
 if [[ $what == tests || $what == all ]]; then

@@ -152,6 +152,16 @@ class LossScaler:
         """Whether every gradient of ``params`` is finite (no inf or NaN)."""
         return self._check([p.grad.data for p in params if p.grad is not None], 1.0)
 
+    def overflow_count(self, params):
+        """How many gradient entries of ``params`` are inf or NaN, left on the device (one int):
+        for :meth:`minitensor.optim.Optimizer.update_params`'s ``skip``, where the host need not
+        read it before the update (a CUDA graph's update); read it after, for :meth:`update`."""
+        grads = [p.grad.data for p in params if p.grad is not None]
+        xp = backend.array_module(grads[0])
+        if cuda.kernels_may_run(xp) and cuda.launcher("loss_scale").applies(grads):
+            return cuda.launcher("loss_scale").unscale(grads, 1.0)   # why: one launch, as in _check
+        return sum(xp.count_nonzero(~xp.isfinite(g)) for g in grads).reshape(1).astype(np.int32)
+
     def unscale_(self, params, extra: float = 1.0) -> bool:
         """Multiply every gradient by extra / scale in place; True when all are finite."""
         return self._check([p.grad.data for p in params if p.grad is not None], extra / self.scale)

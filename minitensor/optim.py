@@ -27,6 +27,7 @@ class Optimizer:
         self.lr = lr
         self.steps = 0
         self._grad_scale = 1.0  # this step's (see step)
+        self._skip = None       # this step's (see update_params)
         self.state: list[dict] = [{} for _ in self.params]
 
     def zero_grad(self) -> None:
@@ -50,12 +51,17 @@ class Optimizer:
         self._grad_scale = grad_scale
         self._begin_step()
 
-    def update_params(self) -> None:
-        """The step's updates of the parameters, after :meth:`count_step`."""
+    def update_params(self, skip=None) -> None:
+        """The step's updates of the parameters, after :meth:`count_step`. ``skip``: a device array
+        of one int; where it holds nonzero nothing changes (a fused route reads it on the device,
+        where a CUDA graph can replay the decision; otherwise the host reads it here)."""
         items = [(p.data, p.grad.data, state) for p, state in zip(self.params, self.state) if p.grad is not None]
+        self._skip = skip
         weights = [w for w, _, _ in items]
         # a route of this optimizer's class (a subclass of it) may update this optimizer's state its own way
         route = routes.choose(type(self), backend.array_module(weights[0]) if weights else np, weights, {})
+        if skip is not None and not getattr(route, "skips_on_device", False) and skipped(skip):
+            return
         autograd.calls.step(self, lambda: route._update_all(self, items))
 
     def _begin_step(self) -> None:
@@ -171,6 +177,11 @@ class Adam(Optimizer):
         v += (g * g) * (1 - b2)
         xp = backend.array_module(w)
         w -= m / (xp.sqrt(v) * (1 / math.sqrt(self._c2)) + self.eps) * (self.lr / self._c1)
+
+
+def skipped(skip) -> bool:
+    """Whether a step's ``skip`` (one int, on any device) says to skip it: read on the host."""
+    return int(backend.to_numpy(skip).reshape(-1)[0]) != 0
 
 
 def _scaled(g, grad_scale: float):

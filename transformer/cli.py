@@ -187,6 +187,7 @@ def build_parser(prog: str = MODULE_PROG) -> argparse.ArgumentParser:
     _value(t, "--memory-every", RANGES["memory_every"], None, HELP["memory_every"])
     _value(t, "--profile", RANGES["profile"], None, HELP["profile"])
     _value(t, "--tensorboard", RANGES["tensorboard"], None, HELP["tensorboard"])
+    _value(t, "--cuda-graphs", RANGES["cuda_graphs"], None, HELP["cuda_graphs"])
     t.set_defaults(func=cmd_train)
 
     for name, func, helptext, about in VERBS_THAT_DECODE:

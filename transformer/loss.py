@@ -26,10 +26,24 @@ def batch_loss(model, src, tgt_in, tgt_out, pad_id: int, smoothing: float = 0.1,
     The value and every gradient are those of that composition (a test checks it). ``tgt_out``
     is read on the host (the trainer's batches are NumPy arrays); on a device it is copied over once.
     """
+    rows, target = target_rows(tgt_out, pad_id)
+    return rows_loss(model, src, tgt_in, rows, target, pad_id, smoothing, reduction)
+
+
+def target_rows(tgt_out, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, target): the positions of the B·Tt flattened targets that are not padding, and those
+    targets (host arrays)."""
     target = (tgt_out.numpy() if isinstance(tgt_out, mt.Tensor) else np.asarray(tgt_out)).reshape(-1)
+    rows = np.flatnonzero(target != pad_id)
+    return rows, target[rows]
+
+
+def rows_loss(model, src, tgt_in, rows, target, pad_id: int, smoothing: float = 0.1,
+              reduction: str = "sum") -> mt.Tensor:
+    """:func:`batch_loss` from :func:`target_rows`' two arrays (on the host, or already on the
+    model's device: a CUDA graph's update reads them there)."""
     # why rows and overwrite: pad targets get no logits (a tenth of them, with length-sorted
     # batches), and the logits, the softmax and its gradient (each tokens x V) share one array
-    rows = np.flatnonzero(target != pad_id)
     logits = model(src, tgt_in, rows=rows)
-    return label_smoothed_loss(logits, mt.tensor(target[rows], device=logits.device), pad_id, smoothing, reduction,
-                               overwrite=True)
+    target = target if isinstance(target, mt.Tensor) else mt.tensor(target, device=logits.device)
+    return label_smoothed_loss(logits, target, pad_id, smoothing, reduction, overwrite=True)

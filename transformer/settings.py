@@ -39,7 +39,7 @@ def flag(name: str) -> str:
 # shapes the weights or the recipe
 FREE_ON_RESUME = frozenset({"run_dir", "max_steps", "max_epochs", "max_minutes", "eval_every", "bleu_sentences",
                             "beam_size", "alpha", "save_every", "keep_last", "device", "tf32", "fused", "memory_every",
-                            "profile", "progress", "update_freq", "tensorboard"})
+                            "profile", "progress", "update_freq", "tensorboard", "cuda_graphs"})
 
 
 # a run's data settings (stored in each checkpoint as meta["data"]): how each is named when it differs
@@ -98,7 +98,8 @@ RANGES = {"max_tokens": Whole(1, 2**31 - 1), "update_freq": Whole(1, 10**6), "sm
           "keep_last": Whole(1, 10**6), "seed": Whole(0, 2**32 - 1), "device": Text("device"),
           "precision": Choice(tuple(sorted(PRECISIONS))), "tf32": Boolean(), "fused": Boolean(),
           "memory_every": Whole(0, _MANY),
-          "profile": Whole(0, 10**6), "progress": Boolean(), "tensorboard": Boolean(), "run_dir": Text("folder")}
+          "profile": Whole(0, 10**6), "progress": Boolean(), "tensorboard": Boolean(), "cuda_graphs": Boolean(),
+          "run_dir": Text("folder")}
 
 
 # each training flag's --help (its kind and range are appended from RANGES); "the preset's" is the
@@ -145,6 +146,9 @@ HELP = {
                 "profile.json (default 0: off)"),
     "tensorboard": ("also write the metrics as TensorBoard event files in <run-dir>/tensorboard/ "
                     "(tensorboard --logdir <run-dir>; default false)"),
+    "cuda_graphs": ("on a GPU, capture the update of each batch shape into a CUDA graph when the shape comes again, "
+                    "and replay it: one launch where the update makes hundreds, the same bits; pays where shapes "
+                    "repeat; one process, no --clip-norm (default false)"),
 }
 
 
@@ -189,6 +193,7 @@ class TrainSettings:
     profile: int = 0                # time every op of N updates (after the run's first): a table and profile.json
     progress: bool = True
     tensorboard: bool = False       # the metrics also as TensorBoard event files, in <run_dir>/tensorboard/
+    cuda_graphs: bool = False       # replay each batch shape's update from a CUDA graph (transformer/graphed.py)
 
     def __post_init__(self):
         """Each setting's range is declared once, in :data:`RANGES` (the model checks its own
@@ -203,6 +208,14 @@ class TrainSettings:
             raise SettingsError(f"--device: {e}" if isinstance(e, mt.DeviceError) else str(e)) from None
         if self.tf32 and device != "cuda":
             raise SettingsError("--tf32 is a GPU setting: use it with --device cuda")
+        if self.cuda_graphs:
+            # what a graph cannot replay: the host's own reads inside an update
+            why = ("it is a GPU setting: use it with --device cuda" if device != "cuda" else
+                   "--clip-norm reads the gradients' norm on the host inside each update" if self.clip_norm > 0 else
+                   "--profile times each op of an update, and a replay runs none of them on the host"
+                   if self.profile > 0 else None)
+            if why:
+                raise SettingsError(f"--cuda-graphs: {why}")
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """``model`` with the tokenizer's vocabulary."""

@@ -28,7 +28,6 @@ from tqdm import tqdm
 import minitensor as mt
 from minitensor import amp, distributed, optim
 from minitensor.distributed import Communicator, SingleProcess
-from minitensor.cuda.turns import check_all as check_turns
 
 from .batching import Batch, UpdateBatches, collate, lengths, token_batches
 from .checkpoint import save_checkpoint, step_checkpoints
@@ -36,6 +35,7 @@ from .corpus import ParallelData
 from .evaluate import bleu, translate
 from .files import write_file
 from .fused import fuse
+from .graphed import GraphedUpdates
 from .loss import batch_loss
 from .model import Transformer
 from .progress import ProfiledUpdates, RunFileError, RunLog, read_metrics  # noqa: F401 (RunFileError, read_metrics: here too)
@@ -137,6 +137,10 @@ class Trainer:
         self.saved_step: int | None = None  # the update of the newest checkpoint, this run's
         self.checkpoints = RunCheckpoints(self)
         self.stop = StopPolicy(self.comm, settings.max_minutes, settings.max_steps)  # fit() makes the one it asks
+        if settings.cuda_graphs and self.comm.world_size > 1:
+            raise SettingsError("--cuda-graphs: the ranks' token counts are summed on the host inside each update; "
+                                "use it with one process")
+        self.graphed = GraphedUpdates(self) if settings.cuda_graphs else None
         if resume:
             self.checkpoints.resume()
         if self.main:  # after resume() has compared the checkpoint with these settings
@@ -155,6 +159,10 @@ class Trainer:
         """
         reseed_dropout(self.s.seed, self.step, self.comm.rank)
         self.model.train()
+        if self.graphed is not None:   # the same update, replayed from a CUDA graph where one is
+            self.last_skipped = self.graphed.update(batches, progress)
+            self._count_update()
+            return
         self.opt.zero_grad()
         loss_sum, tokens, dev = 0.0, 0, self.s.device
         for b in batches:
@@ -170,6 +178,11 @@ class Trainer:
             grad_scale *= optim.clip_factor(norm, self.s.clip_norm)
         self.sched.step(progress)                               # Equation 3's learning rate
         self.last_skipped = self.scaler.step(self.opt, grad_scale)  # Adam, from the gradients times grad_scale / S
+        self._count_update()
+
+    def _count_update(self) -> None:
+        """The update counted: the schedule does not count a skipped one, and a skip at the smallest
+        loss scale ends the run."""
         if self.last_skipped:
             self.sched.steps -= 1
             if self.scaler.scale <= self.scaler.min_scale:
@@ -305,7 +318,7 @@ class Trainer:
         """The end of the loop: a checkpoint of the last update (unless it has one) and the curves.
         First, a report of a GPU kernel's stalled wait that has not reached the host yet raises
         (the last update's gradients would be wrong)."""
-        check_turns()
+        mt.cuda.check_turns()
         if self.main:
             found = step_checkpoints(self.run)
             if not found or found[-1].name != f"checkpoint_{self.step}.npz":

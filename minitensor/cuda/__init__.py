@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import environment
 from ..backend import cuda_available, cupy
+from .graphs import Graph, from_host
 from .memory import PeakMemory, memory_stats
 
 ATTENTION_MODES = environment.VARIABLES["MINITENSOR_ATTENTION"].kind.names  # auto, flash, fused
@@ -225,7 +226,15 @@ def tf32_enabled() -> bool:
     return linalg.get_compute_type(cp.float32) == linalg.COMPUTE_TYPE_TF32
 
 
+def check_turns() -> None:
+    """Raise :class:`minitensor.cuda.turns.StalledTurns` if a kernel whose blocks take turns (the
+    one-pass attention backward) gave up a wait on any device, reading the report now (the
+    kernels' launchers read it at later launches, without waiting: this is for the end of a run)."""
+    importlib.import_module(f"{__name__}.turns").check_all()   # as launcher(): the kernels' side, loaded on use
+
+
 __all__ = ["is_available", "device_count", "kernels_enabled", "set_kernels", "use_kernels", "emulate", "emulating",
            "emulator_check", "kernels_may_run", "launcher", "KERNELS", "attention_mode", "set_attention", "set_wgmma",
            "wgmma_enabled", "set_one_pass_backward", "one_pass_backward_enabled", "set_tf32", "tf32_enabled",
-           "PeakMemory", "memory_stats", "FLASH_MIN_KEYS", "FLASH_TC_SHORT_KEYS", "FLASH_TC_MIN_KEYS"]
+           "PeakMemory", "memory_stats", "FLASH_MIN_KEYS", "FLASH_TC_SHORT_KEYS", "FLASH_TC_MIN_KEYS", "Graph",
+           "from_host", "check_turns"]

@@ -11,6 +11,8 @@
 // step_size, inv_sqrt_c2 and gs change from one update to the next: they are read from device
 // memory (`numbers`, in that order, sent with the table below), not taken as arguments, so that a
 // CUDA graph that replays this launch uses the numbers the host wrote for the update at hand.
+// `skip` (null, or one int on the device): where it holds nonzero, nothing is written, so the
+// host need not read it to decide (fp16's overflow check, in a CUDA graph).
 //
 // The parameters are separate arrays of different sizes. The launcher passes one table of
 // 64-bit device addresses, 4 rows of `tensors` entries (weights, gradients, first moments,
@@ -28,8 +30,9 @@
 template <typename T>
 __global__ void adam_multi(const unsigned long long* __restrict__ table, const long long* __restrict__ starts,
                            int tensors, long long total, double b1, double b2, double eps, double wd,
-                           const double* __restrict__ numbers) {
+                           const double* __restrict__ numbers, const int* __restrict__ skip) {
     typedef typename Acc<T>::type A;
+    if (skip != nullptr && *skip != 0) return;   // e.g. fp16's overflow, counted on the device: no update
     const A B1 = static_cast<A>(b1), B2 = static_cast<A>(b2), C1 = static_cast<A>(1 - b1), C2 = static_cast<A>(1 - b2);
     const A S = static_cast<A>(numbers[0]), R = static_cast<A>(numbers[1]), E = static_cast<A>(eps),
             WD = static_cast<A>(wd), GS = static_cast<A>(numbers[2]);

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .. import optim
-from .build import address_table, array_module, ctype, kernel, one_launch_takes
+from .build import address_table, array_module, ctype, kernel, no_pointer, one_launch_takes
 
 SOURCE = "adam.cu"
 THREADS = 256
@@ -32,11 +32,12 @@ def instantiations() -> list[str]:
 
 
 def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, eps: float, wd: float,
-         numbers) -> None:
+         numbers, skip=None) -> None:
     """One Adam update of every ``weights[i]`` (and its moments) in place from ``grad_scale · grads[i]``:
     the table of their addresses, the running sizes and the three numbers that change from one
     update to the next (``numbers()`` gives step_size, inv_sqrt_c2 and grad_scale) go to the
-    device in one copy, then one launch updates them all."""
+    device in one copy, then one launch updates them all, unless ``skip`` (one int on the device)
+    holds nonzero."""
     xp = array_module(weights[0])
     # one host-to-device copy: the addresses, and the numbers that change from update to update
     table, starts, total, numbers = address_table(xp, [weights, grads, ms, vs], numbers)
@@ -45,12 +46,15 @@ def step(weights: list, grads: list, ms: list, vs: list, b1: float, b2: float, e
     blocks = min(MAX_BLOCKS, -(-total // THREADS))
     k = kernel(SOURCE, name(ctype(weights[0].dtype)), xp)
     k((blocks,), (THREADS,), (table, starts, np.int32(len(weights)), np.int64(total), np.float64(b1), np.float64(b2),
-                              np.float64(eps), np.float64(wd), numbers))
+                              np.float64(eps), np.float64(wd), numbers, no_pointer() if skip is None else skip))
 
 
 class FusedAdam(optim.Adam):
     """The parameters one launch can take (:func:`applies`), grouped by dtype, a launch per
-    group; the rest a parameter at a time, by the reference."""
+    group; the rest a parameter at a time, by the reference. A step's ``skip`` reaches the
+    launches, which read it on the device."""
+
+    skips_on_device = True
 
     def _update_all(self, items: list) -> None:  # self: the Adam being stepped (see Optimizer.step)
         groups: dict = {}
@@ -62,9 +66,11 @@ class FusedAdam(optim.Adam):
             else:
                 rest.append((w, g, state))
         b1, b2 = self.betas
+        skip = self._skip
         for group in groups.values():
-            step(*map(list, zip(*group)), b1, b2, self.eps, self.weight_decay, numbers=lambda: numbers(self))
-        optim.Adam._update_all(self, rest)
+            step(*map(list, zip(*group)), b1, b2, self.eps, self.weight_decay, numbers=lambda: numbers(self), skip=skip)
+        if rest and not (skip is not None and optim.skipped(skip)):   # the reference reads it on the host
+            optim.Adam._update_all(self, rest)
 
 
 def numbers(opt: optim.Adam) -> tuple:

@@ -25,11 +25,17 @@ CuPy is strict, the double is too (each rule cites CuPy's source in ``double.py`
   and write column-major at the device addresses given, inside the arrays' allocations only;
 - every call that would launch device work is counted (``double.launches()``);
 - ``NcclCommunicator`` checks the 128-byte id and the integer pointers, and reduces over MPI
-  (mpi4py) at the arrays' addresses.
+  (mpi4py) at the arrays' addresses;
+- stream capture (``Stream.begin_capture``/``end_capture``, ``Graph.launch``) runs nothing of
+  the capture, keeps each launch's scalars (cuBLAS's alpha and beta too), replays with the
+  arrays as they hold then, and refuses copies between host and device, host reads,
+  synchronisation and random draws while capturing.
 
 Known differences, which only hardware shows: cuRAND's streams (draws come from NumPy, so
 initial weights differ from a GPU's; dropout draws its masks in its own kernel, which runs on
 the emulator, so those are a GPU's), asynchrony (every call is synchronous), timings, and real
-device memory (the pool counts the bytes of live arrays, rounded as CuPy's pool rounds them).
+device memory (the pool counts the bytes of live arrays, rounded as CuPy's pool rounds them; a
+graph's own pool hands out nothing, and nothing is ever handed out twice), and the order of
+work across streams.
 """
 from .double import install, installed, uninstall  # noqa: F401

@@ -73,6 +73,14 @@ def _capture_allows(what: str) -> None:
         raise RuntimeError("cudaErrorStreamCaptureImplicit: work on another stream while a stream is capturing")
 
 
+def _in_capture() -> bool:
+    """Whether a call that writes only in place (a kernel, a product, a collective) is being
+    captured: its arguments are checked and it is recorded, but it runs only at the graph's
+    launch, as on a GPU (what it reads may not be written yet: memory a capture reads from the
+    host is filled before each launch)."""
+    return _CAPTURE["records"] is not None
+
+
 def _captured(fn):
     """A call of the double that may launch device work: recorded while a stream is captured."""
     @functools.wraps(fn)
@@ -81,7 +89,8 @@ def _captured(fn):
             return fn(*args, **kwargs)
         _CAPTURE["depth"], _CAPTURE["launched"] = 1, False
         try:
-            result = fn(*args, **kwargs)
+            with np.errstate(all="ignore"):   # what it computes now is thrown away (end_capture)
+                result = fn(*args, **kwargs)
         finally:
             _CAPTURE["depth"] = 0
         if _CAPTURE["launched"]:
@@ -728,6 +737,8 @@ class MemoryPointer:
         self.ptr = a.__array_interface__["data"][0]
         self.device_id = _state["current"]
         _ADDRESSES[self.ptr] = a
+        if _CAPTURE["records"] is not None:
+            _CAPTURE["allocations"].append(a)   # a pointer a captured call may take: the graph's memory
 
     def copy_to_host_async(self, mem, size, stream=None):
         """cupy/cuda/memory.pyx: ``size`` bytes from here to host address ``mem`` (pinned memory on
@@ -1071,6 +1082,8 @@ class RawKernel:
             else:
                 plain.append(a)
         _launch(f"kernel {self.name}")
+        if _in_capture():
+            return
         self._k(grid, block, tuple(plain), shared_mem=shared_mem)
 
 
@@ -1106,6 +1119,8 @@ class ElementwiseKernel:
             if isinstance(a, np.ndarray) or not (isinstance(a, ndarray) or _is_scalar(a)):
                 raise _unsupported(a)
         _launch(f"elementwise {self.name}")
+        if _in_capture():
+            return
         self._f(*[a._a if isinstance(a, ndarray) else a for a in args])
 
 
@@ -1162,6 +1177,8 @@ class NcclCommunicator:
 
         send, recv = self._array(sendbuf, count, datatype), self._array(recvbuf, count, datatype)
         _launch("nccl allReduce")
+        if _in_capture():
+            return
         mpi_op = {0: MPI.SUM, 1: MPI.PROD, 2: MPI.MAX, 3: MPI.MIN}[op]
         src = MPI.IN_PLACE if sendbuf == recvbuf else np.ascontiguousarray(send)
         if recv.dtype == _bfloat16() or recv.dtype == np.float16:
@@ -1176,6 +1193,8 @@ class NcclCommunicator:
         _typed("NcclCommunicator", "bcast", (buff, count, datatype, root, stream))
         a = self._array(buff, count, datatype)
         _launch("nccl bcast")
+        if _in_capture():
+            return
         self._mpi.Bcast(a, root=root)
 
     def destroy(self):
@@ -1390,6 +1409,8 @@ def _gemm_now(name, args, batched: bool):
     _check_no_overlap((C, ct.itemsize, m, n, ldc, stride_c, count),
                       {"A": (A, at.itemsize, ra, ca, lda, stride_a, count),
                        "B": (B, bt.itemsize, rb, cb, ldb, stride_b, count)})
+    if _in_capture():
+        return
     scalar = ctypes.c_double if work == np.float64 else ctypes.c_float    # host pointer mode: alpha, beta on the host
     al, be = scalar.from_address(alpha).value, scalar.from_address(beta).value
     a = a.astype(work) if transa == ops[0] else a.transpose(0, 2, 1).astype(work)
@@ -1400,7 +1421,7 @@ def _gemm_now(name, args, batched: bool):
         result = work.type(al) * np.matmul(a, b)
         if be != 0:
             result += work.type(be) * c.astype(work)
-    c[...] = result.astype(ct)
+        c[...] = result.astype(ct)   # (a 16-bit output overflows to inf, silently as on a GPU)
 
 
 def gemmEx(*args):

@@ -167,3 +167,20 @@ def test_fp16_training_skips_overflowing_updates_says_so_and_then_learns(tmp_pat
     assert not any(np.array_equal(a, p.numpy()) for a, p in zip(before, params) if a.size > 1)
     clean = [r["loss"] for r in records if not r.get("skipped")]
     assert np.mean(clean[-3:]) < clean[0] - 0.3  # and it learns
+
+
+@pytest.mark.parametrize("kernels", [False, True], ids=["reference", "one launch (emulated)"])
+def test_the_overflow_count_is_the_number_of_non_finite_gradient_entries_left_on_the_device(kernels):
+    """LossScaler.overflow_count: inf and NaN entries over every gradient, one int on the
+    gradients' device, by the reference's ops or by the one-launch check."""
+    from minitensor import cuda
+    from minitensor.cuda import emulator
+
+    if kernels and not emulator.available()[0]:
+        pytest.skip(emulator.available()[1])
+    params = [mt.tensor(np.zeros(s, np.float16), requires_grad=True) for s in [(4, 5), (9,)]]
+    params[0].grad = mt.tensor(np.array([[1, np.inf, 2, 3, np.nan]] * 4, np.float16))
+    params[1].grad = mt.tensor(np.full(9, -np.inf, np.float16))
+    with cuda.emulate(kernels):
+        count = amp.LossScaler().overflow_count(params)
+    assert count.shape == (1,) and int(count[0]) == 8 + 9

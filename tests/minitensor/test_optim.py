@@ -204,3 +204,36 @@ def test_clip_factor_and_grad_norm_make_clip_grad_norms_gradients():
     assert optim.clip_factor(10.0, 1.0) == pytest.approx(0.1, rel=1e-6)
     assert optim.clip_factor(0.5, 1.0) == 1.0 and optim.clip_factor(float("inf"), 1.0) == 1.0
     assert optim.clip_factor(float("nan"), 1.0) == 1.0
+
+
+@pytest.mark.parametrize("kernels", [False, True], ids=["reference", "one launch (emulated)"])
+def test_update_params_with_a_skip_of_nonzero_changes_nothing_and_of_zero_is_a_step(kernels):
+    """Optimizer.update_params(skip=): a nonzero count leaves weights and moments as they were
+    (the one-launch Adam reads it on the device, the reference on the host); zero makes the
+    step's own bits."""
+    from minitensor import cuda
+    from minitensor.cuda import emulator
+
+    rng = np.random.default_rng(5)
+    start = [rng.standard_normal(s).astype(np.float32) for s in [(3, 4), (7,)]]
+    grads = [rng.standard_normal(s).astype(np.float32) for s in [(3, 4), (7,)]]
+
+    def after(skip):
+        params = [mt.tensor(w.copy(), requires_grad=True) for w in start]
+        opt = optim.Adam(params, lr=0.01)
+        for _ in range(2):
+            for p, g in zip(params, grads):
+                p.grad = mt.tensor(g)
+            opt.count_step()
+            opt.update_params(skip=None if skip is None else np.array([skip], np.int32))
+        return [p.numpy().tobytes() for p in params] + [s[k].tobytes() for s in opt.state for k in ("m", "v") if k in s]
+
+    if kernels and not emulator.available()[0]:
+        pytest.skip(emulator.available()[1])
+    launched = emulator.launches.get("adam_multi<float>", 0)
+    with cuda.emulate(kernels):
+        stepped, kept = after(None), after(3)
+        assert after(0) == stepped
+    assert (emulator.launches.get("adam_multi<float>", 0) - launched == 6) == kernels   # the kernel's own skip ran
+    # the weights as they started; moments, where the route made them before skipping, still zero
+    assert kept[:2] == [w.tobytes() for w in start] and all(not np.frombuffer(b, np.float32).any() for b in kept[2:])

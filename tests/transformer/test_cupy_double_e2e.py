@@ -131,6 +131,10 @@ def test_the_gpu_benchmarks_run_at_a_tiny_size_without_pytorch(tmp_path):
         assert row["minitensor"]["ms_per_step"] > 0 and row["minitensor"]["peak_memory_gib"] > 0
         assert row["minitensor"]["ms_per_step_spread"]["min"] <= row["minitensor"]["ms_per_step_spread"]["median"]
         assert "torch" not in row and "gpu_busy_ms" not in row["minitensor"]  # (PyTorch's CUDA profiler measures it)
+    graphed = on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--layers", "1",
+                        "--steps", "3", "--warmup", "1", "--precisions", "bf16", "--no-torch", "--cuda-graphs",
+                        script=REPO / "benchmarks" / "base_step_vs_torch.py")
+    assert json.loads(graphed)["config"]["cuda_graphs"] and json.loads(graphed)["results"]["bf16"]["minitensor"]["ms_per_step"] > 0
     on_double("--device", "cuda", "--batch", "2", "--length", "8", "--vocab", "64", "--layers", "1", "--steps", "1",
               "--warmup", "0", "--precisions", "tf32,bf16", "--out", str(tmp_path / "profile.json"),
               script=REPO / "benchmarks" / "precision_profile.py")

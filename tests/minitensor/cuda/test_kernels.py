@@ -1107,7 +1107,7 @@ def test_launches_replayed_with_their_arguments_read_the_update_numbers_the_host
         adam(replayed, first)
         fn, grid, block, args = launches[-1]
         if write:
-            args[-1][...] = dev.asarray(np.array(second))   # the numbers, as a graph runner writes them
+            args[-2][...] = dev.asarray(np.array(second))   # the numbers, as a graph runner writes them
         fn(grid, block, args)
         assert (host(replayed) == host(eager)) == write
 

@@ -5,6 +5,7 @@ one-pass backward whose blocks wait for one not started)."""
 import numpy as np
 import pytest
 
+import minitensor as mt
 from minitensor.cuda import emulator, turns
 
 
@@ -36,13 +37,14 @@ def test_a_stall_report_reaches_the_host_at_a_later_launch_and_never_makes_the_h
     turns.check(cp)
 
 
-def test_check_all_reads_every_device_that_ran_a_kernel_taking_turns(cupy_double, monkeypatch):
-    """check_all does nothing where no kernel took turns (a CPU run), and raises a report that a
-    device holds, on the GPU route and on the emulator alike."""
+def test_check_turns_reads_every_device_that_ran_a_kernel_taking_turns(cupy_double, monkeypatch):
+    """mt.cuda.check_turns (the trainer's, at the end of a run) does nothing where no kernel took
+    turns (a CPU run), and raises a report that a device holds, on the GPU route and on the
+    emulator alike."""
     monkeypatch.setattr(turns, "_watches", {})
-    turns.check_all()
+    mt.cuda.check_turns()
     for xp in (cupy_double, emulator.arrays):
         turns.stall_words(xp)[...] = xp.asarray(np.array([1, 0, 1, 2, 1], np.int32))
         with pytest.raises(turns.StalledTurns, match="waiting for turn 2 on the flag of"):
-            turns.check_all()
-        turns.check_all()
+            mt.cuda.check_turns()
+        mt.cuda.check_turns()

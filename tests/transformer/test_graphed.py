@@ -1,0 +1,67 @@
+"""transformer/graphed.py: --cuda-graphs replays the update of a batch shape seen before from a
+CUDA graph, and makes the bits of the update without one (on the CuPy double, whose capture runs
+nothing and bakes every launch's scalars: an update that read a changing number as a scalar, or
+copied a batch from the host inside the capture, would fail here)."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from transformer.batching import PAD_ID
+from transformer.settings import SettingsError, TrainSettings
+
+from .test_train import small, tiny_settings  # noqa: F401 (the fixture)
+
+
+def _same_shape(batch, k: int):
+    """``batch`` with its word pieces moved k places through the vocabulary (the specials and the
+    padding kept): another batch of the same shapes and the same non-pad targets."""
+    def moved(a):
+        return np.where(a >= 4, (a - 4 + 7 * k) % 296 + 4, a).astype(a.dtype)
+    return dataclasses.replace(batch, src=moved(batch.src), tgt_in=moved(batch.tgt_in), tgt_out=moved(batch.tgt_out))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_replayed_updates_make_the_bits_of_updates_without_graphs(small, tmp_path, cupy_double, precision):  # noqa: F811
+    """Six updates of two batches each (one shape, other tokens at each update), dropout on and
+    the learning rate warming up: with --cuda-graphs the first runs as it is, the second is
+    captured and replayed, the other four replayed, and after every update each parameter and the
+    loss are the bits of the same update without graphs. In fp16 the loss scale starts at 2^18,
+    so that the first updates overflow: the replays skip the same updates (decided on the device)
+    and halve the scale as the updates without graphs do."""
+    from transformer.train import Trainer
+
+    if precision == "bf16":
+        pytest.importorskip("ml_dtypes")
+    tok, train, _ = small
+    runs = {graphed: Trainer(tiny_settings(tmp_path / str(graphed), device="cuda", precision=precision, update_freq=2,
+                                           cuda_graphs=graphed), tok, train) for graphed in (False, True)}
+    first = runs[False].batches.mine(runs[False].batches.of_epoch(0)[:2])
+    assert sum((b.tgt_out != PAD_ID).sum() for b in first) > 0
+    if precision == "fp16":
+        for t in runs.values():
+            t.scaler.scale = 2.0**18
+    skipped = []
+    for step in range(6):
+        batches = [_same_shape(b, step) for b in first]
+        for t in runs.values():
+            t.update(batches)
+        eager, graphed = runs[False], runs[True]
+        assert (graphed.last_skipped, graphed.scaler.scale, graphed.sched.steps, graphed.opt.steps) == (
+            eager.last_skipped, eager.scaler.scale, eager.sched.steps, eager.opt.steps), step
+        skipped.append(eager.last_skipped)
+        if not eager.last_skipped:
+            assert graphed.read_loss() == eager.read_loss(), step
+        for p, q in zip(eager.opt.params, graphed.opt.params):
+            assert p.numpy().tobytes() == q.numpy().tobytes(), step
+    assert len(runs[True].graphed.graphs) == 1 and runs[True].graphed.replays == 5
+    assert (True in skipped and False in skipped) if precision == "fp16" else not any(skipped), skipped
+
+
+def test_the_settings_refuse_cuda_graphs_where_an_update_reads_the_device_on_the_host(tmp_path):
+    """--cuda-graphs needs a GPU, and refuses --clip-norm (the norm, read on the host) and
+    --profile (op by op), each named."""
+    for kw, message in [(dict(device="cpu"), "GPU setting"), (dict(clip_norm=1.0), "--clip-norm reads"),
+                        (dict(profile=2), "--profile times")]:
+        with pytest.raises(SettingsError, match=f"--cuda-graphs: .*{message}"):
+            TrainSettings(run_dir=str(tmp_path), cuda_graphs=True, **{"device": "cuda", **kw})
