@@ -9,10 +9,11 @@
 # output and gradients against the two-pass mma.sync kernels at the size it times, before timing it.
 #
 # `first` is the run for a GPU session of 10 minutes (about 6 minutes of steps, each with its own
-# limit, so that a slow compile cannot eat the rest): the wgmma descriptor and turn-taking tests,
-# the wgmma and one-pass backward reference tests, attention in bf16 at 1024 and 4096 keys beside
-# PyTorch's SDPA, then the bf16 base step replayed from a CUDA graph (--cuda-graphs) against
-# PyTorch, in a process of its own.
+# limit, so that a slow compile cannot eat the rest): the wgmma descriptor, turn-taking and
+# graph-replay tests (the last read Multi30k from MULTI30K_DIR, and skip without it), the wgmma
+# and one-pass backward reference tests, attention in bf16 at 1024 and 4096 keys beside PyTorch's
+# SDPA, then the bf16 base step replayed from a CUDA graph (--cuda-graphs) against PyTorch, in a
+# process of its own.
 #
 # `goals` measures what the speed goals are about, and nothing else: `train --preset wmt14-base`'s
 # update against the base step at the same tokens (TF32, on a synthetic WMT-shaped corpus), the kernels' sections for
@@ -73,11 +74,12 @@ stop() {
 step() { local name=$1 limit=$2 log=$3; shift 3; ( run "$name" "$limit" "$@" ) > "$log" 2>&1 || stop "$name" "$?" "$log"; }
 
 if [[ $what == first ]]; then
-  step "GPU tests: wgmma descriptors and layouts, blocks taking turns" "${LIMIT_TESTS:-80}" "$OUT/first_tests.log" \
+  step "GPU tests: wgmma descriptors and layouts, blocks taking turns, updates replayed from graphs" "${LIMIT_TESTS:-90}" "$OUT/first_tests.log" \
       $py -m pytest -q -rfE -m gpu -p no:cacheprovider \
-      -k "warpgroups_wgmma or wgmma_result or take_turns or turn_that_never" tests/minitensor/cuda/test_kernels.py
+      -k "warpgroups_wgmma or wgmma_result or take_turns or turn_that_never or follow_updates_without_graphs" \
+      tests/minitensor/cuda/test_kernels.py tests/transformer/test_graphed.py
   tail -3 "$OUT/first_tests.log"
-  step "GPU tests: wgmma and one-pass backward against the reference" "${LIMIT_TESTS:-110}" "$OUT/first_references.log" \
+  step "GPU tests: wgmma and one-pass backward against the reference" "${LIMIT_TESTS:-100}" "$OUT/first_references.log" \
       $py -m pytest -q -rfE -m gpu -p no:cacheprovider \
       -k "wgmma_flash_attention_matches or one_pass_backward_matches" tests/minitensor/cuda/test_kernels.py
   tail -3 "$OUT/first_references.log"
