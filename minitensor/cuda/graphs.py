@@ -8,7 +8,9 @@ and the numbers the host works out each time (Adam's step size, the dropout seed
 launcher hands over with :func:`from_host`. Outside a capture that copies them to the device at
 once; during one (where CUDA allows no copy from the host) it gives device memory the graph
 reads, and :meth:`Graph.replay` writes it from the same function before each replay, so the
-numbers are those of the call at hand.
+numbers are those of the call at hand. Dropout's offsets into its random stream are kernel
+arguments, baked like any other: each replay must start from a reseed (``mt.manual_seed``), as
+the trainer's updates do, or it draws the capture's masks again.
 
 :class:`Graph` captures on a stream of its own, into a memory pool of its own: the addresses the
 graph writes at each replay then belong to it alone, and nothing allocated between replays can
