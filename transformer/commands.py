@@ -28,6 +28,7 @@ from .corpus import prepare
 from .evaluate import DecodingTooLarge, LongLineError, bleu, translate
 from .export import export
 from .flags import FlagError, InputError
+from .graphed import check_processes
 from .model import Transformer
 from .files import (Busy, FileWriteError, LockUnwritable, Output, WriterBusy, claim, output_target, whole_lines,
                     write_file, write_new)
@@ -240,6 +241,7 @@ def cmd_train(args) -> dict:
     check_data_args(args)
     check_memory(settings, args.vocab_size)
     comm = distributed.init(settings.device) if args.distributed else distributed.SingleProcess()
+    check_processes(settings, comm.world_size)
     if not args.resume and (tokens := PRESETS[preset].get("tokens_per_update")):
         settings = sized_batches(settings, tokens, comm, args.vocab_size, given)
     created = not run.exists()

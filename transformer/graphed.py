@@ -25,8 +25,17 @@ import minitensor as mt
 from minitensor import amp
 
 from .loss import rows_loss, target_rows
+from .settings import SettingsError
 
 MAX_GRAPHS = 16
+
+
+def check_processes(settings, world_size: int) -> None:
+    """--cuda-graphs takes one process (checked as soon as the processes are known, before any
+    data is prepared): with several, their token counts are summed on the host in each update."""
+    if settings.cuda_graphs and world_size > 1:
+        raise SettingsError("--cuda-graphs: the ranks' token counts are summed on the host inside each update; "
+                            "use it with one process")
 
 
 class GraphedUpdates:

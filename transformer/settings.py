@@ -148,7 +148,7 @@ HELP = {
                     "(tensorboard --logdir <run-dir>; default false)"),
     "cuda_graphs": ("on a GPU, capture the update of each batch shape into a CUDA graph when the shape comes again, "
                     "and replay it: one launch where the update makes hundreds, the same bits; pays where shapes "
-                    "repeat; one process, no --clip-norm (default false)"),
+                    "repeat; one process, with --clip-norm 0 and --profile 0 (default false)"),
 }
 
 

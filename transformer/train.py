@@ -35,7 +35,7 @@ from .corpus import ParallelData
 from .evaluate import bleu, translate
 from .files import write_file
 from .fused import fuse
-from .graphed import GraphedUpdates
+from .graphed import GraphedUpdates, check_processes
 from .loss import batch_loss
 from .model import Transformer
 from .progress import ProfiledUpdates, RunFileError, RunLog, read_metrics  # noqa: F401 (RunFileError, read_metrics: here too)
@@ -137,9 +137,7 @@ class Trainer:
         self.saved_step: int | None = None  # the update of the newest checkpoint, this run's
         self.checkpoints = RunCheckpoints(self)
         self.stop = StopPolicy(self.comm, settings.max_minutes, settings.max_steps)  # fit() makes the one it asks
-        if settings.cuda_graphs and self.comm.world_size > 1:
-            raise SettingsError("--cuda-graphs: the ranks' token counts are summed on the host inside each update; "
-                                "use it with one process")
+        check_processes(settings, self.comm.world_size)
         self.graphed = GraphedUpdates(self) if settings.cuda_graphs else None
         if resume:
             self.checkpoints.resume()
@@ -333,6 +331,8 @@ class Trainer:
         summary = {"steps": self.step, "epochs": self.batches.epochs_ended(), "train_seconds": round(self.train_seconds, 1),
                    "stopped_by": reason, "resumes_from": self.saved_step, "best_valid_nll": finite_or_none(self.best_valid),
                    "world_size": self.comm.world_size}
+        if self.graphed is not None:   # how many shapes got a graph, and how many updates were replayed
+            summary["cuda_graphs"] = {"graphs": len(self.graphed.graphs), "replays": self.graphed.replays}
         if error is not None:
             summary["error"] = f"{type(error).__name__}: {error}"
         if self.main:

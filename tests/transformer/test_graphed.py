@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from transformer.batching import PAD_ID
+from transformer.graphed import check_processes
 from transformer.settings import SettingsError, TrainSettings
 
 from .test_train import small, tiny_settings  # noqa: F401 (the fixture)
@@ -54,6 +55,8 @@ def _against_updates_without_graphs(small, run_dir, precision: str, same) -> Non
         for p, q in zip(eager.opt.params, graphed.opt.params):
             same(q.numpy(), p.numpy())
     assert len(runs[True].graphed.graphs) == 1 and runs[True].graphed.replays == 5
+    assert runs[True]._summarise("max_steps")["cuda_graphs"] == {"graphs": 1, "replays": 5}   # train_summary.json's
+    assert "cuda_graphs" not in runs[False]._summarise("max_steps")
     assert (True in skipped and False in skipped) if precision == "fp16" else not any(skipped), skipped
 
 
@@ -79,9 +82,13 @@ def test_replayed_updates_follow_updates_without_graphs_on_the_gpu(small, tmp_pa
 
 
 def test_the_settings_refuse_cuda_graphs_where_an_update_reads_the_device_on_the_host(tmp_path):
-    """--cuda-graphs needs a GPU, and refuses --clip-norm (the norm, read on the host) and
-    --profile (op by op), each named."""
+    """--cuda-graphs needs a GPU, and refuses --clip-norm (the norm, read on the host), --profile
+    (op by op) and several processes (checked before any data is prepared), each named."""
     for kw, message in [(dict(device="cpu"), "GPU setting"), (dict(clip_norm=1.0), "--clip-norm reads"),
                         (dict(profile=2), "--profile times")]:
         with pytest.raises(SettingsError, match=f"--cuda-graphs: .*{message}"):
             TrainSettings(run_dir=str(tmp_path), cuda_graphs=True, **{"device": "cuda", **kw})
+    settings = TrainSettings(run_dir=str(tmp_path), cuda_graphs=True, device="cuda")
+    check_processes(settings, 1)
+    with pytest.raises(SettingsError, match="--cuda-graphs: the ranks' token counts are summed on the host"):
+        check_processes(settings, 2)
