@@ -75,6 +75,7 @@ class GraphedUpdates:
                     for device, host in zip(arrays, batch):
                         device.data.set(host)
             loss_sum, overflow = entry[1].replay()
+            loss_sum = loss_sum.copy()   # the next replay writes the graph's own: the loop reads this one later
             self.replays += 1
         t._loss = loss_sum, grad_scale
         if overflow is None:

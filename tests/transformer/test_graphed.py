@@ -26,7 +26,8 @@ def _against_updates_without_graphs(small, run_dir, precision: str, same) -> Non
     """Six updates of two batches each (one shape, other tokens at each update), dropout on and
     the learning rate warming up, by two trainers, with and without --cuda-graphs: after every
     update ``same(a, b)`` holds for each parameter and for the loss, and the skips, the loss
-    scale and the step counts agree. The graphed trainer runs the first as it is, captures and
+    scale and the step counts agree; so do the losses read after all six updates (the training
+    loop reads each while the next update runs, which a replay must not overwrite). The graphed trainer runs the first as it is, captures and
     replays the second and replays the other four. In fp16 the loss scale starts at 2^18, so
     that the first updates overflow and are skipped."""
     from transformer.train import Trainer
@@ -41,7 +42,7 @@ def _against_updates_without_graphs(small, run_dir, precision: str, same) -> Non
     if precision == "fp16":
         for t in runs.values():
             t.scaler.scale = 2.0**18
-    skipped = []
+    skipped, losses = [], []
     for step in range(6):
         batches = [_same_shape(b, step) for b in first]
         for t in runs.values():
@@ -50,10 +51,15 @@ def _against_updates_without_graphs(small, run_dir, precision: str, same) -> Non
         assert (graphed.last_skipped, graphed.scaler.scale, graphed.sched.steps, graphed.opt.steps) == (
             eager.last_skipped, eager.scaler.scale, eager.sched.steps, eager.opt.steps), step
         skipped.append(eager.last_skipped)
+        losses.append((eager._loss, graphed._loss))
         if not eager.last_skipped:
             same(np.float64(graphed.read_loss()), np.float64(eager.read_loss()))
         for p, q in zip(eager.opt.params, graphed.opt.params):
             same(q.numpy(), p.numpy())
+    # read after later updates, as the training loop reads each loss while the next update runs
+    for step, ((eager_sum, eager_scale), (graphed_sum, graphed_scale)) in enumerate(losses):
+        if not skipped[step]:
+            same(np.float64(float(graphed_sum) * graphed_scale), np.float64(float(eager_sum) * eager_scale))
     assert len(runs[True].graphed.graphs) == 1 and runs[True].graphed.replays == 5
     assert runs[True]._summarise("max_steps")["cuda_graphs"] == {"graphs": 1, "replays": 5}   # train_summary.json's
     assert "cuda_graphs" not in runs[False]._summarise("max_steps")
