@@ -157,14 +157,24 @@ class LossScaler:
         for :meth:`minitensor.optim.Optimizer.update_params`'s ``skip``, where the host need not
         read it before the update (a CUDA graph's update); read it after, for :meth:`update`."""
         grads = [p.grad.data for p in params if p.grad is not None]
+        kernel = LossScaler._one_launch(grads)
+        if kernel is not None:
+            return kernel.unscale(grads, 1.0)
         xp = backend.array_module(grads[0])
-        if cuda.kernels_may_run(xp) and cuda.launcher("loss_scale").applies(grads):
-            return cuda.launcher("loss_scale").unscale(grads, 1.0)   # why: one launch, as in _check
         return sum(xp.count_nonzero(~xp.isfinite(g)) for g in grads).reshape(1).astype(np.int32)
 
     def unscale_(self, params, extra: float = 1.0) -> bool:
         """Multiply every gradient by extra / scale in place; True when all are finite."""
         return self._check([p.grad.data for p in params if p.grad is not None], extra / self.scale)
+
+    @staticmethod
+    def _one_launch(grads: list):
+        """The loss-scale kernel's launcher where it may take these gradients, else None."""
+        # why: every gradient in one launch (cuda/loss_scale.cu), not three per gradient
+        xp = backend.array_module(grads[0])
+        if cuda.kernels_may_run(xp) and cuda.launcher("loss_scale").applies(grads):
+            return cuda.launcher("loss_scale")
+        return None
 
     @staticmethod
     def _check(grads: list, factor: float) -> bool:
@@ -174,9 +184,9 @@ class LossScaler:
         if not grads:
             return True
         xp = backend.array_module(grads[0])
-        if cuda.kernels_may_run(xp) and cuda.launcher("loss_scale").applies(grads):
-            # why: every gradient in one launch (cuda/loss_scale.cu), not three per gradient
-            return int(cuda.launcher("loss_scale").unscale(grads, factor)[0]) == 0
+        kernel = LossScaler._one_launch(grads)
+        if kernel is not None:
+            return int(kernel.unscale(grads, factor)[0]) == 0
         total = None
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite values are what we look for
             for g in grads:

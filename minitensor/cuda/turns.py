@@ -2,19 +2,18 @@
 
 Blocks that add into one sum take turns (``await_turn``), and a wrong turn would hang the
 launch: so a wait gives up after a bound (at once on the emulator) and writes what it waited
-for into four words on the device, which stay zero until then. A kernel that takes turns gets
+for into five words on the device, which stay zero until then. A kernel that takes turns gets
 them from :func:`stall_words`, and its launcher calls :func:`after_launch`, which reads them
 without stopping the host: on a GPU it starts a copy into pinned host memory behind the
 launch and looks at it at a later call, once that copy is done, so an update never waits for
 it; on the emulator the launch has ended and it looks at once. A report raises
-:class:`StalledTurns`, naming the turn; :func:`check` reads them now (at the end of a run,
-in a test).
+:class:`StalledTurns`, naming the turn; :func:`check_all` reads them now (at the end of a run:
+``mt.cuda.check_turns``).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import emulator
 from .build import device_key
 
 WORDS = 5   # given up (0 or 1), the caller's two numbers that name the flag, the turn, what the flag held
@@ -29,7 +28,7 @@ class _Watch:
     """One device's words, and the copy of them on its way to the host."""
 
     def __init__(self, xp):
-        self.on_gpu = not (xp is np or isinstance(xp, emulator.DeviceArrays))
+        self.on_gpu = device_key(xp) != "emulator"
         self.words = xp.zeros(WORDS, dtype=np.int32)
         self.host = _pinned(xp) if self.on_gpu else None
         self.copied = None          # the event after the copy in flight, if one is
@@ -107,13 +106,8 @@ def after_launch(xp, kernel: str, numbers: tuple[str, str]) -> None:
     watch.send(xp, (kernel, numbers))
 
 
-def check(xp) -> None:
-    """Read the words now (waiting for the device) and raise :class:`StalledTurns` on a report."""
-    watch = _watch(xp)
-    watch.raise_reported(watch.read(now=True))
-
-
 def check_all() -> None:
-    """:func:`check` on every device a kernel that takes turns has run on (none: nothing to do)."""
+    """Read the words now (waiting for the device) on every device a kernel that takes turns has
+    run on, and raise :class:`StalledTurns` on a report (none ran: nothing to do)."""
     for watch in list(_watches.values()):
         watch.raise_reported(watch.read(now=True))

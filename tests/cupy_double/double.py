@@ -55,7 +55,7 @@ def launches() -> collections.Counter:
 
 
 _CAPTURE = {"stream": None, "records": None, "launched": False, "snapshot": None, "replaying": False,
-            "allocations": None}
+            "allocations": None, "depth": 0}
 
 
 def _refuse_while_capturing(what: str) -> None:
@@ -85,7 +85,7 @@ def _captured(fn):
     """A call of the double that may launch device work: recorded while a stream is captured."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if _CAPTURE["records"] is None or _CAPTURE.get("depth"):
+        if _CAPTURE["records"] is None or _CAPTURE["depth"]:
             return fn(*args, **kwargs)
         _CAPTURE["depth"], _CAPTURE["launched"] = 1, False
         try:
@@ -1358,7 +1358,7 @@ def _tf32(x: np.ndarray) -> np.ndarray:
 
 
 def _gemm(name, args, batched: bool):
-    if _CAPTURE["records"] is not None and not _CAPTURE.get("depth"):
+    if _CAPTURE["records"] is not None and not _CAPTURE["depth"]:
         # host pointer mode: cuBLAS reads alpha and beta when the call is captured, and a
         # graph's replay uses those values whatever the host memory holds then
         types = (args[8], args[12], args[17]) if batched else (args[8], args[11], args[15])

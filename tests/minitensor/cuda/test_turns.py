@@ -14,7 +14,7 @@ def test_a_stall_report_reaches_the_host_at_a_later_launch_and_never_makes_the_h
     to pinned host memory behind a launch and looks at them at a later one, so a report written
     on the device raises StalledTurns (naming the kernel, the turn, the flag and what it held) one
     launch after the copy that saw it, and nothing in it waits for the device (it runs under
-    cupyx.allow_synchronize(False)); the report is then cleared, and check() reads at once."""
+    cupyx.allow_synchronize(False)); the report is then cleared, and mt.cuda.check_turns() reads at once."""
     import cupyx  # noqa: PLC0415
 
     monkeypatch.setattr(turns, "_watches", {})
@@ -33,8 +33,8 @@ def test_a_stall_report_reaches_the_host_at_a_later_launch_and_never_makes_the_h
     assert not words.get().any()
     words[...] = report
     with pytest.raises(turns.StalledTurns, match=message):
-        turns.check(cp)
-    turns.check(cp)
+        mt.cuda.check_turns()
+    mt.cuda.check_turns()
 
 
 def test_check_turns_reads_every_device_that_ran_a_kernel_taking_turns(cupy_double, monkeypatch):
